@@ -1,0 +1,325 @@
+"""A classic group and its members: membership, selected protocol, generation.
+
+Pure data and rules, no I/O and no timers (those live in `coordinator.coordinator`), like
+Kafka's ClassicGroup / ClassicGroupMember.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import dataclass, field
+
+from coordinator.clock import TimerHandle
+from coordinator.errors import ErrorCode
+from coordinator.messages import JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
+from coordinator.records import GroupRecord, MemberRecord, StoreBatch
+from coordinator.state import GroupState, assert_valid_transition
+
+
+@dataclass(eq=False, slots=True)
+class ClassicMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes = b""
+    # A parked JoinGroup / SyncGroup waiting for the join phase / the leader's assignment.
+    join_future: asyncio.Future[JoinGroupResponse] | None = None
+    sync_future: asyncio.Future[SyncGroupResponse] | None = None
+    session_timer: TimerHandle | None = None
+    # Bumped at every heartbeat-like contact, so a timer that fires late knows it is stale.
+    session_epoch: int = 0
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def is_awaiting_join(self) -> bool:
+        return self.join_future is not None
+
+    @property
+    def is_awaiting_sync(self) -> bool:
+        return self.sync_future is not None
+
+    @property
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+    def metadata_for(self, protocol_name: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol_name:
+                return metadata
+        raise KeyError(f"member {self.member_id} does not support protocol {protocol_name}")
+
+    def matches(self, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+        return self.protocols == protocols
+
+    def vote(self, candidates: set[str]) -> str:
+        """The member's most preferred protocol among the group's candidates."""
+        for name, _ in self.protocols:
+            if name in candidates:
+                return name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+    def complete_join(self, response: JoinGroupResponse) -> None:
+        if self.join_future is not None and not self.join_future.done():
+            self.join_future.set_result(response)
+        self.join_future = None
+
+    def complete_sync(self, response: SyncGroupResponse) -> None:
+        if self.sync_future is not None and not self.sync_future.done():
+            self.sync_future.set_result(response)
+        self.sync_future = None
+
+    def cancel_session_timer(self) -> None:
+        if self.session_timer is not None:
+            self.session_timer.cancel()
+            self.session_timer = None
+
+    def to_record(self) -> MemberRecord:
+        return MemberRecord(
+            member_id=self.member_id,
+            group_instance_id=self.group_instance_id,
+            client_id=self.client_id,
+            client_host=self.client_host,
+            session_timeout_ms=self.session_timeout_ms,
+            rebalance_timeout_ms=self.rebalance_timeout_ms,
+            protocols=self.protocols,
+            assignment=self.assignment,
+        )
+
+    @classmethod
+    def from_record(cls, record: MemberRecord, protocol_type: str) -> ClassicMember:
+        return cls(
+            member_id=record.member_id,
+            group_instance_id=record.group_instance_id,
+            client_id=record.client_id,
+            client_host=record.client_host,
+            session_timeout_ms=record.session_timeout_ms,
+            rebalance_timeout_ms=record.rebalance_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=record.protocols,
+            assignment=record.assignment,
+        )
+
+
+@dataclass(eq=False)
+class ClassicGroup:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, ClassicMember] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    # Dynamic members told MEMBER_ID_REQUIRED that have not rejoined yet (KIP-394).
+    pending_members: dict[str, TimerHandle] = field(default_factory=dict)
+    # Members of this generation that have not sent SyncGroup yet.
+    pending_sync_members: set[str] = field(default_factory=set)
+    last_assignment_by_instance: dict[str, bytes] = field(default_factory=dict)
+    join_timer: TimerHandle | None = None
+    sync_timer: TimerHandle | None = None
+    # Initial rebalance delay bookkeeping (Kafka's InitialDelayedJoin).
+    initial_join_in_progress: bool = False
+    initial_join_remaining_ms: int = 0
+    new_member_added: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Changes made under the lock, written to the store before the lock is released.
+    pending_writes: StoreBatch = field(default_factory=StoreBatch)
+    needs_persist: bool = False
+
+    # --- state -------------------------------------------------------------------------
+
+    def transition_to(self, target: GroupState) -> None:
+        assert_valid_transition(self.state, target)
+        self.state = target
+
+    def is_in(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    # --- membership ---------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return len(self.members) + len(self.pending_members)
+
+    def has(self, member_id: str) -> bool:
+        return member_id in self.members
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def add(self, member: ClassicMember) -> None:
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        self.members[member.member_id] = member
+        if member.group_instance_id is not None:
+            self.static_members[member.group_instance_id] = member.member_id
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+
+    def remove(self, member_id: str) -> ClassicMember | None:
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return None
+        instance_id = member.group_instance_id
+        if instance_id is not None and self.static_members.get(instance_id) == member_id:
+            del self.static_members[instance_id]
+        self.pending_sync_members.discard(member_id)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        return member
+
+    def static_member_id(self, instance_id: str | None) -> str | None:
+        return None if instance_id is None else self.static_members.get(instance_id)
+
+    def is_static_member_fenced(self, instance_id: str | None, member_id: str) -> bool:
+        """KIP-345: the instance id is known but mapped to another member id."""
+        mapped = self.static_member_id(instance_id)
+        return mapped is not None and mapped != member_id
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode:
+        """Kafka's validateMember: an instance id must map to this member id."""
+        if instance_id is not None:
+            mapped = self.static_members.get(instance_id)
+            if mapped is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if mapped != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE
+
+    def replace_static_member(
+        self, instance_id: str, old_member_id: str, new_member_id: str
+    ) -> ClassicMember:
+        """Give a static instance a new member id; the old one is fenced from now on."""
+        member = self.members.pop(old_member_id)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        self.static_members[instance_id] = new_member_id
+        if self.leader_id == old_member_id:
+            self.leader_id = new_member_id
+        if old_member_id in self.pending_sync_members:
+            self.pending_sync_members.discard(old_member_id)
+            self.pending_sync_members.add(new_member_id)
+        return member
+
+    def elect_joined_leader(self) -> bool:
+        """Keep a leader that has rejoined; else pick a member that has. False if none has."""
+        leader = self.members.get(self.leader_id or "")
+        if leader is not None and leader.is_awaiting_join:
+            return True
+        for member in self.members.values():
+            if member.is_awaiting_join:
+                self.leader_id = member.member_id
+                return True
+        return False
+
+    def has_all_members_joined(self) -> bool:
+        return not self.pending_members and all(
+            member.is_awaiting_join for member in self.members.values()
+        )
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((member.rebalance_timeout_ms for member in self.members.values()), default=0)
+
+    # --- protocols ------------------------------------------------------------------------
+
+    def candidate_protocols(self) -> set[str]:
+        """Protocol names every member supports."""
+        counts = Counter(name for member in self.members.values() for name in member.protocol_names)
+        return {name for name, count in counts.items() if count == len(self.members)}
+
+    def supports_protocols(self, protocol_type: str, protocol_names: list[str]) -> bool:
+        if not self.members:
+            return bool(protocol_type) and bool(protocol_names)
+        if protocol_type != self.protocol_type:
+            return False
+        candidates = self.candidate_protocols()
+        return any(name in candidates for name in protocol_names)
+
+    def select_protocol(self) -> str:
+        """Each member votes for its first candidate; most votes wins.
+
+        Kafka leaves ties to hash order; we break them by the oldest member's preference so
+        the choice is deterministic.
+        """
+        if not self.members:
+            raise ValueError(f"group {self.group_id} has no members to select a protocol")
+        candidates = self.candidate_protocols()
+        if not candidates:
+            raise ValueError(f"members of group {self.group_id} share no protocol")
+        votes = Counter(member.vote(candidates) for member in self.members.values())
+        oldest_preference = next(iter(self.members.values())).protocol_names
+        return max(
+            votes,
+            key=lambda name: (
+                votes[name],
+                -oldest_preference.index(name) if name in oldest_preference else -len(votes),
+            ),
+        )
+
+    def member_list_for_leader(self) -> list[JoinGroupResponseMember]:
+        """Every member's metadata for the selected protocol (sent to the leader only)."""
+        assert self.protocol_name is not None
+        return [
+            JoinGroupResponseMember(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                metadata=member.metadata_for(self.protocol_name),
+                last_assignment=self.last_assignment_for(member),
+            )
+            for member in self.members.values()
+        ]
+
+    def last_assignment_for(self, member: ClassicMember) -> bytes:
+        if member.assignment:
+            return member.assignment
+        if member.group_instance_id is not None:
+            return self.last_assignment_by_instance.get(member.group_instance_id, b"")
+        return b""
+
+    # --- persistence ------------------------------------------------------------------------
+
+    def to_record(self) -> GroupRecord:
+        persisted_state = GroupState.EMPTY if not self.members else GroupState.STABLE
+        return GroupRecord(
+            group_id=self.group_id,
+            state=persisted_state.value,
+            generation_id=self.generation_id,
+            protocol_type=self.protocol_type,
+            protocol_name=self.protocol_name,
+            leader=self.leader_id,
+            members=tuple(member.to_record() for member in self.members.values()),
+            last_assignment_by_instance=dict(self.last_assignment_by_instance),
+        )
+
+    @classmethod
+    def from_record(cls, record: GroupRecord) -> ClassicGroup:
+        group = cls(group_id=record.group_id)
+        group.generation_id = record.generation_id
+        group.protocol_type = record.protocol_type
+        group.protocol_name = record.protocol_name
+        group.last_assignment_by_instance = dict(record.last_assignment_by_instance)
+        for member_record in record.members:
+            group.add(ClassicMember.from_record(member_record, record.protocol_type or ""))
+        group.leader_id = record.leader if record.leader in group.members else group.leader_id
+        # Loading is not a transition: a stored group is Stable with members, else Empty.
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        return group
+
+    def take_pending_writes(self) -> StoreBatch:
+        batch = self.pending_writes
+        if self.needs_persist:
+            batch.groups.append(self.to_record())
+            self.needs_persist = False
+        self.pending_writes = StoreBatch()
+        return batch

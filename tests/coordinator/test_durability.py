@@ -1,0 +1,161 @@
+"""Durability: a coordinator restarted on the same SQLite file serves static members their
+assignments with no rebalance and keeps committed offsets — including after SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from coordinator import (
+    CoordinatorConfig,
+    ErrorCode,
+    GroupCoordinator,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SqliteStore,
+    SyncGroupRequest,
+)
+from tests.coordinator.harness import GROUP, Harness, join_request
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_restart_on_same_sqlite_file_serves_static_members_without_rebalance(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "coordinator.db"
+    first = await Harness(store=SqliteStore(path)).start()
+    responses = await first.form_group(["i-0", "i-1", "i-2"])
+    member = responses[0]
+    instance = member.member_id[:3]
+    await first.coordinator.commit_offsets(
+        OffsetCommitRequest(
+            GROUP, 1, member.member_id, instance, [OffsetCommitPartition("t", 3, 1234, "m")]
+        )
+    )
+    # No close(): the process "dies" here; a new coordinator opens the same file.
+    second = await Harness(store=SqliteStore(path)).start()
+    (described,) = await second.coordinator.describe_groups([GROUP])
+    assert described.group_state == "Stable"
+    assert described.generation_id == 1
+    assert {m.group_instance_id for m in described.members} == {"i-0", "i-1", "i-2"}
+    for static in ("i-0", "i-1", "i-2"):
+        rejoin = await second.coordinator.join_group(join_request(instance_id=static))
+        assert rejoin.error_code == ErrorCode.NONE
+        assert rejoin.generation_id == 1
+        sync = await second.sync(rejoin.member_id, 1, instance_id=static)
+        assert sync.assignment == static.encode()
+    assert await second.state() == "Stable"
+    fetched = await second.coordinator.fetch_offsets(OffsetFetchRequest(GROUP, [("t", 3)]))
+    assert fetched.partitions[0].committed_offset == 1234
+    rows = await second.coordinator.journal_rows(GROUP)
+    assert [r.kind for r in rows].count("rebalance_started") == 1
+    await second.coordinator.close()
+    await first.coordinator.close()
+
+
+def _read_acks(process: subprocess.Popen[str], wanted: int) -> list[list[str]]:
+    acks: list[list[str]] = []
+    assert process.stdout is not None
+    while len(acks) < wanted:
+        line = process.stdout.readline()
+        if not line:
+            raise AssertionError(
+                f"worker exited early: {process.stderr.read() if process.stderr else ''}"
+            )
+        if line.startswith("ACK "):
+            acks.append(line.split()[1:])
+    return acks
+
+
+async def _verify_recovery(path: Path, acks: list[list[str]]) -> None:
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=0), store=SqliteStore(path)
+    )
+    await coordinator.start()
+    try:
+        (described,) = await coordinator.describe_groups(["crash-group"])
+        acked_generations = [int(a[1]) for a in acks if a[0] == "stable"]
+        assert described.generation_id >= max(acked_generations)
+        # Every acknowledged commit survived.
+        best: dict[int, int] = {}
+        for a in acks:
+            if a[0] == "commit":
+                best[int(a[1])] = max(best.get(int(a[1]), 0), int(a[2]))
+        fetched = await coordinator.fetch_offsets(
+            OffsetFetchRequest("crash-group", [("t", p) for p in range(4)])
+        )
+        for partition in fetched.partitions:
+            assert partition.committed_offset >= best.get(partition.partition, -1)
+        if described.group_state != "Stable":
+            return  # killed between a leave and the next stable generation: nothing to serve
+        generation = described.generation_id
+        instances = sorted(m.group_instance_id or "" for m in described.members)
+        for instance in instances:
+            rejoin = await coordinator.join_group(
+                JoinGroupRequest(
+                    "crash-group",
+                    60_000,
+                    5_000,
+                    "",
+                    instance,
+                    "consumer",
+                    [JoinGroupProtocol("range", b"m")],
+                )
+            )
+            assert rejoin.error_code == ErrorCode.NONE
+            assert rejoin.generation_id == generation, "no rebalance after the restart"
+            sync = await coordinator.sync_group(
+                SyncGroupRequest(
+                    "crash-group", generation, rejoin.member_id, instance, "consumer", "range", []
+                )
+            )
+            assert sync.error_code == ErrorCode.NONE
+            assert sync.assignment == f"{instance}:{generation}".encode()
+        (after,) = await coordinator.describe_groups(["crash-group"])
+        assert after.generation_id == generation and after.group_state == "Stable"
+    finally:
+        await coordinator.close()
+
+
+@pytest.mark.crash
+@pytest.mark.parametrize("seed", range(6))
+def test_sigkill_mid_traffic_loses_no_static_member_and_no_commit(
+    tmp_path: Path, seed: int
+) -> None:
+    path = tmp_path / "crash.db"
+    rng = random.Random(seed)
+    all_acks: list[list[str]] = []
+    for round_ in range(2):
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.coordinator.crash_worker",
+                str(path),
+                str(seed * 10 + round_),
+                str(round_ * 1_000_000),
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        try:
+            all_acks += _read_acks(process, rng.randint(20, 400))
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+        assert process.returncode == -signal.SIGKILL
+        asyncio.run(_verify_recovery(path, all_acks))
