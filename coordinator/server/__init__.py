@@ -1,0 +1,34 @@
+"""The coordinator's HTTP/JSON server (aiohttp): see docs/server.md for routes and tokens."""
+
+from __future__ import annotations
+
+from coordinator.server.app import create_app
+from coordinator.server.auth import (
+    ENV_ADMIN_TOKEN,
+    ENV_GROUP_ID,
+    ENV_MEMBER_TOKEN,
+    ENV_TOKENS_FILE,
+    AuthConfig,
+    AuthConfigError,
+    Principal,
+    Role,
+)
+from coordinator.server.openapi import build_openapi, render_openapi
+from coordinator.server.runner import RunningServer, serving, start_server
+
+__all__ = [
+    "ENV_ADMIN_TOKEN",
+    "ENV_GROUP_ID",
+    "ENV_MEMBER_TOKEN",
+    "ENV_TOKENS_FILE",
+    "AuthConfig",
+    "AuthConfigError",
+    "Principal",
+    "Role",
+    "RunningServer",
+    "build_openapi",
+    "create_app",
+    "render_openapi",
+    "serving",
+    "start_server",
+]

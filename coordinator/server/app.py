@@ -1,0 +1,83 @@
+"""`create_app`: the aiohttp application over one `GroupCoordinator`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from coordinator import GroupCoordinator
+from coordinator.server import middleware
+from coordinator.server.auth import AuthConfig, Authenticator
+from coordinator.server.auth import describe as describe_auth
+from coordinator.server.context import CONTEXT, ServerContext
+from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+from coordinator.server.metrics import ServerMetrics
+from coordinator.server.routes import OPERATIONS
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    coordinator: GroupCoordinator,
+    auth: AuthConfig,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    manage_coordinator: bool = True,
+    initial_topics: Mapping[str, int] | None = None,
+) -> web.Application:
+    """The HTTP/JSON API over `coordinator`.
+
+    With `manage_coordinator` (the default) the app starts the coordinator on startup (then
+    applies `initial_topics`) and closes it on shutdown, before waiting for open requests,
+    so parked long polls are released. Without it, the caller starts the coordinator before
+    starting the server and closes it after stopping the server; the server is ready as
+    soon as it runs.
+
+    Raises `AuthConfigError` when `auth` has no tokens and is not explicitly insecure.
+    """
+    auth.check_usable()
+    if max_body_bytes < 1:
+        raise ValueError("max_body_bytes must be positive")
+    metrics = ServerMetrics()
+    context = ServerContext(
+        coordinator=coordinator,
+        authenticator=Authenticator(auth),
+        metrics=metrics,
+        max_body_bytes=max_body_bytes,
+    )
+    app = web.Application(
+        client_max_size=max_body_bytes,
+        middlewares=[middleware.errors, middleware.guard],
+    )
+    app[CONTEXT] = context
+    for operation in OPERATIONS:
+        route = app.router.add_route(
+            operation.method, operation.path, operation.handler, name=operation.operation_id
+        )
+        context.operations[route] = operation
+    coordinator.add_journal_listener(metrics.on_journal_event)
+    topics = dict(initial_topics or {})
+    if auth.insecure:
+        log.warning("coordinator server: %s; every caller is admin", describe_auth(auth))
+    else:
+        log.info("coordinator server: %s", describe_auth(auth))
+
+    async def on_startup(app: web.Application) -> None:
+        if manage_coordinator:
+            await coordinator.start()
+            if topics:
+                await coordinator.set_topic_metadata(topics)
+        context.serving = True
+
+    async def on_shutdown(app: web.Application) -> None:
+        # Not ready from here on: new requests get 503 (retriable) rather than a coordinator
+        # that is half closed.
+        context.serving = False
+        if manage_coordinator:
+            await coordinator.close()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    return app

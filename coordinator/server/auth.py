@@ -1,0 +1,240 @@
+"""Bearer tokens and the two roles: *admin* (everything) and *member* (its own groups).
+
+Tokens come from a JSON tokens file and/or the environment (see `docs/server.md`):
+
+    {"admin": ["admin-token"], "members": {"group-a": ["tok-a"], "group-b": ["tok-a", "tok-b"]}}
+
+A token listed under several groups may act on all of them. A token may not be both admin
+and member: that is almost certainly a copy-paste mistake, so the configuration is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+ENV_ADMIN_TOKEN = "STATICFLEET_ADMIN_TOKEN"
+ENV_MEMBER_TOKEN = "STATICFLEET_MEMBER_TOKEN"
+ENV_GROUP_ID = "STATICFLEET_GROUP_ID"
+ENV_TOKENS_FILE = "STATICFLEET_TOKENS_FILE"
+
+# RFC 6750 token68 characters. Keeping ':' and ',' out of tokens is what makes the
+# `group:token,group:token` environment form unambiguous (group ids may contain ':').
+_TOKEN_SYNTAX = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+class AuthConfigError(ValueError):
+    """The token configuration is unusable; the message says how to fix it."""
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    MEMBER = "member"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    role: Role
+    # The groups a member token may act on; empty (and unused) for admins.
+    groups: frozenset[str] = frozenset()
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role is Role.ADMIN
+
+    def may_use_group(self, group_id: str) -> bool:
+        return self.is_admin or group_id in self.groups
+
+
+ADMIN = Principal(Role.ADMIN)
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    admin_tokens: frozenset[str] = frozenset()
+    # group id -> tokens allowed to act on that group
+    member_tokens: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # No authentication at all: every caller is admin. Only ever set explicitly.
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        for token in self.admin_tokens:
+            _check_token(token, "admin token")
+        for group_id, tokens in self.member_tokens.items():
+            if not group_id:
+                raise AuthConfigError("member tokens need a non-empty group id")
+            for token in tokens:
+                _check_token(token, f"member token for group {group_id!r}")
+        both = self.admin_tokens & self.member_groups_by_token().keys()
+        if both:
+            raise AuthConfigError(
+                f"{len(both)} token(s) are configured both as admin and as member tokens; "
+                "give each role its own token"
+            )
+
+    @property
+    def has_tokens(self) -> bool:
+        return bool(self.admin_tokens) or any(self.member_tokens.values())
+
+    def member_groups_by_token(self) -> dict[str, frozenset[str]]:
+        groups: dict[str, set[str]] = {}
+        for group_id, tokens in self.member_tokens.items():
+            for token in tokens:
+                groups.setdefault(token, set()).add(group_id)
+        return {token: frozenset(ids) for token, ids in groups.items()}
+
+    def merged(self, other: AuthConfig) -> AuthConfig:
+        members: dict[str, frozenset[str]] = dict(self.member_tokens)
+        for group_id, tokens in other.member_tokens.items():
+            members[group_id] = members.get(group_id, frozenset()) | tokens
+        return AuthConfig(
+            admin_tokens=self.admin_tokens | other.admin_tokens,
+            member_tokens=members,
+            insecure=self.insecure or other.insecure,
+        )
+
+    def check_usable(self) -> None:
+        """Refuse to serve with nothing configured: an open coordinator is never an accident."""
+        if not self.insecure and not self.has_tokens:
+            raise AuthConfigError(
+                "no tokens configured: give --tokens-file, --admin-token/--member-token, or "
+                f"{ENV_ADMIN_TOKEN}/{ENV_MEMBER_TOKEN}; or pass --insecure to run without "
+                "authentication (local use only)"
+            )
+
+    @classmethod
+    def from_tokens_file(cls, path: str | Path) -> AuthConfig:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as error:
+            raise AuthConfigError(f"cannot read tokens file {path}: {error}") from None
+        try:
+            parsed = _TokensFile.model_validate_json(text)
+        except ValidationError as error:
+            raise AuthConfigError(f"tokens file {path} is invalid: {error}") from None
+        return cls(
+            admin_tokens=frozenset(parsed.admin),
+            member_tokens={group: frozenset(tokens) for group, tokens in parsed.members.items()},
+        )
+
+    @classmethod
+    def from_values(
+        cls,
+        admin_tokens: Iterable[str] = (),
+        member_specs: Iterable[str] = (),
+        default_group: str | None = None,
+    ) -> AuthConfig:
+        """From flag/environment strings: member specs are `group:token` or a bare token
+        scoped to `default_group`; each string may hold several, comma-separated."""
+        admins = frozenset(token for value in admin_tokens for token in _split_list(value))
+        members: dict[str, set[str]] = {}
+        for value in member_specs:
+            for spec in _split_list(value):
+                group_id, token = _parse_member_spec(spec, default_group)
+                members.setdefault(group_id, set()).add(token)
+        return cls(
+            admin_tokens=admins,
+            member_tokens={group: frozenset(tokens) for group, tokens in members.items()},
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> AuthConfig:
+        config = cls.from_values(
+            admin_tokens=[environ[ENV_ADMIN_TOKEN]] if environ.get(ENV_ADMIN_TOKEN) else [],
+            member_specs=[environ[ENV_MEMBER_TOKEN]] if environ.get(ENV_MEMBER_TOKEN) else [],
+            default_group=environ.get(ENV_GROUP_ID) or None,
+        )
+        tokens_file = environ.get(ENV_TOKENS_FILE)
+        if tokens_file:
+            config = config.merged(cls.from_tokens_file(tokens_file))
+        return config
+
+
+class _TokensFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    admin: list[str] = []
+    members: dict[str, list[str]] = {}
+
+
+def _split_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _parse_member_spec(spec: str, default_group: str | None) -> tuple[str, str]:
+    group_id, colon, token = spec.rpartition(":")
+    if colon:
+        if not group_id:
+            raise AuthConfigError("a member token spec ':<token>' has an empty group id")
+        return group_id, token
+    if default_group is None:
+        raise AuthConfigError(
+            f"a member token without a group needs {ENV_GROUP_ID}; or write it as group:token"
+        )
+    return default_group, spec
+
+
+def _check_token(token: str, what: str) -> None:
+    if not _TOKEN_SYNTAX.fullmatch(token):
+        # Never echo the token itself: it may be a real secret with a typo.
+        raise AuthConfigError(
+            f"an {what} is empty or has characters outside A-Z a-z 0-9 - . _ ~ + / ="
+        )
+
+
+def _digest(token: str) -> bytes:
+    # Comparing fixed-size digests keeps the comparison time independent of token length too.
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class Authenticator:
+    """Maps a presented bearer token to a principal, comparing in constant time."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        self.insecure = config.insecure
+        entries: list[tuple[bytes, Principal]] = [
+            (_digest(token), ADMIN) for token in sorted(config.admin_tokens)
+        ]
+        for token, groups in sorted(config.member_groups_by_token().items()):
+            entries.append((_digest(token), Principal(Role.MEMBER, groups)))
+        self._entries = entries
+
+    def authenticate(self, token: str) -> Principal | None:
+        presented = _digest(token)
+        found: Principal | None = None
+        # Compare against every entry, without stopping early, so timing says nothing
+        # about which (or whether any) token matched.
+        for digest, principal in self._entries:
+            if hmac.compare_digest(presented, digest) and found is None:
+                found = principal
+        return found
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token from an `Authorization: Bearer <token>` header; None when absent/other scheme."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    token = token.strip()
+    return token or None
+
+
+def describe(config: AuthConfig) -> str:
+    """A log line about the configuration that reveals no token."""
+    if config.insecure:
+        return "authentication disabled (--insecure)"
+    groups = sorted(config.member_tokens)
+    return (
+        f"{len(config.admin_tokens)} admin token(s), member tokens for "
+        f"{len(groups)} group(s): {json.dumps(groups)}"
+    )

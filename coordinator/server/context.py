@@ -1,0 +1,55 @@
+"""What every handler of one server shares, stored on its aiohttp application."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from coordinator import GroupCoordinator
+from coordinator.server.auth import ADMIN, Authenticator, Principal, bearer_token
+from coordinator.server.metrics import ServerMetrics
+
+if TYPE_CHECKING:
+    from coordinator.server.operations import Operation
+
+
+@dataclass(slots=True)
+class ServerContext:
+    coordinator: GroupCoordinator
+    authenticator: Authenticator
+    metrics: ServerMetrics
+    max_body_bytes: int
+    # True from app startup until shutdown begins.
+    serving: bool = False
+    operations: dict[web.AbstractRoute, Operation] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        """Serving, and the coordinator is started with its store open (not yet closed)."""
+        return self.serving and self.coordinator.is_ready
+
+    def operation_for(self, request: web.Request) -> Operation | None:
+        route = request.match_info.route
+        return self.operations.get(route)
+
+
+CONTEXT = web.AppKey("staticfleet_server", ServerContext)
+
+
+def context_of(request: web.Request) -> ServerContext:
+    return request.app[CONTEXT]
+
+
+def principal_of(request: web.Request) -> Principal | None:
+    """The caller by its bearer token: ADMIN when auth is off, None for no or an unknown token.
+
+    Recomputed where needed rather than stored on the request: hashing one token is cheap,
+    and it keeps the server off request-storage APIs that differ between aiohttp versions.
+    """
+    authenticator = context_of(request).authenticator
+    if authenticator.insecure:
+        return ADMIN
+    token = bearer_token(request.headers.get("Authorization"))
+    return None if token is None else authenticator.authenticate(token)

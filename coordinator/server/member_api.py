@@ -1,0 +1,109 @@
+"""The member protocol routes: join, sync, heartbeat, leave, offsets, topic metadata.
+
+Each decodes its body strictly, checks that the body's group is the path's group (the
+path is what the token was authorised for), calls the coordinator and answers 200 with the
+coordinator's response, Kafka error code included: that is the protocol, not a failure.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, TypeVar
+
+from aiohttp import web
+
+from coordinator.messages import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from coordinator.server.bodies import read_message
+from coordinator.server.context import ServerContext, context_of, principal_of
+from coordinator.server.http_errors import bad_request, forbidden
+from coordinator.server.models import TopicMetadata
+from coordinator.server.replies import reply
+
+
+class _GroupMessage(Protocol):
+    @property
+    def group_id(self) -> str: ...
+
+
+M = TypeVar("M", bound=_GroupMessage)
+
+
+async def read_group_message(request: web.Request, cls: type[M]) -> tuple[ServerContext, M]:
+    context = context_of(request)
+    message = await read_message(request, cls, context.max_body_bytes)
+    path_group = request.match_info["group_id"]
+    if message.group_id != path_group:
+        raise bad_request(
+            f"group_id in the body ({message.group_id!r}) differs from the path ({path_group!r})"
+        )
+    return context, message
+
+
+async def join_group(request: web.Request) -> web.Response:
+    context, message = await read_group_message(request, JoinGroupRequest)
+    started = time.perf_counter()
+    response = await context.coordinator.join_group(message)
+    context.metrics.join_latency.observe(time.perf_counter() - started)
+    context.metrics.observe_error("joinGroup", response.error_code)
+    return reply(response)
+
+
+async def sync_group(request: web.Request) -> web.Response:
+    context, message = await read_group_message(request, SyncGroupRequest)
+    started = time.perf_counter()
+    response = await context.coordinator.sync_group(message)
+    context.metrics.sync_latency.observe(time.perf_counter() - started)
+    context.metrics.observe_error("syncGroup", response.error_code)
+    return reply(response)
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    context, message = await read_group_message(request, HeartbeatRequest)
+    response = await context.coordinator.heartbeat(message)
+    context.metrics.observe_heartbeat(response.error_code)
+    context.metrics.observe_error("heartbeat", response.error_code)
+    return reply(response)
+
+
+async def leave_group(request: web.Request) -> web.Response:
+    context, message = await read_group_message(request, LeaveGroupRequest)
+    # The guard admitted this caller already; a missing principal cannot happen here, but
+    # would fail closed. A member knows its own member id; removing anyone else (or by
+    # instance id alone, as the operator's scale-down does) is an admin's batch leave.
+    principal = principal_of(request)
+    is_admin = principal is not None and principal.is_admin
+    leaves_itself = len(message.members) == 1 and bool(message.members[0].member_id)
+    if not (is_admin or (principal is not None and leaves_itself)):
+        raise forbidden(
+            "a member token may only leave the group itself: exactly one member, with its "
+            "member id; batch leave needs an admin token"
+        )
+    response = await context.coordinator.leave_group(message)
+    context.metrics.observe_error("leaveGroup", response.error_code)
+    return reply(response)
+
+
+async def commit_offsets(request: web.Request) -> web.Response:
+    context, message = await read_group_message(request, OffsetCommitRequest)
+    response = await context.coordinator.commit_offsets(message)
+    context.metrics.observe_error("commitOffsets", response.error_code)
+    return reply(response)
+
+
+async def fetch_offsets(request: web.Request) -> web.Response:
+    context, message = await read_group_message(request, OffsetFetchRequest)
+    response = await context.coordinator.fetch_offsets(message)
+    context.metrics.observe_error("fetchOffsets", response.error_code)
+    return reply(response)
+
+
+async def get_topics(request: web.Request) -> web.Response:
+    context = context_of(request)
+    return reply(TopicMetadata(topics=context.coordinator.topic_metadata()))

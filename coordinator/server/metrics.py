@@ -1,0 +1,160 @@
+"""Prometheus metrics for one server, in a registry of its own (never the global one), so
+two servers in one process (tests, the operator) do not share or clash on series.
+
+Counters follow the journal (every rebalance is a journal event, whoever caused it); the
+per-group gauges are refreshed from `describe_groups` at scrape time, so they show the
+coordinator's truth rather than an echo of events, and groups that are gone disappear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Protocol
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client import Enum as EnumMetric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from coordinator.errors import ErrorCode
+from coordinator.journal import JournalEvent, JournalKind
+from coordinator.messages import DescribedGroup, ListedGroup
+from coordinator.state import GroupState
+
+log = logging.getLogger(__name__)
+
+_STATES = [state.value for state in GroupState]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Joins and syncs are long polls: they last as long as the join phase or the leader's
+# assignment takes, which can be seconds to minutes, so the buckets reach far.
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+
+
+class GroupSource(Protocol):
+    async def list_groups(self) -> list[ListedGroup]: ...
+
+    async def describe_groups(self, group_ids: list[str]) -> list[DescribedGroup]: ...
+
+
+class ServerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.rebalances = Counter(
+            "staticfleet_group_rebalances",
+            "Rebalances started per group (journal rebalance_started events)",
+            ["group_id"],
+            registry=self.registry,
+        )
+        self.generation = Gauge(
+            "staticfleet_group_generation",
+            "Current generation id per group",
+            ["group_id"],
+            registry=self.registry,
+        )
+        self.members = Gauge(
+            "staticfleet_group_members",
+            "Current number of members per group",
+            ["group_id"],
+            registry=self.registry,
+        )
+        self.state = EnumMetric(
+            "staticfleet_group_state",
+            "Current state per group (1 for the state the group is in)",
+            ["group_id"],
+            states=_STATES,
+            registry=self.registry,
+        )
+        self.join_latency = Histogram(
+            "staticfleet_join_latency_seconds",
+            "Time from a JoinGroup request to its response (long poll)",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.sync_latency = Histogram(
+            "staticfleet_sync_latency_seconds",
+            "Time from a SyncGroup request to its response (followers wait for the leader)",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.heartbeats = Counter(
+            "staticfleet_heartbeats",
+            "Heartbeats answered, by result",
+            ["error"],
+            registry=self.registry,
+        )
+        self.request_errors = Counter(
+            "staticfleet_request_errors",
+            "Requests answered with an error code (Kafka code in a 200 body, or a 4xx/5xx)",
+            ["operation", "error"],
+            registry=self.registry,
+        )
+
+    def on_journal_event(self, event: JournalEvent) -> None:
+        """Journal listener; runs inside the coordinator, so it must never raise."""
+        try:
+            self._apply(event)
+        except Exception:
+            log.exception("metrics: cannot apply journal event %s", event.kind)
+
+    def _apply(self, event: JournalEvent) -> None:
+        if event.kind == JournalKind.REBALANCE_STARTED:
+            self.rebalances.labels(event.group_id).inc()
+        elif event.kind == JournalKind.GENERATION_STARTED:
+            self.generation.labels(event.group_id).set(event.generation_id)
+        elif event.kind == JournalKind.GROUP_DELETED:
+            for metric in (self.rebalances, self.generation, self.members, self.state):
+                with contextlib.suppress(KeyError):
+                    metric.remove(event.group_id)
+
+    def observe_error(self, operation: str, code: ErrorCode) -> None:
+        if code is not ErrorCode.NONE:
+            self.request_errors.labels(operation, code.name).inc()
+
+    def observe_heartbeat(self, code: ErrorCode) -> None:
+        self.heartbeats.labels(code.name).inc()
+
+    async def refresh(self, source: GroupSource) -> None:
+        """Reset the per-group gauges to what the coordinator describes right now."""
+        listed = await source.list_groups()
+        described = await source.describe_groups([group.group_id for group in listed])
+        # Clear after the awaits: nothing else runs between here and the exposition, so a
+        # scrape never sees a half-refreshed set.
+        self.generation.clear()
+        self.members.clear()
+        self.state.clear()
+        for group in described:
+            if group.error_code is not ErrorCode.NONE:
+                continue
+            self.generation.labels(group.group_id).set(group.generation_id)
+            self.members.labels(group.group_id).set(len(group.members))
+            # Touch the counter so a group that never rebalanced shows an explicit 0.
+            self.rebalances.labels(group.group_id)
+            if group.group_state in _STATES:
+                self.state.labels(group.group_id).state(group.group_state)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,85 @@
+"""Two middlewares: `errors` (outermost) gives every failure the JSON error shape, and
+`guard` admits a request to its operation (token, role, group scope, readiness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from coordinator.errors import ErrorCode
+from coordinator.server.auth import bearer_token
+from coordinator.server.bodies import too_large
+from coordinator.server.context import context_of, principal_of
+from coordinator.server.http_errors import ApiError, error_response, forbidden
+from coordinator.server.operations import Access
+
+log = logging.getLogger(__name__)
+
+_UNMATCHED = "unmatched"
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    context = context_of(request)
+    operation = context.operation_for(request)
+    name = operation.operation_id if operation else _UNMATCHED
+    try:
+        return await handler(request)
+    except ApiError as error:
+        context.metrics.observe_error(name, error.code)
+        return error.response()
+    except web.HTTPRequestEntityTooLarge:
+        context.metrics.observe_error(name, ErrorCode.INVALID_REQUEST)
+        return too_large(context.max_body_bytes).response()
+    except web.HTTPException as error:
+        # aiohttp's own answers: 404 for unknown routes, 405 for a wrong method.
+        if error.status < 400:
+            raise
+        context.metrics.observe_error(name, ErrorCode.INVALID_REQUEST)
+        message = f"{error.reason}: {request.method} {request.path}"
+        headers = {"Allow": error.headers["Allow"]} if "Allow" in error.headers else None
+        return error_response(error.status, ErrorCode.INVALID_REQUEST, message, headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        # The coordinator (or we) failed on this request; the server keeps serving.
+        log.exception("%s %s failed (%s)", request.method, request.path, name)
+        context.metrics.observe_error(name, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return error_response(
+            500, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; see the coordinator's log"
+        )
+
+
+@web.middleware
+async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    context = context_of(request)
+    operation = context.operation_for(request)
+    if operation is None:
+        # Nothing matched: the handler is aiohttp's 404/405.
+        return await handler(request)
+    if operation.access is not Access.PUBLIC:
+        principal = principal_of(request)
+        if principal is None:
+            if bearer_token(request.headers.get("Authorization")) is None:
+                raise ApiError(
+                    401,
+                    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    "missing bearer token (Authorization: Bearer <token>)",
+                    {"WWW-Authenticate": 'Bearer realm="staticfleet"'},
+                )
+            raise forbidden("the token is not valid")
+        if operation.access is Access.ADMIN and not principal.is_admin:
+            raise forbidden("this operation needs an admin token")
+        if operation.access is Access.GROUP and not principal.may_use_group(
+            request.match_info["group_id"]
+        ):
+            raise forbidden("the token is not allowed to act on this group")
+    if operation.uses_coordinator and not context.ready:
+        raise ApiError(
+            503, ErrorCode.COORDINATOR_NOT_AVAILABLE, "the coordinator is starting or stopping"
+        )
+    return await handler(request)

@@ -1,0 +1,244 @@
+"""The route table: every operation the server has, in one place.
+
+`app.create_app` routes these and `openapi.build_openapi` documents these, so the two
+cannot disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from coordinator.messages import (
+    DescribedGroup,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from coordinator.server import admin_api, member_api, system_api
+from coordinator.server.limits import INT_MAX, JOURNAL_DEFAULT_LIMIT, JOURNAL_MAX_LIMIT
+from coordinator.server.models import (
+    DeleteGroupResult,
+    GroupList,
+    JournalPage,
+    Status,
+    TopicMetadata,
+)
+from coordinator.server.operations import Access, Operation, QueryParam
+
+GROUP_PATH: Final = "/v1/groups/{group_id}"
+
+_MEMBER = "member protocol"
+_ADMIN = "admin"
+_SYSTEM = "operations"
+
+OPERATIONS: Final[tuple[Operation, ...]] = (
+    Operation(
+        "joinGroup",
+        "POST",
+        GROUP_PATH + "/join",
+        member_api.join_group,
+        Access.GROUP,
+        "JoinGroup (long poll)",
+        _MEMBER,
+        description=(
+            "Answers when the group's join phase completes, which can take up to the "
+            "rebalance timeout (and the initial rebalance delay for a new group). Clients "
+            "should wait rebalance_timeout_ms plus a margin."
+        ),
+        request_body=JoinGroupRequest,
+        response_body=JoinGroupResponse,
+    ),
+    Operation(
+        "syncGroup",
+        "POST",
+        GROUP_PATH + "/sync",
+        member_api.sync_group,
+        Access.GROUP,
+        "SyncGroup (followers wait for the leader's assignment)",
+        _MEMBER,
+        request_body=SyncGroupRequest,
+        response_body=SyncGroupResponse,
+    ),
+    Operation(
+        "heartbeat",
+        "POST",
+        GROUP_PATH + "/heartbeat",
+        member_api.heartbeat,
+        Access.GROUP,
+        "Heartbeat",
+        _MEMBER,
+        request_body=HeartbeatRequest,
+        response_body=HeartbeatResponse,
+    ),
+    Operation(
+        "leaveGroup",
+        "POST",
+        GROUP_PATH + "/leave",
+        member_api.leave_group,
+        Access.GROUP,
+        "LeaveGroup",
+        _MEMBER,
+        description=(
+            "With a member token: exactly one member, identified by its member id (a member "
+            "leaves itself). With an admin token: a batch of members, by member id and/or "
+            "group instance id (KIP-345), with one result per member."
+        ),
+        request_body=LeaveGroupRequest,
+        response_body=LeaveGroupResponse,
+    ),
+    Operation(
+        "commitOffsets",
+        "POST",
+        GROUP_PATH + "/offsets/commit",
+        member_api.commit_offsets,
+        Access.GROUP,
+        "OffsetCommit",
+        _MEMBER,
+        request_body=OffsetCommitRequest,
+        response_body=OffsetCommitResponse,
+    ),
+    Operation(
+        "fetchOffsets",
+        "POST",
+        GROUP_PATH + "/offsets/fetch",
+        member_api.fetch_offsets,
+        Access.GROUP,
+        "OffsetFetch",
+        _MEMBER,
+        request_body=OffsetFetchRequest,
+        response_body=OffsetFetchResponse,
+    ),
+    Operation(
+        "getTopics",
+        "GET",
+        "/v1/topics",
+        member_api.get_topics,
+        Access.AUTHENTICATED,
+        "Topic metadata: topic name -> partition count (leaders need it to assign)",
+        _MEMBER,
+        response_body=TopicMetadata,
+    ),
+    Operation(
+        "setTopics",
+        "PUT",
+        "/v1/topics",
+        admin_api.set_topics,
+        Access.ADMIN,
+        "Merge topic metadata; a count of 0 removes the topic. Answers the merged metadata",
+        _ADMIN,
+        request_body=TopicMetadata,
+        response_body=TopicMetadata,
+    ),
+    Operation(
+        "listGroups",
+        "GET",
+        "/v1/groups",
+        admin_api.list_groups,
+        Access.ADMIN,
+        "ListGroups",
+        _ADMIN,
+        response_body=GroupList,
+    ),
+    Operation(
+        "describeGroup",
+        "GET",
+        GROUP_PATH,
+        admin_api.describe_group,
+        Access.ADMIN,
+        "DescribeGroups for one group (an unknown group is answered with its error code)",
+        _ADMIN,
+        response_body=DescribedGroup,
+    ),
+    Operation(
+        "deleteGroup",
+        "DELETE",
+        GROUP_PATH,
+        admin_api.delete_group,
+        Access.ADMIN,
+        "DeleteGroups for one group (NON_EMPTY_GROUP while members remain)",
+        _ADMIN,
+        response_body=DeleteGroupResult,
+    ),
+    Operation(
+        "getJournal",
+        "GET",
+        "/v1/journal",
+        admin_api.get_journal,
+        Access.ADMIN,
+        "Rebalance journal rows with seq > since, oldest first",
+        _ADMIN,
+        response_body=JournalPage,
+        query=(
+            QueryParam("group_id", {"type": "string"}, "Only this group's rows (empty: all)"),
+            QueryParam(
+                "since",
+                {"type": "integer", "minimum": 0, "maximum": INT_MAX, "default": 0},
+                "Rows after this sequence number; pass the previous page's next_since",
+            ),
+            QueryParam(
+                "limit",
+                {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": JOURNAL_MAX_LIMIT,
+                    "default": JOURNAL_DEFAULT_LIMIT,
+                },
+                "Most rows in this page",
+            ),
+        ),
+    ),
+    Operation(
+        "healthz",
+        "GET",
+        "/healthz",
+        system_api.healthz,
+        Access.PUBLIC,
+        "Liveness: the process answers",
+        _SYSTEM,
+        response_body=Status,
+        uses_coordinator=False,
+    ),
+    Operation(
+        "readyz",
+        "GET",
+        "/readyz",
+        system_api.readyz,
+        Access.PUBLIC,
+        "Readiness: the coordinator is started and its store open",
+        _SYSTEM,
+        response_body=Status,
+        uses_coordinator=False,
+        extra_responses=((503, Status),),
+    ),
+    Operation(
+        "metrics",
+        "GET",
+        "/metrics",
+        system_api.metrics,
+        Access.PUBLIC,
+        "Prometheus metrics (text exposition format)",
+        _SYSTEM,
+        response_media_type="text/plain",
+        uses_coordinator=False,
+    ),
+    Operation(
+        "openapi",
+        "GET",
+        "/openapi.json",
+        system_api.openapi_document,
+        Access.PUBLIC,
+        "This OpenAPI document",
+        _SYSTEM,
+        response_media_type="application/json",
+        uses_coordinator=False,
+    ),
+)

@@ -1,0 +1,229 @@
+"""`staticfleet coordinator serve|openapi`: the coordinator as a process of its own.
+
+`serve` runs the HTTP server over a `GroupCoordinator` on a store (SQLite by default),
+writes the bound port to `--ready-file` once listening (so callers can use `--port 0`), and
+on SIGTERM/SIGINT stops accepting, closes the coordinator (store flushed) and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from coordinator.server import AuthConfig
+
+log = logging.getLogger("staticfleet.coordinator")
+
+DEFAULT_STORE = "sqlite://staticfleet-coordinator.db"
+DEFAULT_PORT = 9092
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "coordinator", help="run the group coordinator server, or print its API document"
+    )
+    commands = parser.add_subparsers(dest="coordinator_command", required=True)
+
+    serve = commands.add_parser(
+        "serve",
+        help="serve the coordinator over HTTP/JSON",
+        description=(
+            "Serve the group coordinator over HTTP/JSON. Tokens come from --tokens-file, "
+            "--admin-token/--member-token and the environment (STATICFLEET_ADMIN_TOKEN, "
+            "STATICFLEET_MEMBER_TOKEN with STATICFLEET_GROUP_ID, STATICFLEET_TOKENS_FILE); "
+            "see docs/server.md."
+        ),
+    )
+    serve.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        help="memory://, sqlite:///abs/path.db or sqlite://relative.db (default: %(default)s)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    serve.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (default: %(default)s)"
+    )
+    serve.add_argument("--tokens-file", type=Path, help='JSON: {"admin": [...], "members": {...}}')
+    serve.add_argument(
+        "--admin-token",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="an admin token (repeatable; prefer the environment or a file: flags show in ps)",
+    )
+    serve.add_argument(
+        "--member-token",
+        action="append",
+        default=[],
+        metavar="GROUP:TOKEN",
+        help="a member token for a group (repeatable)",
+    )
+    serve.add_argument(
+        "--insecure",
+        action="store_true",
+        help="no authentication at all: every caller is admin (local experiments only)",
+    )
+    serve.add_argument("--min-session-timeout-ms", type=int, default=6000)
+    serve.add_argument("--max-session-timeout-ms", type=int, default=1_800_000)
+    serve.add_argument("--initial-rebalance-delay-ms", type=int, default=3000)
+    serve.add_argument("--group-max-size", type=int, default=None)
+    serve.add_argument(
+        "--topics",
+        default="",
+        metavar="NAME=COUNT,...",
+        help="topic metadata to merge in at startup, e.g. orders=48,payments=12",
+    )
+    serve.add_argument(
+        "--ready-file",
+        type=Path,
+        help="written with the bound port once listening; removed on a clean exit",
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=None, help="request body limit (default 4 MiB)"
+    )
+    serve.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        help="seconds to let open requests finish on shutdown (default: %(default)s)",
+    )
+    serve.add_argument("--access-log", action="store_true", help="log every request")
+    serve.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+    serve.set_defaults(handler=serve_command)
+
+    openapi = commands.add_parser("openapi", help="print the OpenAPI document")
+    openapi.add_argument("--output", type=Path, help="write it to this file instead")
+    openapi.set_defaults(handler=openapi_command)
+
+
+def parse_topics(text: str) -> dict[str, int]:
+    """`a=3,b=12` -> {"a": 3, "b": 12}, checked as `PUT /v1/topics` checks it."""
+    from coordinator.server.models import topic_problem
+
+    topics: dict[str, int] = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, equals, count = item.rpartition("=")
+        if not equals or not name or not count.strip().isdigit():
+            raise ValueError(f"--topics entry {item!r} is not NAME=COUNT")
+        problem = topic_problem(name.strip(), int(count))
+        if problem:
+            raise ValueError(f"--topics: {problem}")
+        topics[name.strip()] = int(count)
+    return topics
+
+
+def openapi_command(args: argparse.Namespace) -> int:
+    from coordinator.server import render_openapi
+
+    document = render_openapi()
+    if args.output:
+        args.output.write_text(document, encoding="utf-8")
+    else:
+        sys.stdout.write(document)
+    return 0
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return asyncio.run(_serve(args))
+    except KeyboardInterrupt:  # a second Ctrl-C while stopping
+        return 130
+
+
+def _auth_config(args: argparse.Namespace) -> AuthConfig:
+    # Imported here, like everything heavy: `staticfleet --help` imports this module.
+    from coordinator.server import ENV_GROUP_ID, AuthConfig
+
+    config = AuthConfig.from_env(os.environ).merged(
+        AuthConfig.from_values(
+            admin_tokens=args.admin_token,
+            member_specs=args.member_token,
+            default_group=os.environ.get(ENV_GROUP_ID) or None,
+        )
+    )
+    if args.tokens_file:
+        config = config.merged(AuthConfig.from_tokens_file(args.tokens_file))
+    if args.insecure:
+        config = config.merged(AuthConfig(insecure=True))
+    config.check_usable()
+    return config
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
+    from coordinator.server import AuthConfigError, create_app, start_server
+    from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+
+    try:
+        auth = _auth_config(args)
+        topics = parse_topics(args.topics)
+        config = CoordinatorConfig(
+            group_min_session_timeout_ms=args.min_session_timeout_ms,
+            group_max_session_timeout_ms=args.max_session_timeout_ms,
+            group_initial_rebalance_delay_ms=args.initial_rebalance_delay_ms,
+            group_max_size=args.group_max_size,
+        )
+        store = open_store(args.store)
+        coordinator = GroupCoordinator(config=config, clock=SystemClock(), store=store)
+        app = create_app(
+            coordinator,
+            auth,
+            max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+            initial_topics=topics,
+        )
+    except (AuthConfigError, ValueError) as error:
+        print(f"staticfleet coordinator serve: {error}", file=sys.stderr)
+        return 2
+
+    if args.ready_file:
+        # A stale file from a killed run must not send anyone to an old port.
+        args.ready_file.unlink(missing_ok=True)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    try:
+        server = await start_server(
+            app,
+            args.host,
+            args.port,
+            shutdown_timeout=args.shutdown_timeout,
+            access_log=args.access_log,
+        )
+    except Exception as error:
+        log.error("cannot start: %s", error)
+        return 1
+    log.info("listening on %s (store %s)", server.url, args.store)
+    if args.ready_file:
+        _write_atomically(args.ready_file, f"{server.port}\n")
+
+    await stop.wait()
+    log.info("stopping: no new connections, closing the coordinator")
+    await server.stop()
+    if args.ready_file:
+        args.ready_file.unlink(missing_ok=True)
+    log.info("stopped")
+    return 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # Readers poll for the file: they must never see it half written.
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
