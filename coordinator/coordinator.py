@@ -90,6 +90,7 @@ class GroupCoordinator:
         self._offsets = snapshot.offsets
         for record in snapshot.groups:
             group = ClassicGroup.from_record(record)
+            group.persisted_record = record
             self._groups[group.group_id] = group
             # Members must heartbeat within a session timeout of the restart, as in Kafka.
             for member in group.members.values():
@@ -434,6 +435,7 @@ class GroupCoordinator:
                 leader=is_leader,
             )
             return self._current_generation_response(group, member, skip_assignment=is_leader)
+        group.persist_static_replacement(instance_id, old_member_id)
         future = self._park_join(member)
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             # The leader's assignment would name the fenced member id: start over.

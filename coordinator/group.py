@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from coordinator.clock import TimerHandle
 from coordinator.errors import ErrorCode
@@ -134,6 +134,8 @@ class ClassicGroup:
     # Changes made under the lock, written to the store before the lock is released.
     pending_writes: StoreBatch = field(default_factory=StoreBatch)
     needs_persist: bool = False
+    # The record as last written: what a restarted coordinator would load.
+    persisted_record: GroupRecord | None = None
 
     # --- state -------------------------------------------------------------------------
 
@@ -316,10 +318,31 @@ class ClassicGroup:
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group
 
+    def persist_static_replacement(self, instance_id: str, old_member_id: str) -> None:
+        """Record a static member's new id in the last persisted generation.
+
+        Kafka persists a replacement only when it happens in Stable; one made mid-rebalance
+        is lost if the coordinator dies before the next sync, and the live process is then
+        fenced by its own old id. We rewrite the persisted record with the new id instead,
+        so a restart keeps the last stable generation and the member that now holds it.
+        """
+        record = self.persisted_record
+        new_member_id = self.static_members[instance_id]
+        if record is None or all(m.member_id != old_member_id for m in record.members):
+            return
+        members = tuple(
+            replace(m, member_id=new_member_id) if m.member_id == old_member_id else m
+            for m in record.members
+        )
+        leader = new_member_id if record.leader == old_member_id else record.leader
+        self.pending_writes.groups.append(replace(record, members=members, leader=leader))
+
     def take_pending_writes(self) -> StoreBatch:
         batch = self.pending_writes
         if self.needs_persist:
             batch.groups.append(self.to_record())
             self.needs_persist = False
+        if batch.groups:
+            self.persisted_record = batch.groups[-1]
         self.pending_writes = StoreBatch()
         return batch

@@ -25,6 +25,7 @@ from coordinator import (
     SqliteStore,
     SyncGroupRequest,
 )
+from coordinator.clock import settle
 from tests.coordinator.harness import GROUP, Harness, join_request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,3 +160,30 @@ def test_sigkill_mid_traffic_loses_no_static_member_and_no_commit(
             process.wait(timeout=30)
         assert process.returncode == -signal.SIGKILL
         asyncio.run(_verify_recovery(path, all_acks))
+
+
+async def test_static_replacement_mid_rebalance_survives_a_crash(tmp_path: Path) -> None:
+    """Kafka forgets a replacement made mid-rebalance if it dies before the next sync; the
+    live process would then be fenced by its own old id. We persist the new id."""
+    path = tmp_path / "coordinator.db"
+    first = await Harness(store=SqliteStore(path)).start()
+    await first.form_group(["i-0", "i-1"])
+    # A newcomer starts a rebalance; then i-0 restarts in the middle of it.
+    newcomer = first.join(join_request(instance_id="i-2"))
+    await settle()
+    assert await first.state() == "PreparingRebalance"
+    replacement = first.join(join_request(instance_id="i-0"))
+    await settle()
+    (described,) = await first.coordinator.describe_groups([GROUP])
+    assert described.group_state == "PreparingRebalance"
+    new_id = next(m.member_id for m in described.members if m.group_instance_id == "i-0")
+    # Crash: a new coordinator on the same file, the old one simply stops existing.
+    second = await Harness(store=SqliteStore(path)).start()
+    (loaded,) = await second.coordinator.describe_groups([GROUP])
+    assert loaded.group_state == "Stable" and loaded.generation_id == 1
+    assert new_id in {m.member_id for m in loaded.members}
+    assert await second.heartbeat(new_id, 1, "i-0") == ErrorCode.NONE, "not fenced"
+    replacement.cancel()
+    newcomer.cancel()
+    await second.coordinator.close()
+    await first.coordinator.close()
