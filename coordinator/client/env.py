@@ -1,0 +1,48 @@
+"""The environment a member process is configured by (the operator injects exactly these).
+
+Kept in the library, not the CLI, because it is a contract between two parts: the operator
+writes these names into pod specs, and `staticfleet member run` reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+COORDINATOR_URL: Final = "STATICFLEET_COORDINATOR_URL"
+GROUP_ID: Final = "STATICFLEET_GROUP_ID"
+INSTANCE_ID: Final = "STATICFLEET_INSTANCE_ID"  # empty or unset: a dynamic member
+TOPICS: Final = "STATICFLEET_TOPICS"  # comma-separated
+REBALANCE_PROTOCOL: Final = "STATICFLEET_REBALANCE_PROTOCOL"  # eager | compatible | cooperative
+EAGER_ASSIGNOR: Final = "STATICFLEET_EAGER_ASSIGNOR"
+COOPERATIVE_ASSIGNOR: Final = "STATICFLEET_COOPERATIVE_ASSIGNOR"
+SESSION_TIMEOUT_MS: Final = "STATICFLEET_SESSION_TIMEOUT_MS"
+REBALANCE_TIMEOUT_MS: Final = "STATICFLEET_REBALANCE_TIMEOUT_MS"
+HEARTBEAT_INTERVAL_MS: Final = "STATICFLEET_HEARTBEAT_INTERVAL_MS"
+TOKEN: Final = "STATICFLEET_TOKEN"
+EVENT_LOG: Final = "STATICFLEET_EVENT_LOG"  # JSON-lines path; unset or "-": stdout
+
+ALL: Final = (
+    COORDINATOR_URL,
+    GROUP_ID,
+    INSTANCE_ID,
+    TOPICS,
+    REBALANCE_PROTOCOL,
+    EAGER_ASSIGNOR,
+    COOPERATIVE_ASSIGNOR,
+    SESSION_TIMEOUT_MS,
+    REBALANCE_TIMEOUT_MS,
+    HEARTBEAT_INTERVAL_MS,
+    TOKEN,
+    EVENT_LOG,
+)
+
+
+def text(environ: Mapping[str, str], name: str) -> str | None:
+    """A setting's value, with empty meaning unset (pod specs often carry empty values)."""
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+def split_topics(value: str) -> tuple[str, ...]:
+    return tuple(topic.strip() for topic in value.split(",") if topic.strip())

@@ -1,0 +1,61 @@
+"""How a member reaches its coordinator: one interface, several carriers.
+
+`GroupMember` speaks only to a `Transport`, so the member logic is the same in-process and
+over HTTP. A transport returns Kafka protocol errors inside responses (as the coordinator
+produced them); it raises `CoordinatorError` when the request itself was refused (bad
+token, malformed request) and `TransportError` when the coordinator could not be reached,
+which is the one failure a member retries without changing its state.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from coordinator.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+
+class TransportError(Exception):
+    """The coordinator could not be reached or did not answer; retriable.
+
+    The member keeps its member id, generation and partitions while its session could still
+    be alive on the coordinator (a coordinator restart looks like this).
+    """
+
+
+class Transport(Protocol):
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        """Long-poll: returns when the group's join phase completes."""
+        ...
+
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        """Followers wait here until the leader's assignment arrives."""
+        ...
+
+    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
+
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse: ...
+
+    async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse: ...
+
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse: ...
+
+    async def topic_metadata(self) -> dict[str, int]:
+        """Topic name -> partition count, as the leader needs it to assign."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the transport opened itself (connections); idempotent."""
+        ...

@@ -1,0 +1,484 @@
+"""`staticfleet member run`: one fleet member process over HTTP.
+
+It joins the group, consumes its assigned partitions of the synthetic source, resumes from
+committed offsets on assignment, commits periodically and before giving partitions away,
+and writes one JSON line per ownership event (the evidence the tests and the demo use to
+prove no partition was owned by two members at once). Settings come from flags or from the
+environment the operator injects (`coordinator.client.env`); a flag wins.
+
+Exit codes: 0 after SIGTERM/SIGINT and a clean close, 2 for bad settings, 3 when fenced
+(another process took this group.instance.id), 1 for any other fatal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from coordinator.client import env
+from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
+from coordinator.client.http import HttpTransport
+from coordinator.client.listener import Partitions
+from coordinator.client.member import GroupMember
+from coordinator.client.strategy import ConfigurationError
+from coordinator.client.transport import TransportError
+from coordinator.errors import CoordinatorError, ErrorCode
+from coordinator.protocol import TopicPartition
+from staticfleet.source import SyntheticSource, wall_clock_ms
+
+logger = logging.getLogger("staticfleet.member")
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_USAGE = 2
+EXIT_FENCED = 3
+
+# Event kinds written to the event log, one JSON object per line.
+STARTED = "started"
+ASSIGNED = "assigned"
+REVOKED = "revoked"
+LOST = "lost"
+COMMIT = "commit"
+COMMIT_FAILED = "commit_failed"
+FATAL = "fatal"
+STOPPED = "stopped"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def register(subparsers: Any) -> None:
+    member = subparsers.add_parser("member", help="run a fleet member process")
+    commands = member.add_subparsers(dest="member_command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="join a group and consume its synthetic partitions until SIGTERM",
+        description=(
+            "Join a consumer group as one member and consume the synthetic source. Every "
+            "setting can come from a flag or from its STATICFLEET_* environment variable "
+            "(see docs/client.md); a flag wins."
+        ),
+    )
+    run.add_argument("--coordinator-url", help=f"coordinator base URL [{env.COORDINATOR_URL}]")
+    run.add_argument("--group-id", help=f"consumer group id [{env.GROUP_ID}]")
+    run.add_argument(
+        "--instance-id", help=f"group.instance.id; empty for a dynamic member [{env.INSTANCE_ID}]"
+    )
+    run.add_argument("--topics", help=f"comma-separated topics [{env.TOPICS}]")
+    run.add_argument(
+        "--rebalance-protocol",
+        choices=[setting.value for setting in RebalanceProtocolSetting],
+        help=f"eager | compatible | cooperative [{env.REBALANCE_PROTOCOL}] (default eager)",
+    )
+    run.add_argument("--eager-assignor", help=f"[{env.EAGER_ASSIGNOR}] (default range)")
+    run.add_argument(
+        "--cooperative-assignor",
+        help=f"[{env.COOPERATIVE_ASSIGNOR}] (default cooperative-sticky)",
+    )
+    run.add_argument("--session-timeout-ms", type=int, help=f"[{env.SESSION_TIMEOUT_MS}] (10000)")
+    run.add_argument(
+        "--rebalance-timeout-ms", type=int, help=f"[{env.REBALANCE_TIMEOUT_MS}] (30000)"
+    )
+    run.add_argument(
+        "--heartbeat-interval-ms", type=int, help=f"[{env.HEARTBEAT_INTERVAL_MS}] (3000)"
+    )
+    run.add_argument("--token", help=f"bearer token; prefer the environment [{env.TOKEN}]")
+    run.add_argument(
+        "--event-log", help=f"JSON-lines event file; '-' or unset for stdout [{env.EVENT_LOG}]"
+    )
+    run.add_argument(
+        "--leave-on-close",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="send LeaveGroup on SIGTERM (default: yes for dynamic, no for static, KIP-345)",
+    )
+    run.add_argument("--client-id", default=None, help="client id reported to the coordinator")
+    run.add_argument("--commit-interval-ms", type=int, default=1000)
+    run.add_argument("--poll-interval-ms", type=int, default=100)
+    run.add_argument("--records-per-second", type=float, default=10.0, help="per partition")
+    run.add_argument("--retention-records", type=int, default=10_000, help="per partition")
+    run.add_argument(
+        "--source-epoch-ms", type=int, default=0, help="when the synthetic logs began (ms)"
+    )
+    run.add_argument("--log-level", default="WARNING")
+    run.set_defaults(handler=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = settings_from(args, os.environ)
+    except (ValueError, ConfigurationError) as error:
+        print(f"staticfleet member run: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(run_member(settings))
+
+
+class Settings:
+    """Everything `member run` needs, resolved from flags and environment."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str | None,
+        config: MemberConfig,
+        event_log: str | None,
+        leave_on_close: bool | None,
+        commit_interval_ms: int,
+        poll_interval_ms: int,
+        source: SyntheticSource,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.config = config
+        self.event_log = event_log
+        self.leave_on_close = leave_on_close
+        self.commit_interval_ms = commit_interval_ms
+        self.poll_interval_ms = poll_interval_ms
+        self.source = source
+
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+    def pick(flag: Any, name: str) -> str | None:
+        if flag is not None:
+            return str(flag)
+        return env.text(environ, name)
+
+    def number(flag: int | None, name: str, default: int) -> int:
+        value = pick(flag, name)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+
+    url = pick(args.coordinator_url, env.COORDINATOR_URL)
+    group_id = pick(args.group_id, env.GROUP_ID)
+    topics = env.split_topics(pick(args.topics, env.TOPICS) or "")
+    missing = [
+        name
+        for name, value in (
+            (env.COORDINATOR_URL, url),
+            (env.GROUP_ID, group_id),
+            (env.TOPICS, topics),
+        )
+        if not value
+    ]
+    if missing or url is None or group_id is None:
+        raise ValueError(f"missing setting(s): {', '.join(missing)} (flag or environment)")
+    protocol = pick(args.rebalance_protocol, env.REBALANCE_PROTOCOL) or "eager"
+    try:
+        setting = RebalanceProtocolSetting(protocol)
+    except ValueError:
+        raise ValueError(
+            f"{env.REBALANCE_PROTOCOL} must be eager, compatible or cooperative, not {protocol!r}"
+        ) from None
+    instance_id = pick(args.instance_id, env.INSTANCE_ID) or None
+    config = MemberConfig(
+        group_id=group_id,
+        topics=topics,
+        group_instance_id=instance_id,
+        session_timeout_ms=number(args.session_timeout_ms, env.SESSION_TIMEOUT_MS, 10_000),
+        rebalance_timeout_ms=number(args.rebalance_timeout_ms, env.REBALANCE_TIMEOUT_MS, 30_000),
+        heartbeat_interval_ms=number(args.heartbeat_interval_ms, env.HEARTBEAT_INTERVAL_MS, 3_000),
+        rebalance_protocol=setting,
+        eager_assignor=pick(args.eager_assignor, env.EAGER_ASSIGNOR) or "range",
+        cooperative_assignor=(
+            pick(args.cooperative_assignor, env.COOPERATIVE_ASSIGNOR) or "cooperative-sticky"
+        ),
+        client_id=args.client_id or f"staticfleet-member-{instance_id or os.getpid()}",
+        leave_group_on_close=args.leave_on_close,
+    )
+    if args.commit_interval_ms <= 0 or args.poll_interval_ms <= 0:
+        raise ValueError("--commit-interval-ms and --poll-interval-ms must be positive")
+    return Settings(
+        url=url,
+        token=pick(args.token, env.TOKEN),
+        config=config,
+        event_log=pick(args.event_log, env.EVENT_LOG),
+        leave_on_close=args.leave_on_close,
+        commit_interval_ms=args.commit_interval_ms,
+        poll_interval_ms=args.poll_interval_ms,
+        source=SyntheticSource(
+            records_per_second=args.records_per_second,
+            retention_records=args.retention_records,
+            epoch_ms=args.source_epoch_ms,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- event log
+
+
+class EventLog:
+    """One JSON object per line, flushed at once so a killed process loses nothing."""
+
+    def __init__(self, stream: TextIO, *, group_id: str, instance_id: str | None) -> None:
+        self._stream = stream
+        self._group_id = group_id
+        self._instance_id = instance_id
+        self.member: GroupMember | None = None
+
+    @classmethod
+    def open(cls, path: str | None, *, group_id: str, instance_id: str | None) -> EventLog:
+        stream: TextIO
+        if path is None or path == "-":
+            stream = sys.stdout
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            stream = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        return cls(stream, group_id=group_id, instance_id=instance_id)
+
+    def write(self, event: str, **fields: Any) -> None:
+        member = self.member
+        line = {
+            "ts_ms": wall_clock_ms(),
+            "event": event,
+            "group_id": self._group_id,
+            "instance_id": self._instance_id,
+            "member_id": member.member_id if member else "",
+            "generation_id": member.generation_id if member else -1,
+            **fields,
+        }
+        self._stream.write(json.dumps(line, sort_keys=True) + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._stream is not sys.stdout:
+            self._stream.close()
+
+
+def partition_list(partitions: Iterable[TopicPartition]) -> list[list[Any]]:
+    return [[tp.topic, tp.partition] for tp in sorted(partitions)]
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    """Parse an event log (a line cut short by a kill is skipped)."""
+    events = []
+    with open(path, encoding="utf-8") as stream:
+        for line in stream:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+def ownership_intervals(
+    events: Iterable[Mapping[str, Any]],
+) -> Iterator[tuple[TopicPartition, str, int, int | None]]:
+    """(partition, owner, from ms, until ms or None if still owned) from one member's log.
+
+    An assignment starts ownership; revoke, lost, fatal and stopped end it.
+    """
+    open_since: dict[TopicPartition, int] = {}
+    owner = ""
+    for event in events:
+        owner = str(event.get("instance_id") or event.get("member_id") or owner)
+        kind = event.get("event")
+        ts = int(event["ts_ms"])
+        if kind == ASSIGNED:
+            for topic, partition in event.get("partitions", []):
+                open_since.setdefault(TopicPartition(topic, partition), ts)
+        elif kind in (REVOKED, LOST):
+            for topic, partition in event.get("partitions", []):
+                tp = TopicPartition(topic, partition)
+                if tp in open_since:
+                    yield tp, owner, open_since.pop(tp), ts
+        elif kind in (FATAL, STOPPED):
+            for tp, since in open_since.items():
+                yield tp, owner, since, ts
+            open_since.clear()
+    for tp, since in open_since.items():
+        yield tp, owner, since, None
+
+
+def overlapping_ownership(
+    logs: Iterable[Iterable[Mapping[str, Any]]],
+) -> list[tuple[TopicPartition, str, str]]:
+    """Pairs of members whose ownership of one partition overlapped in time.
+
+    Touching intervals (one member's revoke and the other's assign in the same ms) do not
+    count: the revoke line is written after the commit, the assign line before reading.
+    """
+    by_partition: dict[TopicPartition, list[tuple[int, int | None, str]]] = {}
+    for events in logs:
+        for tp, owner, start, end in ownership_intervals(events):
+            by_partition.setdefault(tp, []).append((start, end, owner))
+    problems = []
+    for tp, intervals in by_partition.items():
+        intervals.sort(key=lambda interval: interval[0])
+        # Sorted by start, so only later intervals can begin inside this one.
+        for index, (_start, end, owner) in enumerate(intervals):
+            for other_start, _other_end, other in intervals[index + 1 :]:
+                if other != owner and (end is None or other_start < end):
+                    problems.append((tp, owner, other))
+    return problems
+
+
+# --------------------------------------------------------------------------- the member
+
+
+class SourceConsumer:
+    """Consumes the owned partitions and keeps the offsets honest across rebalances.
+
+    It is the member's rebalance listener: positions start from the committed offset when
+    a partition is assigned, and are committed before a partition is revoked.
+    """
+
+    def __init__(self, source: SyntheticSource, events: EventLog) -> None:
+        self._source = source
+        self.events = events
+        self.member: GroupMember | None = None
+        self.positions: dict[TopicPartition, int] = {}
+        self.consumed = 0
+
+    async def on_partitions_assigned(self, partitions: Partitions) -> None:
+        self.events.write(ASSIGNED, partitions=partition_list(partitions))
+        if not partitions or self.member is None:
+            return
+        try:
+            committed = await self.member.fetch_committed(partitions)
+        except (CoordinatorError, TransportError) as error:
+            logger.warning("could not fetch committed offsets, starting at log start: %s", error)
+            committed = {}
+        for tp in partitions:
+            self.positions[tp] = max(committed.get(tp, 0), self._source.start_offset(tp))
+
+    async def on_partitions_revoked(self, partitions: Partitions) -> None:
+        await self.commit(partitions)
+        for tp in partitions:
+            self.positions.pop(tp, None)
+        self.events.write(REVOKED, partitions=partition_list(partitions))
+
+    def on_partitions_lost(self, partitions: Partitions) -> None:
+        # Someone else may own these already: drop them without committing.
+        for tp in partitions:
+            self.positions.pop(tp, None)
+        self.events.write(LOST, partitions=partition_list(partitions))
+
+    def consume_available(self, max_records: int = 1000) -> int:
+        """Read what has arrived on every owned partition (no await: no rebalance can
+        interleave, so a revoked partition is never advanced after its commit)."""
+        total = 0
+        for tp, position in list(self.positions.items()):
+            records = self._source.read(tp, position, max_records)
+            if records:
+                self.positions[tp] = records[-1].offset + 1
+                total += len(records)
+        self.consumed += total
+        return total
+
+    async def commit(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        if self.member is None:
+            return
+        wanted = self.positions.keys() if partitions is None else partitions
+        offsets = {tp: self.positions[tp] for tp in wanted if tp in self.positions}
+        if not offsets:
+            return
+        try:
+            await self.member.commit(offsets)
+        except (CoordinatorError, TransportError) as error:
+            self.events.write(COMMIT_FAILED, error=str(error), partitions=partition_list(offsets))
+            return
+        self.events.write(
+            COMMIT,
+            offsets=[[tp.topic, tp.partition, offset] for tp, offset in sorted(offsets.items())],
+        )
+
+
+async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+    config = settings.config
+    events = EventLog.open(
+        settings.event_log, group_id=config.group_id, instance_id=config.group_instance_id
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # Not possible off the main thread or on some platforms; the caller's stop event
+        # still works there.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    transport = HttpTransport(settings.url, settings.token)
+    consumer = SourceConsumer(settings.source, events)
+    try:
+        member = GroupMember(transport, config, consumer)
+    except ConfigurationError as error:
+        print(f"staticfleet member run: {error}", file=sys.stderr)
+        await transport.close()
+        events.close()
+        return EXIT_USAGE
+    consumer.member = member
+    events.member = member
+    events.write(
+        STARTED,
+        rebalance_protocol=config.rebalance_protocol.value,
+        protocols=list(config.offered_assignors),
+        topics=list(config.topics),
+        pid=os.getpid(),
+    )
+    await member.start()
+    try:
+        code = await _consume_until_stopped(member, consumer, settings, stop)
+    finally:
+        # Also after a fatal error: close then skips what a fenced member must not send.
+        await member.close(leave=settings.leave_on_close)
+        events.write(STOPPED, consumed=consumer.consumed)
+        await transport.close()
+        events.close()
+    return code
+
+
+async def _consume_until_stopped(
+    member: GroupMember, consumer: SourceConsumer, settings: Settings, stop: asyncio.Event
+) -> int:
+    fatal = asyncio.ensure_future(member.run())
+    stopped = asyncio.ensure_future(stop.wait())
+    poll_s = settings.poll_interval_ms / 1000
+    next_commit = asyncio.get_running_loop().time() + settings.commit_interval_ms / 1000
+    try:
+        while not stop.is_set() and not fatal.done():
+            consumer.consume_available()
+            if asyncio.get_running_loop().time() >= next_commit:
+                await consumer.commit()
+                next_commit += settings.commit_interval_ms / 1000
+            await asyncio.wait(
+                {fatal, stopped}, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED
+            )
+    finally:
+        stopped.cancel()
+    if fatal.done() and not fatal.cancelled() and fatal.exception() is not None:
+        return _report_fatal(member, consumer)
+    fatal.cancel()
+    return EXIT_OK
+
+
+def _report_fatal(member: GroupMember, consumer: SourceConsumer) -> int:
+    error = member.error
+    code = error.code if error is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+    consumer.events.write(FATAL, error_code=int(code), error=code.name, message=str(error))
+    if code is ErrorCode.FENCED_INSTANCE_ID:
+        print(
+            f"staticfleet member run: fenced: another process now uses group.instance.id "
+            f"{member.group_instance_id!r}; this one stops without touching its partitions "
+            "(check for two pods with one identity)",
+            file=sys.stderr,
+        )
+        return EXIT_FENCED
+    print(f"staticfleet member run: fatal: {error}", file=sys.stderr)
+    return EXIT_FATAL

@@ -1,0 +1,147 @@
+"""The same member logic over HTTP, against a real server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SqliteStore, SystemClock
+from coordinator.client import GroupMember, HttpTransport, TransportError
+from coordinator.errors import CoordinatorError, ErrorCode
+from coordinator.messages import HeartbeatRequest
+from coordinator.server import AuthConfig, create_app, start_server
+
+from .helpers import GROUP, TOPIC, Ledger, all_partitions, member_config, settled, wait_until
+
+PARTITIONS = all_partitions(12)
+MEMBER_TOKEN = "member-token"
+ADMIN_TOKEN = "admin-token"
+
+
+def auth() -> AuthConfig:
+    return AuthConfig(
+        admin_tokens=frozenset({ADMIN_TOKEN}),
+        member_tokens={GROUP: frozenset({MEMBER_TOKEN})},
+    )
+
+
+@asynccontextmanager
+async def server(store=None, port: int = 0) -> AsyncIterator[str]:
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=150),
+        SystemClock(),
+        store or MemoryStore(),
+    )
+    app = create_app(coordinator, auth(), initial_topics={TOPIC: 12})
+    running = await start_server(app, "127.0.0.1", port, shutdown_timeout=1.0)
+    try:
+        yield running.url
+    finally:
+        await running.stop()
+
+
+@pytest.fixture
+async def url() -> AsyncIterator[str]:
+    async with server() as base_url:
+        yield base_url
+
+
+async def start_member(url, members, ledger, name, token=MEMBER_TOKEN, **config):
+    member = GroupMember(HttpTransport(url, token), member_config(**config), ledger.listener(name))
+    members.append(member)
+    await member.start()
+    return member
+
+
+@pytest.fixture
+async def members() -> AsyncIterator[list[GroupMember]]:
+    started: list[GroupMember] = []
+    yield started
+    for member in started:
+        await member.close()
+        await member._transport.close()
+
+
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+async def test_group_forms_over_http(url, members, protocol):
+    ledger = Ledger()
+    fleet = [
+        await start_member(url, members, ledger, f"m-{i}", rebalance_protocol=protocol)
+        for i in range(2)
+    ]
+    await wait_until(lambda: settled(fleet, PARTITIONS))
+    fleet.append(await start_member(url, members, ledger, "m-2", rebalance_protocol=protocol))
+    await wait_until(lambda: settled(fleet, PARTITIONS))
+    assert sorted(len(m.assignment) for m in fleet) == [4, 4, 4]
+    assert ledger.violations == []
+
+    offsets = {tp: 7 for tp in fleet[0].assignment}
+    await fleet[0].commit(offsets)
+    assert await fleet[0].fetch_committed(offsets) == offsets
+
+
+async def test_static_restart_over_http_causes_no_rebalance(url, members):
+    ledger = Ledger()
+    a = await start_member(url, members, ledger, "a", instance_id="s-0")
+    b = await start_member(url, members, ledger, "b", instance_id="s-1")
+    await wait_until(lambda: settled([a, b], PARTITIONS))
+    generation, owned = a.generation_id, a.assignment
+    await a.close()
+    again = await start_member(url, members, ledger, "a2", instance_id="s-0")
+    assert await again.wait_for_assignment(5) == owned
+    assert again.generation_id == generation
+    await asyncio.sleep(0.2)
+    assert b.generation_id == generation
+
+
+async def test_wrong_token_is_fatal_with_the_servers_error_code(url, members):
+    member = await start_member(url, members, Ledger(), "x", token="not-a-token")
+    with pytest.raises(CoordinatorError) as failure:
+        await asyncio.wait_for(member.run(), 5)
+    assert failure.value.code is ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+async def test_unreachable_server_is_a_transport_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    transport = HttpTransport(f"http://127.0.0.1:{port}", MEMBER_TOKEN)
+    try:
+        with pytest.raises(TransportError):
+            await transport.heartbeat(HeartbeatRequest(GROUP, 1, "m"))
+        with pytest.raises(TransportError):
+            await transport.topic_metadata()
+    finally:
+        await transport.close()
+
+
+async def test_members_ride_out_a_coordinator_restart(tmp_path, members):
+    """Connection refused while the coordinator restarts on the same store: static members
+    keep their ids and partitions, and the group does not rebalance (KIP-345)."""
+    store_path = tmp_path / "coordinator.db"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ledger = Ledger()
+    async with server(SqliteStore(store_path), port) as base_url:
+        fleet = [
+            await start_member(
+                base_url, members, ledger, f"s-{i}", instance_id=f"s-{i}", rebalance_protocol=p
+            )
+            for i, p in enumerate(["cooperative", "cooperative"])
+        ]
+        await wait_until(lambda: settled(fleet, PARTITIONS))
+        before = [(m.member_id, m.generation_id, m.assignment) for m in fleet]
+    await asyncio.sleep(0.5)  # down: every heartbeat is refused
+    async with server(SqliteStore(store_path), port):
+        await asyncio.sleep(0.5)
+        assert [(m.member_id, m.generation_id, m.assignment) for m in fleet] == before
+        assert all(m.state == "stable" for m in fleet)
+        for name in ("s-0", "s-1"):
+            assert not [
+                entry for entry in ledger.log if entry[0] == name and entry[1] != "assigned"
+            ]

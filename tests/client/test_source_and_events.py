@@ -1,0 +1,64 @@
+"""The synthetic source and the event-log ownership checker."""
+
+from __future__ import annotations
+
+from coordinator.protocol import TopicPartition
+from staticfleet.commands.member_cmd import overlapping_ownership, ownership_intervals
+from staticfleet.source import SyntheticSource
+
+TP = TopicPartition("t", 0)
+
+
+class FakeClock:
+    def __init__(self, now_ms: int) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def test_records_are_deterministic_and_the_log_grows_with_time():
+    clock = FakeClock(10_000)
+    source = SyntheticSource(records_per_second=10, retention_records=50, clock_ms=clock)
+    other = SyntheticSource(records_per_second=10, retention_records=50, clock_ms=clock)
+    end = source.end_offset(TP)
+    assert 100 <= end <= 101
+    assert source.start_offset(TP) == end - 50
+    assert source.record(TP, 7) == other.record(TP, 7)
+    assert source.record(TP, 7) != source.record(TP, 8)
+    assert source.record(TopicPartition("t", 1), 7).value != source.record(TP, 7).value
+
+    clock.now_ms += 1_000
+    assert source.end_offset(TP) == end + 10
+    records = source.read(TP, 0, max_records=5)
+    assert [r.offset for r in records] == list(
+        range(source.start_offset(TP), source.start_offset(TP) + 5)
+    )
+    tail = source.read(TP, source.end_offset(TP) - 3)
+    assert [r.offset for r in tail] == [source.end_offset(TP) - 3 + i for i in range(3)]
+    assert source.read(TP, source.end_offset(TP)) == []
+
+
+def event(ts, kind, instance, partitions=()):
+    return {
+        "ts_ms": ts,
+        "event": kind,
+        "instance_id": instance,
+        "member_id": f"{instance}-id",
+        "partitions": [list(tp) for tp in partitions],
+    }
+
+
+def test_ownership_intervals_and_overlaps():
+    a = [
+        event(1, "started", "a"),
+        event(10, "assigned", "a", [TP]),
+        event(20, "revoked", "a", [TP]),
+        event(30, "stopped", "a"),
+    ]
+    b_clean = [event(20, "assigned", "b", [TP]), event(40, "stopped", "b")]
+    b_overlap = [event(15, "assigned", "b", [TP])]
+    assert list(ownership_intervals(a)) == [(TP, "a", 10, 20)]
+    assert list(ownership_intervals(b_overlap)) == [(TP, "b", 15, None)]
+    assert overlapping_ownership([a, b_clean]) == []
+    assert overlapping_ownership([a, b_overlap]) == [(TP, "a", "b")]
