@@ -27,7 +27,7 @@ test-fast: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy coordinator staticfleet tests bench
+	$(VENV)/bin/mypy coordinator staticfleet tests bench operator/staticfleet_operator
 
 bench: install
 	$(PY) -m bench.run

@@ -1,0 +1,727 @@
+"""The membership protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and the timers
+that end join phases, sync phases and sessions.
+
+Kafka's classic group coordinator, including static membership (KIP-345), member-id-required
+(KIP-394) and the static leader rejoin with `skip_assignment` (KIP-814). Rules per state are
+documented in `coordinator.state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from coordinator.errors import ErrorCode
+from coordinator.group import ClassicGroup, ClassicMember
+from coordinator.journal import JournalKind
+from coordinator.messages import (
+    UNKNOWN_MEMBER_ID,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMemberResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from coordinator.runtime import CoordinatorRuntime
+from coordinator.state import GroupState
+from coordinator.store import StoreError
+
+log = logging.getLogger("coordinator")
+
+
+class MembershipProtocol(CoordinatorRuntime):
+    # --- JoinGroup ----------------------------------------------------------------------
+
+    def _validate_join(self, request: JoinGroupRequest) -> ErrorCode:
+        if not request.group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if request.group_instance_id == "":
+            return ErrorCode.INVALID_REQUEST
+        if not (
+            self.config.group_min_session_timeout_ms
+            <= request.session_timeout_ms
+            <= self.config.group_max_session_timeout_ms
+        ):
+            return ErrorCode.INVALID_SESSION_TIMEOUT
+        if request.rebalance_timeout_ms <= 0:
+            return ErrorCode.INVALID_REQUEST
+        if not request.protocol_type or not request.protocols:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        names = [protocol.name for protocol in request.protocols]
+        if any(not name for name in names) or len(set(names)) != len(names):
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        return ErrorCode.NONE
+
+    async def _join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        error = self._validate_join(request)
+        if error is not ErrorCode.NONE:
+            return JoinGroupResponse(error, member_id=request.member_id)
+        group = self._groups.get(request.group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            if request.member_id != UNKNOWN_MEMBER_ID:
+                return JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
+            group = ClassicGroup(request.group_id)
+            self._groups[group.group_id] = group
+        async with group.lock:
+            if group.is_in(GroupState.DEAD):
+                outcome: JoinGroupResponse | asyncio.Future[JoinGroupResponse] = JoinGroupResponse(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE
+                )
+            elif request.member_id == UNKNOWN_MEMBER_ID:
+                outcome = await self._join_new_member(group, request)
+            else:
+                outcome = self._join_existing_member(group, request)
+            await self._flush(group)
+        if isinstance(outcome, JoinGroupResponse):
+            return outcome
+        # Shield: a caller that goes away must not cancel the group's bookkeeping future.
+        return await asyncio.shield(outcome)
+
+    async def _join_new_member(
+        self, group: ClassicGroup, request: JoinGroupRequest
+    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+        protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        instance_id = request.group_instance_id
+        known_static = group.static_member_id(instance_id)
+        if known_static is None and self._is_full(group):
+            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        if not group.supports_protocols(request.protocol_type, [p.name for p in request.protocols]):
+            return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if instance_id is not None:
+            new_member_id = f"{instance_id}-{uuid.uuid4()}"
+            if known_static is not None:
+                return await self._replace_static_member(
+                    group, request, instance_id, known_static, new_member_id, protocols
+                )
+            return self._add_member_and_rebalance(group, request, new_member_id, protocols)
+        # KIP-394: a dynamic member first learns its id, then joins with it.
+        new_member_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
+        self._add_pending_member(group, new_member_id, request.session_timeout_ms)
+        return JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_member_id)
+
+    def _join_existing_member(
+        self, group: ClassicGroup, request: JoinGroupRequest
+    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+        member_id = request.member_id
+        protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        if member_id in group.pending_members and request.group_instance_id is None:
+            if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
+                return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+            group.pending_members.pop(member_id).cancel()
+            return self._add_member_and_rebalance(group, request, member_id, protocols)
+        code = self._validate_member(group, member_id, request.group_instance_id, "join")
+        if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
+            code = ErrorCode.UNKNOWN_MEMBER_ID
+        if code is not ErrorCode.NONE:
+            return JoinGroupResponse(code, member_id=member_id)
+        member = group.members[member_id]
+        if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
+            return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        member.client_id, member.client_host = request.client_id, request.client_host
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return self._update_member_and_rebalance(group, member, request, protocols)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            if member.matches(protocols):
+                # A retry of a join whose response was lost: same generation again.
+                self._touch(group, member)
+                return self._current_generation_response(group, member, skip_assignment=False)
+            return self._update_member_and_rebalance(group, member, request, protocols)
+        # Stable
+        if group.is_leader(member_id) or not member.matches(protocols):
+            return self._update_member_and_rebalance(group, member, request, protocols)
+        self._touch(group, member)
+        return self._current_generation_response(group, member, skip_assignment=False)
+
+    def _is_full(self, group: ClassicGroup) -> bool:
+        limit = self.config.group_max_size
+        return limit is not None and group.size >= limit
+
+    def _new_member(
+        self, request: JoinGroupRequest, member_id: str, protocols: tuple[tuple[str, bytes], ...]
+    ) -> ClassicMember:
+        return ClassicMember(
+            member_id=member_id,
+            group_instance_id=request.group_instance_id,
+            client_id=request.client_id,
+            client_host=request.client_host,
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            protocol_type=request.protocol_type,
+            protocols=protocols,
+        )
+
+    def _add_member_and_rebalance(
+        self,
+        group: ClassicGroup,
+        request: JoinGroupRequest,
+        member_id: str,
+        protocols: tuple[tuple[str, bytes], ...],
+    ) -> asyncio.Future[JoinGroupResponse]:
+        member = self._new_member(request, member_id, protocols)
+        future = self._park_join(member)
+        if group.initial_join_in_progress:
+            group.new_member_added = True
+        group.add(member)
+        self._journal(
+            group,
+            JournalKind.MEMBER_JOINED,
+            member,
+            protocols=member.protocol_names,
+            reason=request.reason,
+        )
+        self._maybe_prepare_rebalance(group, f"new member {member_id} joined")
+        self._maybe_complete_join(group)
+        return future
+
+    def _update_member_and_rebalance(
+        self,
+        group: ClassicGroup,
+        member: ClassicMember,
+        request: JoinGroupRequest,
+        protocols: tuple[tuple[str, bytes], ...],
+    ) -> asyncio.Future[JoinGroupResponse]:
+        member.protocols = protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        # A member may rejoin while its previous join is still parked: answer the old one.
+        member.complete_join(JoinGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS, member_id=""))
+        future = self._park_join(member)
+        self._maybe_prepare_rebalance(
+            group, request.reason or f"member {member.member_id} rejoined in {group.state}"
+        )
+        self._maybe_complete_join(group)
+        return future
+
+    async def _replace_static_member(
+        self,
+        group: ClassicGroup,
+        request: JoinGroupRequest,
+        instance_id: str,
+        old_member_id: str,
+        new_member_id: str,
+        protocols: tuple[tuple[str, bytes], ...],
+    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+        """KIP-345: a static member restarted; its new member id replaces and fences the old."""
+        old_member = group.members[old_member_id]
+        previous = (
+            old_member.protocols,
+            old_member.session_timeout_ms,
+            old_member.rebalance_timeout_ms,
+            old_member.client_id,
+            old_member.client_host,
+            group.leader_id,
+        )
+        # The old incarnation's parked requests must not complete as if they were the new one.
+        old_member.complete_join(JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=""))
+        old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
+        member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        member.protocols = protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.client_id, member.client_host = request.client_id, request.client_host
+        self._journal(group, JournalKind.MEMBER_REPLACED, member, old_member_id=old_member_id)
+
+        if group.is_in(GroupState.STABLE):
+            if group.select_protocol() != group.protocol_name:
+                future = self._park_join(member)
+                self._maybe_prepare_rebalance(
+                    group, f"static member {instance_id} rejoined with a protocol change"
+                )
+                return future
+            # No rebalance: persist the new member id, then serve the current generation.
+            group.needs_persist = True
+            try:
+                await self._flush(group)
+            except StoreError:
+                group.replace_static_member(instance_id, new_member_id, old_member_id)
+                (
+                    member.protocols,
+                    member.session_timeout_ms,
+                    member.rebalance_timeout_ms,
+                    member.client_id,
+                    member.client_host,
+                    group.leader_id,
+                ) = previous
+                raise
+            self._touch(group, member)
+            is_leader = group.is_leader(new_member_id)
+            self._journal(
+                group,
+                JournalKind.STATIC_REJOIN,
+                member,
+                old_member_id=old_member_id,
+                leader=is_leader,
+            )
+            return self._current_generation_response(group, member, skip_assignment=is_leader)
+        group.persist_static_replacement(instance_id, old_member_id)
+        future = self._park_join(member)
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            # The leader's assignment would name the fenced member id: start over.
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined while syncing")
+        else:
+            self._maybe_complete_join(group)
+        return future
+
+    def _current_generation_response(
+        self, group: ClassicGroup, member: ClassicMember, *, skip_assignment: bool
+    ) -> JoinGroupResponse:
+        is_leader = group.is_leader(member.member_id)
+        return JoinGroupResponse(
+            ErrorCode.NONE,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=group.leader_id or "",
+            skip_assignment=skip_assignment,
+            member_id=member.member_id,
+            members=group.member_list_for_leader() if is_leader else [],
+        )
+
+    def _park_join(self, member: ClassicMember) -> asyncio.Future[JoinGroupResponse]:
+        future: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
+        member.join_future = future
+        return future
+
+    def _add_pending_member(self, group: ClassicGroup, member_id: str, session_ms: int) -> None:
+        async def expire() -> None:
+            async with group.lock:
+                if group.pending_members.pop(member_id, None) is not None:
+                    log.info("pending member %s of %s never rejoined", member_id, group.group_id)
+                    self._maybe_complete_join(group)
+                    await self._flush(group)
+
+        group.pending_members[member_id] = self.clock.call_later(session_ms, expire)
+
+    # --- rebalance ------------------------------------------------------------------------
+
+    def _maybe_prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            # Followers parked in SyncGroup must rejoin; the pending assignment is void.
+            for member in group.members.values():
+                member.assignment = b""
+                member.complete_sync(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+        self._cancel_sync_timer(group)
+        group.pending_sync_members.clear()
+        starting_from_empty = group.is_in(GroupState.EMPTY)
+        previous_state = group.state
+        group.transition_to(GroupState.PREPARING_REBALANCE)
+        self._journal(
+            group,
+            JournalKind.REBALANCE_STARTED,
+            None,
+            reason=reason,
+            from_state=previous_state.value,
+        )
+        log.info("group %s: preparing rebalance (%s)", group.group_id, reason)
+        self._cancel_join_timer(group)
+        if starting_from_empty:
+            # Kafka's InitialDelayedJoin: wait for more members before the first generation.
+            delay = self.config.group_initial_rebalance_delay_ms
+            group.initial_join_in_progress = True
+            group.new_member_added = False
+            group.initial_join_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
+            self._arm_join_timer(group, delay)
+        else:
+            group.initial_join_in_progress = False
+            self._arm_join_timer(group, group.rebalance_timeout_ms())
+
+    def _arm_join_timer(self, group: ClassicGroup, delay_ms: int) -> None:
+        async def deadline() -> None:
+            async with group.lock:
+                if group.join_timer is not handle or not group.is_in(
+                    GroupState.PREPARING_REBALANCE
+                ):
+                    return
+                group.join_timer = None
+                if (
+                    group.initial_join_in_progress
+                    and group.new_member_added
+                    and (group.initial_join_remaining_ms > 0)
+                ):
+                    group.new_member_added = False
+                    delay = min(
+                        self.config.group_initial_rebalance_delay_ms,
+                        group.initial_join_remaining_ms,
+                    )
+                    group.initial_join_remaining_ms = max(
+                        group.initial_join_remaining_ms - delay, 0
+                    )
+                    self._arm_join_timer(group, delay)
+                else:
+                    self._complete_join(group)
+                await self._flush(group)
+
+        handle = self.clock.call_later(delay_ms, deadline)
+        group.join_timer = handle
+
+    def _maybe_complete_join(self, group: ClassicGroup) -> None:
+        # The initial delay does not end early: it exists to let more members arrive.
+        if (
+            group.is_in(GroupState.PREPARING_REBALANCE)
+            and not group.initial_join_in_progress
+            and group.has_all_members_joined()
+        ):
+            self._complete_join(group)
+
+    def _complete_join(self, group: ClassicGroup) -> None:
+        """End the join phase: a new generation, answers to every parked JoinGroup."""
+        self._cancel_join_timer(group)
+        group.initial_join_in_progress = False
+        for member in list(group.members.values()):
+            if not member.is_awaiting_join and not member.is_static:
+                # KIP-345: only dynamic members are dropped for missing the join deadline.
+                self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "join_timeout")
+        if group.members and not group.elect_joined_leader():
+            # Only static members that have not rejoined remain: wait another round.
+            log.info("group %s: no member rejoined; waiting again", group.group_id)
+            self._arm_join_timer(group, group.rebalance_timeout_ms())
+            return
+        group.generation_id += 1
+        if not group.members:
+            group.protocol_name = None
+            group.protocol_type = None
+            group.leader_id = None
+            group.transition_to(GroupState.EMPTY)
+            group.needs_persist = True
+            self._journal(group, JournalKind.GROUP_EMPTY, None)
+            return
+        group.protocol_name = group.select_protocol()
+        group.transition_to(GroupState.COMPLETING_REBALANCE)
+        self._journal(
+            group,
+            JournalKind.GENERATION_STARTED,
+            None,
+            protocol=group.protocol_name,
+            leader=group.leader_id,
+            members=[
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id}
+                for m in group.members.values()
+            ],
+        )
+        log.info(
+            "group %s: generation %d with %d member(s), protocol %s",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+        )
+        leader_view = group.member_list_for_leader()
+        for member in group.members.values():
+            if member.is_awaiting_join:
+                is_leader = group.is_leader(member.member_id)
+                member.complete_join(
+                    JoinGroupResponse(
+                        ErrorCode.NONE,
+                        generation_id=group.generation_id,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=group.leader_id or "",
+                        skip_assignment=False,
+                        member_id=member.member_id,
+                        members=leader_view if is_leader else [],
+                    )
+                )
+                self._touch(group, member)
+        group.pending_sync_members = set(group.members)
+        self._arm_sync_timer(group)
+
+    def _arm_sync_timer(self, group: ClassicGroup) -> None:
+        generation = group.generation_id
+
+        async def deadline() -> None:
+            async with group.lock:
+                if group.sync_timer is not handle:
+                    return
+                group.sync_timer = None
+                if generation != group.generation_id or not group.is_in(
+                    GroupState.COMPLETING_REBALANCE, GroupState.STABLE
+                ):
+                    return
+                late = [group.members[m] for m in group.pending_sync_members if m in group.members]
+                if late:
+                    for member in late:
+                        self._remove_member(
+                            group, member, JournalKind.MEMBER_REMOVED, "sync_timeout"
+                        )
+                    self._maybe_prepare_rebalance(group, "members did not sync in time")
+                    self._maybe_complete_join(group)
+                await self._flush(group)
+
+        handle = self.clock.call_later(group.rebalance_timeout_ms(), deadline)
+        group.sync_timer = handle
+
+    def _cancel_join_timer(self, group: ClassicGroup) -> None:
+        if group.join_timer is not None:
+            group.join_timer.cancel()
+            group.join_timer = None
+
+    def _cancel_sync_timer(self, group: ClassicGroup) -> None:
+        if group.sync_timer is not None:
+            group.sync_timer.cancel()
+            group.sync_timer = None
+
+    def _cancel_group_timers(self, group: ClassicGroup) -> None:
+        self._cancel_join_timer(group)
+        self._cancel_sync_timer(group)
+        for handle in group.pending_members.values():
+            handle.cancel()
+
+    # --- members: liveness and removal -----------------------------------------------------
+
+    def _touch(self, group: ClassicGroup, member: ClassicMember) -> None:
+        """A sign of life: the session timeout starts again."""
+        self._schedule_session_timeout(group, member)
+
+    def _schedule_session_timeout(self, group: ClassicGroup, member: ClassicMember) -> None:
+        member.cancel_session_timer()
+        member.session_epoch += 1
+        epoch = member.session_epoch
+        member_id = member.member_id
+
+        async def expire() -> None:
+            async with group.lock:
+                current = group.members.get(member_id)
+                if current is not member or member.session_epoch != epoch:
+                    return
+                if member.is_awaiting_join or member.is_awaiting_sync:
+                    # A parked request is a sign of life (Kafka's shouldKeepAlive).
+                    self._schedule_session_timeout(group, member)
+                    return
+                log.info(
+                    "group %s: member %s (%s) session timed out",
+                    group.group_id,
+                    member_id,
+                    member.group_instance_id,
+                )
+                self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "session_timeout")
+                self._after_removal(group, f"member {member_id} session timed out")
+                await self._flush(group)
+
+        member.session_timer = self.clock.call_later(member.session_timeout_ms, expire)
+
+    def _remove_member(
+        self, group: ClassicGroup, member: ClassicMember, kind: JournalKind, reason: str
+    ) -> None:
+        member.cancel_session_timer()
+        member.complete_join(
+            JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id)
+        )
+        member.complete_sync(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
+        if member.group_instance_id is not None and member.assignment:
+            group.last_assignment_by_instance[member.group_instance_id] = member.assignment
+        self._journal(group, kind, member, reason=reason)
+        group.remove(member.member_id)
+
+    def _after_removal(self, group: ClassicGroup, reason: str) -> None:
+        if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, reason)
+        self._maybe_complete_join(group)
+
+    # --- SyncGroup -------------------------------------------------------------------------
+
+    async def _sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        if not request.group_id:
+            return SyncGroupResponse(ErrorCode.INVALID_GROUP_ID)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            return SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID)
+        async with group.lock:
+            outcome = await self._sync_in_group(group, request)
+            await self._flush(group)
+        if isinstance(outcome, SyncGroupResponse):
+            return outcome
+        return await asyncio.shield(outcome)
+
+    async def _sync_in_group(
+        self, group: ClassicGroup, request: SyncGroupRequest
+    ) -> SyncGroupResponse | asyncio.Future[SyncGroupResponse]:
+        member_id = request.member_id
+        if group.is_in(GroupState.DEAD):
+            return SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        code = self._validate_member(group, member_id, request.group_instance_id, "sync")
+        if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
+            code = ErrorCode.UNKNOWN_MEMBER_ID
+        if code is not ErrorCode.NONE:
+            return SyncGroupResponse(code)
+        member = group.members[member_id]
+        if request.generation_id != group.generation_id:
+            return SyncGroupResponse(ErrorCode.ILLEGAL_GENERATION)
+        if (request.protocol_type is not None and request.protocol_type != group.protocol_type) or (
+            request.protocol_name is not None and request.protocol_name != group.protocol_name
+        ):
+            return SyncGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
+        group.pending_sync_members.discard(member_id)
+        self._touch(group, member)
+        if group.is_in(GroupState.STABLE):
+            return self._sync_response(group, member.assignment)
+        # CompletingRebalance: park until the leader's assignment is stored.
+        member.complete_sync(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+        future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
+        member.sync_future = future
+        if group.is_leader(member_id):
+            await self._store_assignment(group, request)
+        return future
+
+    async def _store_assignment(self, group: ClassicGroup, request: SyncGroupRequest) -> None:
+        assignments = {a.member_id: a.assignment for a in request.assignments}
+        unknown = set(assignments) - set(group.members)
+        if unknown:
+            log.warning(
+                "group %s: leader assigned unknown member(s) %s; ignored",
+                group.group_id,
+                sorted(unknown),
+            )
+        previous = {m.member_id: m.assignment for m in group.members.values()}
+        for member in group.members.values():
+            member.assignment = assignments.get(member.member_id, b"")
+        group.needs_persist = True
+        for member in group.members.values():
+            if member.group_instance_id is not None:
+                group.last_assignment_by_instance[member.group_instance_id] = member.assignment
+            self._journal(
+                group,
+                JournalKind.ASSIGNMENT,
+                member,
+                **self._assignment_detail(group, member.assignment),
+            )
+        self._journal(group, JournalKind.STABLE, None, members=len(group.members))
+        try:
+            await self._flush(group)
+        except StoreError:
+            for member in group.members.values():
+                member.assignment = previous.get(member.member_id, b"")
+            # As Kafka does when the group record cannot be written: everyone rejoins.
+            for member in group.members.values():
+                member.complete_sync(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            self._prepare_rebalance(group, "assignment could not be stored")
+            raise
+        group.transition_to(GroupState.STABLE)
+        for member in group.members.values():
+            member.complete_sync(self._sync_response(group, member.assignment))
+
+    def _sync_response(self, group: ClassicGroup, assignment: bytes) -> SyncGroupResponse:
+        return SyncGroupResponse(
+            ErrorCode.NONE,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            assignment=assignment,
+        )
+
+    def _assignment_detail(self, group: ClassicGroup, assignment: bytes) -> dict[str, Any]:
+        if group.protocol_type != "consumer":
+            return {"bytes": len(assignment)}
+        from coordinator.protocol import ProtocolError, decode_assignment
+
+        if not assignment:
+            return {"partitions": []}
+        try:
+            decoded = decode_assignment(assignment)
+        except ProtocolError as error:
+            return {"bytes": len(assignment), "undecodable": str(error)}
+        return {"partitions": [[tp.topic, tp.partition] for tp in decoded.partitions]}
+
+    # --- Heartbeat -------------------------------------------------------------------------
+
+    async def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        if not request.group_id:
+            return HeartbeatResponse(ErrorCode.INVALID_GROUP_ID)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            return HeartbeatResponse(ErrorCode.UNKNOWN_MEMBER_ID)
+        async with group.lock:
+            response = HeartbeatResponse(self._heartbeat_in_group(group, request))
+            await self._flush(group)
+        return response
+
+    def _heartbeat_in_group(self, group: ClassicGroup, request: HeartbeatRequest) -> ErrorCode:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        code = self._validate_member(
+            group, request.member_id, request.group_instance_id, "heartbeat"
+        )
+        if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
+            code = ErrorCode.UNKNOWN_MEMBER_ID
+        if code is not ErrorCode.NONE:
+            return code
+        member = group.members[request.member_id]
+        if request.generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        self._touch(group, member)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    # --- LeaveGroup ------------------------------------------------------------------------
+
+    async def _leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        if not request.group_id:
+            return LeaveGroupResponse(ErrorCode.INVALID_GROUP_ID)
+        if not request.members:
+            return LeaveGroupResponse(ErrorCode.INVALID_REQUEST)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            # Kafka: no group → each member is unknown, the request itself is fine.
+            return LeaveGroupResponse(
+                ErrorCode.NONE,
+                [
+                    LeaveGroupMemberResponse(
+                        identity.member_id,
+                        identity.group_instance_id,
+                        ErrorCode.UNKNOWN_MEMBER_ID,
+                    )
+                    for identity in request.members
+                ],
+            )
+        async with group.lock:
+            if group.is_in(GroupState.DEAD):
+                return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            results = [self._leave_one(group, identity) for identity in request.members]
+            left = [r for r in results if r.error_code is ErrorCode.NONE]
+            if left:
+                # One rebalance for the whole batch: that is what batch leave is for.
+                self._after_removal(group, f"{len(left)} member(s) left the group")
+            await self._flush(group)
+        return LeaveGroupResponse(ErrorCode.NONE, results)
+
+    def _leave_one(self, group: ClassicGroup, identity: MemberIdentity) -> LeaveGroupMemberResponse:
+        def result(code: ErrorCode, member_id: str | None = None) -> LeaveGroupMemberResponse:
+            return LeaveGroupMemberResponse(
+                identity.member_id if member_id is None else member_id,
+                identity.group_instance_id,
+                code,
+            )
+
+        instance_id = identity.group_instance_id
+        if instance_id is not None:
+            mapped = group.static_member_id(instance_id)
+            if mapped is None:
+                return result(ErrorCode.UNKNOWN_MEMBER_ID)
+            if identity.member_id not in (UNKNOWN_MEMBER_ID, mapped):
+                self._journal_fenced(group, instance_id, identity.member_id, "leave")
+                return result(ErrorCode.FENCED_INSTANCE_ID)
+            member_id = mapped
+        else:
+            member_id = identity.member_id
+            if member_id in group.pending_members:
+                group.pending_members.pop(member_id).cancel()
+                return result(ErrorCode.NONE)
+        member = group.members.get(member_id)
+        if member is None:
+            return result(ErrorCode.UNKNOWN_MEMBER_ID)
+        self._remove_member(
+            group, member, JournalKind.MEMBER_LEFT, identity.reason or "the member left the group"
+        )
+        return result(ErrorCode.NONE, member_id)

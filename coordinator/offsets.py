@@ -1,0 +1,139 @@
+"""Offset commit and fetch, validated against the group's members as Kafka does."""
+
+from __future__ import annotations
+
+from coordinator.errors import ErrorCode
+from coordinator.group import ClassicGroup
+from coordinator.membership import MembershipProtocol
+from coordinator.messages import (
+    OffsetCommitPartitionResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchPartition,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from coordinator.records import OffsetRecord
+from coordinator.state import GroupState
+
+
+class OffsetProtocol(MembershipProtocol):
+    # --- offsets -----------------------------------------------------------------------------
+
+    async def _commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        def everywhere(code: ErrorCode) -> OffsetCommitResponse:
+            return OffsetCommitResponse(
+                code,
+                [
+                    OffsetCommitPartitionResponse(p.topic, p.partition, code)
+                    for p in request.partitions
+                ],
+            )
+
+        if not request.group_id:
+            return everywhere(ErrorCode.INVALID_GROUP_ID)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            if request.generation_id >= 0:
+                # A commit from an older generation of a group that no longer exists.
+                return everywhere(ErrorCode.ILLEGAL_GENERATION)
+            # A group not using group management commits offsets only.
+            group = ClassicGroup(request.group_id)
+            group.needs_persist = True
+            self._groups[group.group_id] = group
+        async with group.lock:
+            code = self._validate_commit(group, request)
+            if code is not ErrorCode.NONE:
+                return everywhere(code)
+            member = group.members.get(request.member_id)
+            if member is not None:
+                self._touch(group, member)
+            now = self.clock.now_ms()
+            results: list[OffsetCommitPartitionResponse] = []
+            accepted: list[OffsetRecord] = []
+            for partition in request.partitions:
+                if (
+                    not partition.topic
+                    or partition.partition < 0
+                    or (partition.committed_offset < -1)
+                ):
+                    results.append(
+                        OffsetCommitPartitionResponse(
+                            partition.topic, partition.partition, ErrorCode.INVALID_REQUEST
+                        )
+                    )
+                    continue
+                accepted.append(
+                    OffsetRecord(
+                        partition.topic,
+                        partition.partition,
+                        partition.committed_offset,
+                        partition.committed_metadata,
+                        now,
+                    )
+                )
+                results.append(
+                    OffsetCommitPartitionResponse(
+                        partition.topic, partition.partition, ErrorCode.NONE
+                    )
+                )
+            group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
+            await self._flush(group)
+            offsets = self._offsets.setdefault(group.group_id, {})
+            for record in accepted:
+                offsets[(record.topic, record.partition)] = record
+        return OffsetCommitResponse(ErrorCode.NONE, results)
+
+    def _validate_commit(self, group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:
+        if group.is_in(GroupState.DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.is_static_member_fenced(request.group_instance_id, request.member_id):
+            self._journal_fenced(group, request.group_instance_id, request.member_id, "commit")
+            return ErrorCode.FENCED_INSTANCE_ID
+        if request.generation_id < 0 and group.is_in(GroupState.EMPTY):
+            return ErrorCode.NONE
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        code = self._validate_member(group, request.member_id, request.group_instance_id, "commit")
+        if code is not ErrorCode.NONE:
+            return code
+        if request.generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    async def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        if not request.group_id:
+            return OffsetFetchResponse(ErrorCode.INVALID_GROUP_ID)
+        group = self._groups.get(request.group_id)
+        if group is not None and request.member_id is not None:
+            code = self._validate_fetch(group, request)
+            if code is not ErrorCode.NONE:
+                return OffsetFetchResponse(code)
+        offsets = self._offsets.get(request.group_id, {})
+        if request.partitions is None:
+            wanted = sorted(offsets)
+        else:
+            wanted = [(topic, partition) for topic, partition in request.partitions]
+        partitions = []
+        for topic, partition in wanted:
+            record = offsets.get((topic, partition))
+            partitions.append(
+                OffsetFetchPartition(
+                    topic,
+                    partition,
+                    record.committed_offset if record else -1,
+                    record.metadata if record else None,
+                )
+            )
+        return OffsetFetchResponse(ErrorCode.NONE, partitions)
+
+    def _validate_fetch(self, group: ClassicGroup, request: OffsetFetchRequest) -> ErrorCode:
+        """KIP-447-style member validation when a member id is given."""
+        code = self._validate_member(
+            group, request.member_id or "", request.group_instance_id, "fetch"
+        )
+        if code is not ErrorCode.NONE:
+            return code
+        if request.generation_id >= 0 and request.generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
