@@ -1,0 +1,15 @@
+"""`staticfleet demo`: a local fleet that measures what static membership, cooperative
+rebalancing and batch LeaveGroup buy.
+
+Layout (one job per module):
+
+* `settings`  — the knobs of one run;
+* `admin`     — the admin HTTP calls the demo makes, as the operator would;
+* `fleet`     — the coordinator subprocess and the member subprocesses;
+* `settle`    — when is a group "Stable again" (describe + the members' own logs);
+* `scenarios` — the five scenarios, recording what happened and when;
+* `ownership`, `journal_metrics`, `metrics`, `checks` — pure functions over rows (member
+  event-log lines and journal rows) that turn the recordings into numbers;
+* `timeline`  — the PNG; `report` — the rich tables and `report.json`;
+* `runner`    — one run, end to end, with a progress display.
+"""

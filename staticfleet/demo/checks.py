@@ -1,0 +1,164 @@
+"""What each scenario is expected to show, checked against what was measured.
+
+A check never supplies a number: it compares a measured figure with an expectation and
+says whether it held. The demo exits non-zero when one fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from staticfleet.demo.metrics import ScenarioMetrics
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    scenario: str
+    name: str
+    expected: str
+    measured: str
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioOutcome:
+    """What the checks look at, per scenario."""
+
+    number: str
+    metrics: ScenarioMetrics
+    figures: Mapping[str, Any]
+    facts: Mapping[str, Any]
+    error: str | None
+
+
+def _ms(value: int | None) -> str:
+    return "never" if value is None else f"{value} ms"
+
+
+def evaluate(outcomes: Mapping[str, ScenarioOutcome], session_timeout_ms: int) -> list[Check]:
+    failed = {o.number: o.error for o in outcomes.values() if o.error}
+    doubled = {
+        o.number: o.metrics.max_owners
+        for o in outcomes.values()
+        if o.metrics.overlaps or o.metrics.max_owners > 1
+    }
+    checks: list[Check] = [
+        Check(
+            "all",
+            "every scenario ran to the end",
+            "yes",
+            "; ".join(f"({n}) {e}" for n, e in failed.items()) or "yes",
+            not failed,
+        ),
+        Check(
+            "all",
+            "no partition ever had two owners",
+            "max 1 owner at a time",
+            "max owners per scenario: "
+            + ", ".join(f"{o.metrics.max_owners}" for o in outcomes.values()),
+            not doubled,
+        ),
+    ]
+    for key, outcome in outcomes.items():
+        number = outcome.number
+        if key == "static_restart":
+            checks.append(
+                Check(
+                    number,
+                    "static restarts cause no rebalance",
+                    "0 rebalances, 0 moved",
+                    f"{outcome.metrics.rebalances} rebalances, {outcome.metrics.moved} moved",
+                    outcome.metrics.rebalances == 0 and outcome.metrics.moved == 0,
+                )
+            )
+        if key == "upgrade":
+            checks.extend(_upgrade_checks(number, outcome.facts))
+    checks.extend(_scale_down_checks(outcomes, session_timeout_ms))
+    crash = outcomes.get("coordinator_crash")
+    if crash is not None:
+        lost_members = crash.figures.get("static_members_lost", [])
+        lost_offsets = crash.figures.get("offsets_lost", [])
+        regressions = crash.figures.get("commit_regressions", [])
+        checks.append(
+            Check(
+                crash.number,
+                "no static member lost",
+                "none",
+                ", ".join(lost_members) or "none",
+                crash.error is None and not lost_members,
+            )
+        )
+        checks.append(
+            Check(
+                crash.number,
+                "no committed offset lost",
+                "stored >= acknowledged, no regression",
+                f"{len(lost_offsets)} lost, {len(regressions)} regression(s) "
+                f"over {crash.figures.get('acknowledged_partitions', 0)} partitions",
+                crash.error is None and not lost_offsets and not regressions,
+            )
+        )
+    return checks
+
+
+def _upgrade_checks(number: str, facts: Mapping[str, Any]) -> list[Check]:
+    bounce_1 = facts.get("bounce_1", {})
+    bounce_2 = facts.get("bounce_2", {})
+    return [
+        Check(
+            number,
+            "after bounce 1 all offer cooperative, Stable",
+            "all members, Stable",
+            f"{len(bounce_1.get('members_offering_cooperative', []))} offering, "
+            f"{bounce_1.get('group_state', '?')}",
+            bool(bounce_1.get("all_offer_cooperative")) and bounce_1.get("group_state") == "Stable",
+        ),
+        Check(
+            number,
+            "after bounce 2 the group runs cooperative",
+            "cooperative-sticky",
+            str(bounce_2.get("selected_protocol", "not reached")),
+            bounce_2.get("selected_protocol") == "cooperative-sticky",
+        ),
+    ]
+
+
+def _scale_down_checks(
+    outcomes: Mapping[str, ScenarioOutcome], session_timeout_ms: int
+) -> list[Check]:
+    timeout = outcomes.get("scale_down_timeout")
+    batch = outcomes.get("scale_down_batch_leave")
+    if batch is None:
+        return []
+    batch_ms = batch.figures.get("reassigned_after_ms")
+    results = batch.facts.get("leave_results", {})
+    checks = [
+        Check(
+            batch.number,
+            "batch LeaveGroup accepted",
+            "NONE for each member",
+            ", ".join(f"{k}: {v}" for k, v in results.items()) or "not sent",
+            bool(results) and all(v == "NONE" for v in results.values()),
+        ),
+        Check(
+            batch.number,
+            "batch leave reassigns well before the session timeout",
+            f"< {session_timeout_ms // 2} ms",
+            _ms(batch_ms),
+            batch_ms is not None and batch_ms < session_timeout_ms // 2,
+        ),
+    ]
+    if timeout is not None:
+        timeout_ms = timeout.figures.get("reassigned_after_ms")
+        checks.append(
+            Check(
+                batch.number,
+                "batch leave is faster than waiting",
+                f"< {_ms(timeout_ms)} (4a)",
+                _ms(batch_ms),
+                batch_ms is not None and timeout_ms is not None and batch_ms < timeout_ms,
+            )
+        )
+    return checks

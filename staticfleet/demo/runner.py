@@ -1,0 +1,243 @@
+"""One demo run, end to end: coordinator up, the scenarios one after another with a
+progress display, then the figures, the checks, `report.json` and the timeline PNG."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from coordinator.journal import JournalEvent, write_jsonl
+from staticfleet.demo import checks as demo_checks
+from staticfleet.demo import metrics, report, timeline
+from staticfleet.demo.admin import AdminClient, AdminError
+from staticfleet.demo.fleet import CoordinatorProcess, FleetError, now_ms
+from staticfleet.demo.ownership import Partition
+from staticfleet.demo.record import ScenarioRecord, ScenarioSpec
+from staticfleet.demo.scenarios import DemoContext, ScenarioRun, plans
+from staticfleet.demo.settings import DemoSettings
+from staticfleet.demo.settle import SettleTimeout
+
+LOGS_DIR = "logs"
+# Only a logs directory carrying this marker is ours to wipe at the start of a run.
+LOGS_MARKER = ".staticfleet-demo"
+
+
+class DemoError(RuntimeError):
+    """The demo could not run at all (as opposed to a scenario failing a check)."""
+
+
+class ProgressNarrator:
+    def __init__(self, progress: Progress, task: TaskID) -> None:
+        self._progress = progress
+        self._task = task
+
+    def status(self, text: str) -> None:
+        self._progress.update(self._task, description=text)
+
+    def advance(self) -> None:
+        self._progress.advance(self._task)
+
+
+def prepare_logs_dir(output_dir: Path) -> Path:
+    """A fresh `logs/` (member logs are appended to, so old ones must not linger)."""
+    logs = output_dir / LOGS_DIR
+    if logs.exists():
+        if not (logs / LOGS_MARKER).exists():
+            raise DemoError(
+                f"{logs} exists and was not made by the demo; choose another --output-dir"
+            )
+        shutil.rmtree(logs)
+    logs.mkdir(parents=True)
+    (logs / LOGS_MARKER).write_text("written by staticfleet demo; wiped on the next run\n")
+    return logs
+
+
+def specs(run_id: str) -> list[ScenarioSpec]:
+    # A fresh group per scenario, each with its own member token: numbers cannot mix.
+    return [
+        ScenarioSpec(
+            key=plan.key,
+            number=plan.number,
+            title=plan.title,
+            group_id=f"demo-{run_id}-{plan.number}",
+            token=secrets.token_urlsafe(18),
+        )
+        for plan in plans()
+    ]
+
+
+def run_demo(settings: DemoSettings, console: Console) -> int:
+    """Returns 0 when every check held, 1 otherwise."""
+    started = time.monotonic()
+    started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    output_dir = settings.output_dir
+    logs_dir = prepare_logs_dir(output_dir)
+    run_id = secrets.token_hex(3)
+    scenario_specs = specs(run_id)
+    partitions: list[Partition] = [(settings.topic, p) for p in range(settings.partitions)]
+    records: list[ScenarioRecord] = []
+
+    with tempfile.TemporaryDirectory(prefix="staticfleet-demo-") as scratch:
+        coordinator = CoordinatorProcess(
+            settings=settings,
+            db_path=Path(scratch) / "coordinator.db",
+            run_dir=Path(scratch),
+            log_path=logs_dir / "coordinator.log",
+            admin_token=secrets.token_urlsafe(24),
+            member_tokens={spec.group_id: spec.token for spec in scenario_specs},
+        )
+        progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        total = sum(plan.steps(settings) for plan in plans())
+        current: ScenarioRun | None = None
+        try:
+            with progress:
+                task = progress.add_task("starting the coordinator", total=total)
+                coordinator.start()
+                admin = AdminClient(coordinator.url, coordinator.admin_token)
+                admin.set_topics({settings.topic: settings.partitions})
+                context = DemoContext(
+                    settings=settings,
+                    coordinator=coordinator,
+                    admin=admin,
+                    partitions=partitions,
+                    log_root=logs_dir,
+                    source_epoch_ms=now_ms(),
+                    narrator=ProgressNarrator(progress, task),
+                )
+                for plan, spec in zip(plans(), scenario_specs, strict=True):
+                    current = ScenarioRun(context, spec, static=plan.static, protocol=plan.protocol)
+                    try:
+                        plan.body(current)
+                        record = current.finish()
+                    except (SettleTimeout, FleetError, AdminError, RuntimeError) as error:
+                        record = current.abort(error)
+                    current = None
+                    records.append(record)
+                    progress.console.print(_one_line(record, partitions))
+                progress.update(task, description="done")
+        finally:
+            if current is not None:  # interrupted mid-scenario
+                current.fleet.stop_all()
+            coordinator.stop()
+        coordinator_restarts = coordinator.restarts
+
+    return _conclude(
+        console,
+        settings,
+        records,
+        partitions,
+        logs_dir,
+        wall_time_s=time.monotonic() - started,
+        started_at=started_at,
+        extra={"coordinator_restarts": coordinator_restarts, "logs_dir": str(logs_dir)},
+    )
+
+
+def _one_line(record: ScenarioRecord, partitions: Sequence[Partition]) -> str:
+    m = _metrics(record, partitions)
+    mark = "[red]x[/red]" if record.error else "[green]✓[/green]"
+    return (
+        f"{mark} ({record.spec.number}) {record.spec.title}: {m.rebalances} rebalance(s), "
+        f"{m.moved} moved, {m.unowned_partition_s:.1f} partition-s without owner"
+        + (f" — [red]{record.error}[/red]" if record.error else "")
+    )
+
+
+def _metrics(record: ScenarioRecord, partitions: Sequence[Partition]) -> metrics.ScenarioMetrics:
+    return metrics.summarize(
+        record.journal,
+        record.logs,
+        partitions,
+        record.steps,
+        record.window_start_ms,
+        record.window_end_ms,
+    )
+
+
+def _conclude(
+    console: Console,
+    settings: DemoSettings,
+    records: Sequence[ScenarioRecord],
+    partitions: Sequence[Partition],
+    logs_dir: Path,
+    *,
+    wall_time_s: float,
+    started_at: str,
+    extra: dict[str, object],
+) -> int:
+    results = [
+        report.ScenarioResult(
+            record, _metrics(record, partitions), metrics.record_figures(record, partitions)
+        )
+        for record in records
+    ]
+    for record in records:
+        # The journal next to the member logs: everything needed to recompute the figures.
+        write_jsonl(
+            (JournalEvent.from_row(row) for row in record.journal),
+            logs_dir / record.spec.key / "journal.jsonl",
+        )
+    outcomes = {
+        r.record.spec.key: demo_checks.ScenarioOutcome(
+            r.record.spec.number, r.metrics, r.figures, r.record.facts, r.record.error
+        )
+        for r in results
+    }
+    checks = demo_checks.evaluate(outcomes, settings.session_timeout_ms)
+    timeline.render(
+        [
+            timeline.TimelinePanel(
+                title=(
+                    f"({r.record.spec.number}) {r.record.spec.title} — {r.metrics.rebalances} "
+                    f"rebalance(s), {r.metrics.moved} moved, "
+                    f"{r.metrics.unowned_partition_s:.1f} partition-s without owner"
+                ),
+                logs=r.record.logs,
+                partitions=partitions,
+                fleet_start_ms=r.record.fleet_start_ms,
+                window_start_ms=r.record.window_start_ms,
+                window_end_ms=r.record.window_end_ms,
+                steps=r.record.steps,
+                markers=r.record.markers,
+            )
+            for r in results
+        ],
+        settings.output_dir / "timeline.png",
+    )
+    report.write_json(
+        settings.output_dir / "report.json",
+        settings={
+            k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(settings).items()
+        },
+        results=results,
+        checks=checks,
+        wall_time_s=wall_time_s,
+        started_at=started_at,
+        extra=extra,
+    )
+    report.print_report(console, results, checks, wall_time_s, settings.output_dir)
+    return 0 if all(check.ok for check in checks) else 1

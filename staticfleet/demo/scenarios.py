@@ -1,0 +1,375 @@
+"""The five scenarios. Each drives a fresh fleet in a fresh group and records what it did
+and when (`ScenarioRecord`); nothing here computes a figure.
+
+1. rolling restart, dynamic members       2. rolling restart, static members
+3. eager -> compatible -> cooperative, two bounces, leader last
+4. scale-down by two: a) processes just stop, b) plus one batch LeaveGroup
+5. a static member restart while the coordinator is SIGKILLed and restarted
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from staticfleet.demo.admin import AdminClient, AdminError
+from staticfleet.demo.fleet import CoordinatorProcess, Fleet, now_ms, slot_name
+from staticfleet.demo.ownership import MemberLog, Partition, acknowledged_offsets
+from staticfleet.demo.record import Marker, ScenarioRecord, ScenarioSpec, Step
+from staticfleet.demo.settings import DemoSettings
+from staticfleet.demo.settle import GroupView, wait_until_settled
+
+T = TypeVar("T")
+
+EAGER = "eager"
+COMPATIBLE = "compatible"
+COOPERATIVE = "cooperative"
+COOPERATIVE_ASSIGNOR = "cooperative-sticky"  # the member's default cooperative assignor
+
+
+class Narrator(Protocol):
+    """Where scenarios say what they are doing (the progress display)."""
+
+    def status(self, text: str) -> None: ...
+
+    def advance(self) -> None: ...
+
+
+@dataclass
+class DemoContext:
+    settings: DemoSettings
+    coordinator: CoordinatorProcess
+    admin: AdminClient
+    partitions: Sequence[Partition]
+    log_root: Path
+    source_epoch_ms: int
+    narrator: Narrator
+
+
+class ScenarioRun:
+    """One scenario's fleet and record, with the moves every scenario makes."""
+
+    def __init__(
+        self, context: DemoContext, spec: ScenarioSpec, *, static: bool, protocol: str
+    ) -> None:
+        self.context = context
+        self.settings = context.settings
+        self.record = ScenarioRecord(spec=spec, static=static, protocol=protocol)
+        self.fleet = Fleet(
+            settings=context.settings,
+            coordinator_url=context.coordinator.url,
+            group_id=spec.group_id,
+            token=spec.token,
+            log_dir=context.log_root / spec.key,
+            source_epoch_ms=context.source_epoch_ms,
+        )
+
+    @property
+    def group_id(self) -> str:
+        return self.record.spec.group_id
+
+    def say(self, text: str) -> None:
+        self.context.narrator.status(f"({self.record.spec.number}) {text}")
+
+    def describe(self) -> GroupView:
+        return GroupView.from_describe(self.context.admin.describe(self.group_id))
+
+    def settle(self) -> GroupView:
+        def live_logs() -> list[MemberLog]:
+            return [member.member_log() for member in self.fleet.live_processes()]
+
+        try:
+            return wait_until_settled(
+                lambda: self.context.admin.describe(self.group_id),
+                live_logs,
+                self.context.partitions,
+                now_ms,
+                self.settings.settle_timeout_s,
+            )
+        except RuntimeError as error:
+            failures = "; ".join(self.fleet.failures())
+            raise RuntimeError(f"{error}{' (' + failures + ')' if failures else ''}") from error
+
+    def start_fleet(self) -> GroupView:
+        self.say(f"starting {self.settings.members} member processes")
+        self.record.fleet_start_ms = now_ms()
+        for index in range(self.settings.members):
+            self.fleet.start(index, static=self.record.static, protocol=self.record.protocol)
+        view = self.settle()
+        self.record.window_start_ms = now_ms()
+        self.context.narrator.advance()
+        return view
+
+    def restart(self, index: int, protocol: str, label: str) -> GroupView:
+        """Stop one member process, start it again, wait until the group is Stable."""
+        self.say(label)
+        start = now_ms()
+        self.fleet.stop([slot_name(index)])
+        self.fleet.start(index, static=self.record.static, protocol=protocol)
+        view = self.settle()
+        self.record.steps.append(Step(label, start, now_ms()))
+        self.context.narrator.advance()
+        return view
+
+    def finish(self) -> ScenarioRecord:
+        """Close the window, read the journal, stop the fleet, read the logs."""
+        self.record.window_end_ms = now_ms()
+        self.say("collecting the journal and the member logs")
+        try:
+            self.record.journal = self.context.admin.journal(self.group_id)
+        finally:
+            self.fleet.stop_all()
+            self.record.logs = self.fleet.logs()
+        self.context.narrator.advance()
+        return self.record
+
+    def abort(self, error: BaseException) -> ScenarioRecord:
+        """Keep what was recorded so far; the report says what went wrong."""
+        self.record.error = str(error) or type(error).__name__
+        if not self.record.window_end_ms:
+            self.record.window_end_ms = now_ms()
+        with contextlib.suppress(AdminError):  # the coordinator may be what failed
+            self.record.journal = self.context.admin.journal(self.group_id)
+        self.fleet.stop_all()
+        self.record.logs = self.fleet.logs()
+        return self.record
+
+
+def rolling_restart(run: ScenarioRun) -> None:
+    """(1)/(2): every member process stopped and started again, one at a time."""
+    run.start_fleet()
+    kind = "static" if run.record.static else "dynamic"
+    for index in range(run.settings.members):
+        run.restart(index, run.record.protocol, f"restarting {slot_name(index)} ({kind})")
+
+
+def leader_last(view: GroupView, members: int) -> list[int]:
+    """Slot indexes in order, the current leader's moved to the end (DESIGN §2: the
+    leader is bounced last, so the group's assignor changes in one final rebalance)."""
+    order = list(range(members))
+    leader = view.leader_instance
+    if leader is not None:
+        leader_index = next((i for i in order if slot_name(i) == leader), None)
+        if leader_index is not None:
+            order.remove(leader_index)
+            order.append(leader_index)
+    return order
+
+
+def upgrade(run: ScenarioRun) -> None:
+    """(3): the KIP-429 upgrade of static members, two rolling bounces, leader last."""
+    view = run.start_fleet()
+    for bounce, protocol in ((1, COMPATIBLE), (2, COOPERATIVE)):
+        leader = view.leader_instance
+        for index in leader_last(view, run.settings.members):
+            role = " (leader)" if slot_name(index) == leader else ""
+            view = run.restart(
+                index, protocol, f"bounce {bounce}: {slot_name(index)}{role} -> {protocol}"
+            )
+        view = run.describe()
+        offering = {
+            instance: COOPERATIVE_ASSIGNOR in protocols
+            for instance, protocols in view.protocols_by_instance.items()
+        }
+        run.record.facts[f"bounce_{bounce}"] = {
+            "leader_bounced_last": leader,
+            "group_state": view.state,
+            "selected_protocol": view.protocol,
+            "members_offering_cooperative": sorted(i for i, ok in offering.items() if ok),
+            "all_offer_cooperative": bool(offering) and all(offering.values()),
+        }
+        run.record.markers.append(Marker(now_ms(), f"bounce {bounce} done"))
+        if bounce == 1 and not (all(offering.values()) and view.state == "Stable"):
+            # As the operator: the second bounce only when every member is seen offering
+            # the cooperative protocol in a Stable group. Never on a guess.
+            run.record.facts["stopped_before_bounce_2"] = True
+            return
+
+
+def scale_down(run: ScenarioRun, *, batch_leave: bool) -> None:
+    """(4): the two highest slots stop (no LeaveGroup: they are static); with
+    `batch_leave`, the demo then sends the one admin LeaveGroup the operator would."""
+    run.start_fleet()
+    members = run.settings.members
+    removed = [slot_name(index) for index in (members - 2, members - 1)]
+    label = f"stopping {' and '.join(removed)}" + (" + batch LeaveGroup" if batch_leave else "")
+    run.say(label)
+    start = now_ms()
+    gone_ms = run.fleet.stop(removed)
+    run.record.markers.append(Marker(gone_ms, "members gone"))
+    run.record.facts["removed"] = removed
+    run.record.facts["gone_ms"] = gone_ms
+    if batch_leave:
+        answer = run.context.admin.leave(
+            run.group_id, removed, "scale-down: the pods are gone (staticfleet demo)"
+        )
+        sent_ms = now_ms()
+        run.record.markers.append(Marker(sent_ms, "batch LeaveGroup"))
+        run.record.facts["leave_sent_ms"] = sent_ms
+        run.record.facts["leave_results"] = {
+            str(member.get("group_instance_id")): str(member.get("error"))
+            for member in answer.get("members", [])
+        }
+    else:
+        run.say(f"{label}: waiting for the session timeout to expire them")
+    run.settle()
+    run.record.steps.append(Step(label, start, now_ms()))
+    run.context.narrator.advance()
+
+
+def coordinator_crash(run: ScenarioRun) -> None:
+    """(5): a static member restarts; meanwhile the coordinator is SIGKILLed and restarted
+    on the same SQLite file (and port). The member comes back while it is still down."""
+    view = run.start_fleet()
+    run.record.facts["members_before"] = sorted(view.instance_ids)
+    # Only a partition with an acknowledged commit can show a lost one: wait for all.
+    run.say("waiting until every partition has a committed offset")
+    _wait_for(
+        lambda: (
+            set(acknowledged_offsets(run.fleet.logs(), now_ms())) >= set(run.context.partitions)
+        ),
+        run.settings.settle_timeout_s,
+        "not every partition got a committed offset",
+    )
+    index = run.settings.members // 2
+    slot = slot_name(index)
+    coordinator = run.context.coordinator
+    label = f"restarting {slot}, coordinator killed meanwhile"
+    run.say(f"{label}: stopping {slot}")
+    start = now_ms()
+    run.fleet.stop([slot])
+    run.say(f"{label}: kill -9 coordinator")
+    kill_ms = now_ms()
+    coordinator.kill()
+    run.record.markers.append(Marker(kill_ms, "coordinator killed"))
+    run.record.facts["kill_ms"] = kill_ms
+    run.fleet.start(index, static=True, protocol=run.record.protocol)
+    run.say(f"{label}: restarting the coordinator on the same store")
+    coordinator.start()
+    ready_ms = now_ms()
+    run.record.markers.append(Marker(ready_ms, "coordinator back"))
+    run.record.facts["ready_ms"] = ready_ms
+    # Read the stored offsets at once, before the members commit anything new over them.
+    run.record.facts["offsets_after_restart"] = [
+        [topic, partition, offset]
+        for (topic, partition), offset in sorted(
+            _retry(lambda: run.context.admin.committed_offsets(run.group_id)).items()
+        )
+    ]
+    view = run.settle()
+    run.record.steps.append(Step(label, start, now_ms()))
+    run.record.facts["members_after"] = sorted(view.instance_ids)
+    run.context.narrator.advance()
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float, failure: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{failure} in {timeout_s:.0f} s")
+        time.sleep(0.1)
+
+
+def _retry(call: Callable[[], T], attempts: int = 50, pause_s: float = 0.1) -> T:
+    for _ in range(attempts - 1):
+        try:
+            return call()
+        except AdminError:
+            time.sleep(pause_s)
+    return call()
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioPlan:
+    key: str
+    number: str
+    title: str
+    static: bool
+    protocol: str
+    body: Callable[[ScenarioRun], None]
+    steps: Callable[[DemoSettings], int]  # progress units: fleet start + steps + collect
+
+
+def _members_plus_two(settings: DemoSettings) -> int:
+    return settings.members + 2
+
+
+def _two_bounces(settings: DemoSettings) -> int:
+    return 2 * settings.members + 2
+
+
+def _one_step(_settings: DemoSettings) -> int:
+    return 3
+
+
+def _scale_down_timeout(run: ScenarioRun) -> None:
+    scale_down(run, batch_leave=False)
+
+
+def _scale_down_batch_leave(run: ScenarioRun) -> None:
+    scale_down(run, batch_leave=True)
+
+
+def plans() -> list[ScenarioPlan]:
+    # Eager for (1)-(3): the classic setup whose costs static membership and the upgrade
+    # remove; cooperative for (4)-(5): where the upgrade leaves a fleet.
+    return [
+        ScenarioPlan(
+            key="dynamic_restart",
+            number="1",
+            title="rolling restart, dynamic members",
+            static=False,
+            protocol=EAGER,
+            body=rolling_restart,
+            steps=_members_plus_two,
+        ),
+        ScenarioPlan(
+            key="static_restart",
+            number="2",
+            title="rolling restart, static members",
+            static=True,
+            protocol=EAGER,
+            body=rolling_restart,
+            steps=_members_plus_two,
+        ),
+        ScenarioPlan(
+            key="upgrade",
+            number="3",
+            title="eager -> compatible -> cooperative",
+            static=True,
+            protocol=EAGER,
+            body=upgrade,
+            steps=_two_bounces,
+        ),
+        ScenarioPlan(
+            key="scale_down_timeout",
+            number="4a",
+            title="scale-down by 2, no LeaveGroup",
+            static=True,
+            protocol=COOPERATIVE,
+            body=_scale_down_timeout,
+            steps=_one_step,
+        ),
+        ScenarioPlan(
+            key="scale_down_batch_leave",
+            number="4b",
+            title="scale-down by 2, batch LeaveGroup",
+            static=True,
+            protocol=COOPERATIVE,
+            body=_scale_down_batch_leave,
+            steps=_one_step,
+        ),
+        ScenarioPlan(
+            key="coordinator_crash",
+            number="5",
+            title="static restart + coordinator kill -9",
+            static=True,
+            protocol=COOPERATIVE,
+            body=coordinator_crash,
+            steps=_one_step,
+        ),
+    ]

@@ -1,0 +1,99 @@
+"""`staticfleet demo` arguments, and one full `--quick` run end to end (slow)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from staticfleet.cli import build_parser
+from staticfleet.commands.demo_cmd import settings_from
+from staticfleet.demo.settings import DemoSettings
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def parse(*argv):
+    return build_parser().parse_args(["demo", *argv])
+
+
+def test_defaults_and_quick():
+    assert settings_from(parse()) == DemoSettings()
+    quick = settings_from(parse("--quick", "--output-dir", "x"))
+    assert (quick.members, quick.partitions, quick.quick, quick.output_dir) == (
+        4,
+        16,
+        True,
+        Path("x"),
+    )
+    assert settings_from(parse("--quick", "--members", "5")).members == 5
+    assert settings_from(parse("--session-timeout-ms", "3000")).min_session_timeout_ms == 3000
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(ValueError):
+        settings_from(parse("--members", "2"))
+    with pytest.raises(ValueError):
+        settings_from(parse("--members", "8", "--partitions", "4"))
+    assert parse("--members", "2").handler(parse("--members", "2")) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_quick_demo_end_to_end(tmp_path):
+    output = tmp_path / "demo"
+    done = subprocess.run(
+        [sys.executable, "-m", "staticfleet.cli", "demo", "--quick", "--output-dir", str(output)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    report = json.loads((output / "report.json").read_text())
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    scenarios = {s["key"]: s for s in report["scenarios"]}
+    assert list(scenarios) == [
+        "dynamic_restart",
+        "static_restart",
+        "upgrade",
+        "scale_down_timeout",
+        "scale_down_batch_leave",
+        "coordinator_crash",
+    ]
+    for scenario in scenarios.values():
+        assert scenario["error"] is None
+        assert scenario["metrics"]["max_simultaneous_owners"] == 1, scenario["key"]
+        assert scenario["metrics"]["ownership_overlaps"] == []
+
+    static = scenarios["static_restart"]["metrics"]
+    assert static["rebalances"] == 0
+    assert static["partitions_moved"] == 0
+    # Measured, not assumed: the dynamic restarts did rebalance.
+    assert scenarios["dynamic_restart"]["metrics"]["rebalances"] > 0
+
+    session_timeout_ms = report["settings"]["session_timeout_ms"]
+    batch = scenarios["scale_down_batch_leave"]["figures"]["reassigned_after_ms"]
+    waited = scenarios["scale_down_timeout"]["figures"]["reassigned_after_ms"]
+    assert batch is not None and waited is not None
+    assert batch < session_timeout_ms / 2
+    assert batch < waited
+
+    crash = scenarios["coordinator_crash"]["figures"]
+    assert crash["static_members_lost"] == []
+    assert crash["offsets_lost"] == []
+    assert crash["commit_regressions"] == []
+    assert crash["acknowledged_partitions"] > 0
+
+    upgrade = scenarios["upgrade"]["facts"]
+    assert upgrade["bounce_1"]["all_offer_cooperative"]
+    assert upgrade["bounce_2"]["selected_protocol"] == "cooperative-sticky"
+    assert report["ok"] is True
+
+    png = (output / "timeline.png").read_bytes()
+    assert png[:8] == PNG_SIGNATURE and png[12:16] == b"IHDR"
+    from matplotlib.image import imread
+
+    pixels = imread(output / "timeline.png")
+    assert pixels.shape[0] > 500 and pixels.shape[1] > 500
