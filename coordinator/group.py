@@ -130,6 +130,9 @@ class ClassicGroup:
     initial_join_in_progress: bool = False
     initial_join_remaining_ms: int = 0
     new_member_added: bool = False
+    # How many members offer each protocol name, kept up to date so checking a join against
+    # the group's candidate protocols does not recount every member (O(n) per join).
+    protocol_counts: Counter[str] = field(default_factory=Counter)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Changes made under the lock, written to the store before the lock is released.
     pending_writes: StoreBatch = field(default_factory=StoreBatch)
@@ -162,6 +165,7 @@ class ClassicGroup:
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
+        self.protocol_counts.update(member.protocol_names)
         if member.group_instance_id is not None:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
@@ -171,6 +175,8 @@ class ClassicGroup:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.protocol_counts.subtract(member.protocol_names)
+        self.protocol_counts += Counter()  # drop names no member offers any more
         instance_id = member.group_instance_id
         if instance_id is not None and self.static_members.get(instance_id) == member_id:
             del self.static_members[instance_id]
@@ -235,10 +241,20 @@ class ClassicGroup:
 
     # --- protocols ------------------------------------------------------------------------
 
+    def set_member_protocols(
+        self, member: ClassicMember, protocols: tuple[tuple[str, bytes], ...]
+    ) -> None:
+        """Change what a member offers; every change goes through here to keep the counts."""
+        if member.member_id in self.members:
+            self.protocol_counts.subtract(member.protocol_names)
+            self.protocol_counts.update(name for name, _ in protocols)
+            self.protocol_counts += Counter()
+        member.protocols = protocols
+
     def candidate_protocols(self) -> set[str]:
         """Protocol names every member supports."""
-        counts = Counter(name for member in self.members.values() for name in member.protocol_names)
-        return {name for name, count in counts.items() if count == len(self.members)}
+        size = len(self.members)
+        return {name for name, count in self.protocol_counts.items() if count == size}
 
     def supports_protocols(self, protocol_type: str, protocol_names: list[str]) -> bool:
         if not self.members:

@@ -187,7 +187,7 @@ class MembershipProtocol(CoordinatorRuntime):
         request: JoinGroupRequest,
         protocols: tuple[tuple[str, bytes], ...],
     ) -> asyncio.Future[JoinGroupResponse]:
-        member.protocols = protocols
+        group.set_member_protocols(member, protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         # A member may rejoin while its previous join is still parked: answer the old one.
@@ -222,7 +222,7 @@ class MembershipProtocol(CoordinatorRuntime):
         old_member.complete_join(JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=""))
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
-        member.protocols = protocols
+        group.set_member_protocols(member, protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.client_id, member.client_host = request.client_id, request.client_host
@@ -241,8 +241,9 @@ class MembershipProtocol(CoordinatorRuntime):
                 await self._flush(group)
             except StoreError:
                 group.replace_static_member(instance_id, new_member_id, old_member_id)
+                group.set_member_protocols(member, previous[0])
                 (
-                    member.protocols,
+                    _,
                     member.session_timeout_ms,
                     member.rebalance_timeout_ms,
                     member.client_id,

@@ -325,3 +325,25 @@ async def test_closed_coordinator_answers_not_available() -> None:
     await harness.coordinator.close()
     response = await harness.coordinator.join_group(join_request(instance_id="x"))
     assert response.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+
+async def test_protocol_counts_follow_joins_replacements_and_leaves(harness: Harness) -> None:
+    """The incremental protocol counts always equal a recount over the members."""
+    from collections import Counter
+
+    from coordinator import LeaveGroupRequest, MemberIdentity
+
+    def recount() -> Counter[str]:
+        group = harness.coordinator._groups[GROUP]
+        return Counter(n for m in group.members.values() for n in m.protocol_names)
+
+    await harness.form_group(["i-0", "i-1", "i-2"], names=("range",))
+    assert harness.coordinator._groups[GROUP].protocol_counts == recount()
+    await harness.coordinator.join_group(
+        join_request(instance_id="i-0", names=("cooperative-sticky", "range"))
+    )
+    group = harness.coordinator._groups[GROUP]
+    assert group.protocol_counts == recount() == Counter({"range": 3, "cooperative-sticky": 1})
+    await harness.coordinator.leave_group(LeaveGroupRequest(GROUP, [MemberIdentity("", "i-0")]))
+    assert group.protocol_counts == recount() == Counter({"range": 2})
+    assert group.candidate_protocols() == {"range"}
