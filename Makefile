@@ -24,13 +24,43 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not crash"
 
-lint: install
+lint: install chart-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy coordinator staticfleet tests bench operator/staticfleet_operator
+	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts operator/staticfleet_operator
+
+# crds/ is a directory too: phony, or make would call it up to date.
+.PHONY: crds
+crds: install
+	$(VENV)/bin/staticfleet crds --output-dir crds
+	$(MAKE) --no-print-directory chart-crds
 
 bench: install
 	$(PY) -m bench.run
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# --- Helm chart (charts/staticfleet) -------------------------------------------------------
+# helm is built from its Go module once into build/bin/helm (scripts/build-helm.sh) and reused.
+HELM_VERSION ?= v3.21.4
+HELM := build/bin/helm
+CHART := charts/staticfleet
+
+.PHONY: helm chart-crds chart-lint
+
+helm:
+	@HELM_VERSION=$(HELM_VERSION) scripts/build-helm.sh
+
+# The chart's CRDs are copies of crds/ (generated from the pydantic models); a test fails on
+# drift. kopf-peerings.yaml (Kopf's peering CRDs) belongs to the chart alone.
+chart-crds:
+	@mkdir -p $(CHART)/crds
+	find $(CHART)/crds -name '*.yaml' ! -name kopf-peerings.yaml -delete
+	cp crds/*.yaml $(CHART)/crds/
+
+chart-lint: install helm
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(PY) scripts/check_manifests.py --profile full

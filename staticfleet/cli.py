@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES: list[tuple[str, str]] = [
     ("coordinator", "staticfleet.commands.coordinator_cmd"),
     ("member", "staticfleet.commands.member_cmd"),
     ("demo", "staticfleet.commands.demo_cmd"),
+    ("crds", "staticfleet.commands.crds_cmd"),
 ]
 
 

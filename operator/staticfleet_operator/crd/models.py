@@ -1,0 +1,899 @@
+"""The `ConsumerGroup` custom resource (`staticfleet.dev/v1alpha1`) as pydantic models.
+
+These models are the single source of truth: the CRD's OpenAPI schema is generated from them
+(`schema.py`, `staticfleet crds`), and the operator parses every object it reads with them.
+Wire names are camelCase (Kubernetes convention) through aliases; Python names are snake_case.
+
+Docstrings of classes and fields become the schema's descriptions, so they are written for a
+user reading `kubectl explain consumergroup.spec`.
+
+Every rule a CEL expression enforces in the API server is also enforced by a model validator
+here, because the operator must reject the same specs when it reads objects that never went
+through an API server (tests, the local demo) and must report them in status with a message
+a person can act on (`validate_spec`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
+
+from coordinator.client.config import RebalanceProtocolSetting
+
+# --------------------------------------------------------------------------- resource identity
+
+GROUP: Final = "staticfleet.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "ConsumerGroup"
+LIST_KIND: Final = "ConsumerGroupList"
+PLURAL: Final = "consumergroups"
+SINGULAR: Final = "consumergroup"
+SHORT_NAMES: Final = ("cg",)
+# `kubectl get staticfleet` lists every staticfleet resource (Strimzi does the same with
+# `strimzi`); not `all`, which would mix groups into unrelated listings.
+CATEGORIES: Final = ("staticfleet",)
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# --------------------------------------------------------------------------- name rules
+
+# Kafka's rule for topic names, group ids and group.instance.ids: 1-249 of [a-zA-Z0-9._-],
+# but not "." or "..". Written as one RE2-compatible pattern (no lookaround) because the API
+# server evaluates it with Go's regexp; the alternation says "at least one non-dot character,
+# or three or more dots". It matches `coordinator.server.models.topic_problem` (a test proves it).
+KAFKA_NAME_MAX_LENGTH: Final = 249
+KAFKA_NAME_PATTERN: Final = r"^([a-zA-Z0-9._-]*[a-zA-Z0-9_-][a-zA-Z0-9._-]*|\.\.\.+)$"
+_KAFKA_NAME = re.compile(KAFKA_NAME_PATTERN)
+
+# Kafka's int32 partition count.
+MAX_PARTITIONS: Final = 2**31 - 1
+
+# group.instance.id = "<prefix>-<slot>". The prefix is kept to Kubernetes label-value syntax
+# (which is also Kafka-legal) and short enough that "<prefix>-<slot>" fits a label value's 63
+# characters for any slot below 10**10: the operator may label and select pods by instance id.
+INSTANCE_ID_PREFIX_MAX_LENGTH: Final = 52
+INSTANCE_ID_PREFIX_PATTERN: Final = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+_INSTANCE_ID_PREFIX = re.compile(INSTANCE_ID_PREFIX_PATTERN)
+
+# Secret names are DNS subdomains; Secret data keys are [-._a-zA-Z0-9]+ (Kubernetes' rules).
+DNS_SUBDOMAIN_MAX_LENGTH: Final = 253
+DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
+SECRET_KEY_PATTERN: Final = r"^[-._a-zA-Z0-9]+$"
+
+# metav1.Condition's reason syntax: CamelCase words, machine-readable.
+CONDITION_REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+DEFAULT_REPLACEMENT_GRACE_PERIOD_SECONDS: Final = 60
+
+
+def kafka_name_problem(name: str) -> str | None:
+    """Why `name` is not a legal Kafka topic name / group id, or None."""
+    if len(name) > KAFKA_NAME_MAX_LENGTH or not _KAFKA_NAME.fullmatch(name):
+        return (
+            f"{name!r} is not a legal Kafka name: 1-{KAFKA_NAME_MAX_LENGTH} characters of "
+            "a-z A-Z 0-9 . _ - (and not '.' or '..')"
+        )
+    return None
+
+
+def instance_id_prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot start every member's group.instance.id, or None."""
+    if len(prefix) > INSTANCE_ID_PREFIX_MAX_LENGTH or not _INSTANCE_ID_PREFIX.fullmatch(prefix):
+        return (
+            f"{prefix!r} is not a usable instance id prefix: 1-{INSTANCE_ID_PREFIX_MAX_LENGTH} "
+            "characters of A-Z a-z 0-9 - _ . starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _check_kafka_name(value: str) -> str:
+    problem = kafka_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _check_instance_id_prefix(value: str) -> str:
+    problem = instance_id_prefix_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def _check_dns_subdomain(value: str) -> str:
+    if len(value) > DNS_SUBDOMAIN_MAX_LENGTH or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes object name: lower-case letters, digits, '-' and "
+            f"'.', starting and ending alphanumeric, at most {DNS_SUBDOMAIN_MAX_LENGTH}"
+        )
+    return value
+
+
+# The pattern goes into the schema (the API server checks it); the after-validator gives the
+# operator a sentence instead of pydantic's "should match pattern '^(...)$'".
+KafkaName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=KAFKA_NAME_MAX_LENGTH,
+        json_schema_extra={"pattern": KAFKA_NAME_PATTERN},
+    ),
+    AfterValidator(_check_kafka_name),
+]
+InstanceIdPrefix = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=INSTANCE_ID_PREFIX_MAX_LENGTH,
+        json_schema_extra={"pattern": INSTANCE_ID_PREFIX_PATTERN},
+    ),
+    AfterValidator(_check_instance_id_prefix),
+]
+ObjectName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=DNS_SUBDOMAIN_MAX_LENGTH,
+        json_schema_extra={"pattern": DNS_SUBDOMAIN_PATTERN},
+    ),
+    AfterValidator(_check_dns_subdomain),
+]
+
+# --------------------------------------------------------------------------- CEL rules
+# The API server enforces these (x-kubernetes-validations); the model validators below enforce
+# the same rules in Python. Kept as constants so tests and docs can name them.
+
+
+@dataclass(frozen=True, slots=True)
+class CelRule:
+    """One x-kubernetes-validations entry."""
+
+    rule: str
+    message: str
+
+    def as_json(self) -> JsonDict:
+        return {"rule": self.rule, "message": self.message}
+
+
+RULE_ONE_MODE: Final = CelRule(
+    rule="has(self.replicas) != has(self.selector)",
+    message="set exactly one of replicas (managed mode, with template) or selector (adopted mode)",
+)
+RULE_TEMPLATE_WITH_REPLICAS: Final = CelRule(
+    rule="has(self.replicas) == has(self.template)",
+    message="replicas and template go together: set both (managed mode) or neither (adopted mode)",
+)
+RULE_GRACE_ONLY_ADOPTED: Final = CelRule(
+    rule="!has(self.replacementGracePeriodSeconds) || has(self.selector)",
+    message="replacementGracePeriodSeconds applies to adopted mode (selector) only",
+)
+RULE_PREFIX_DERIVABLE: Final = CelRule(
+    rule="(has(self.membership) && has(self.membership.instanceIdPrefix)) || "
+    f"(size(self.groupId) <= {INSTANCE_ID_PREFIX_MAX_LENGTH} && "
+    f"self.groupId.matches('{INSTANCE_ID_PREFIX_PATTERN}'))",
+    message="set membership.instanceIdPrefix: groupId cannot serve as the instance id prefix "
+    f"(that needs 1-{INSTANCE_ID_PREFIX_MAX_LENGTH} characters of A-Z a-z 0-9 - _ . "
+    "starting and ending with a letter or digit)",
+)
+RULE_GROUP_ID_IMMUTABLE: Final = CelRule(
+    rule="self.groupId == oldSelf.groupId",
+    message="groupId is immutable: create a new ConsumerGroup for another group",
+)
+_EFFECTIVE_PREFIX = (
+    "(has({s}.membership) && has({s}.membership.instanceIdPrefix) "
+    "? {s}.membership.instanceIdPrefix : {s}.groupId)"
+)
+RULE_PREFIX_IMMUTABLE: Final = CelRule(
+    rule=_EFFECTIVE_PREFIX.format(s="self") + " == " + _EFFECTIVE_PREFIX.format(s="oldSelf"),
+    message="the instance id prefix (membership.instanceIdPrefix, else groupId) is immutable: "
+    "it names every member's group.instance.id",
+)
+SPEC_RULES: Final = (
+    RULE_ONE_MODE,
+    RULE_TEMPLATE_WITH_REPLICAS,
+    RULE_GRACE_ONLY_ADOPTED,
+    RULE_PREFIX_DERIVABLE,
+    RULE_GROUP_ID_IMMUTABLE,
+    RULE_PREFIX_IMMUTABLE,
+)
+RULE_SELECTOR_NOT_EMPTY: Final = CelRule(
+    rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || "
+    "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
+    message="selector must not be empty: an empty selector would adopt every pod in the namespace",
+)
+RULE_REQUIREMENT_VALUES: Final = CelRule(
+    rule="self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0) "
+    ": (!has(self.values) || size(self.values) == 0)",
+    message="operators In and NotIn need values; Exists and DoesNotExist take none",
+)
+
+# --------------------------------------------------------------------------- enums
+
+
+class RebalanceProtocol(StrEnum):
+    """The rebalance protocol a fleet should end up running (KIP-429)."""
+
+    EAGER = "eager"
+    COOPERATIVE = "cooperative"
+
+
+# What one member runs (and is told through STATICFLEET_REBALANCE_PROTOCOL): eager, compatible
+# (the stop between the two bounces) or cooperative. The member client's own enum, so the value
+# the operator writes is by construction one the member reads.
+MemberProtocol = RebalanceProtocolSetting
+
+
+class EagerAssignor(StrEnum):
+    """Assignor used while the group runs the eager protocol."""
+
+    RANGE = "range"
+    ROUNDROBIN = "roundrobin"
+    STICKY = "sticky"
+
+
+class CooperativeAssignor(StrEnum):
+    """Assignor used while the group runs the cooperative protocol (also offered first by
+    members in the compatible phase)."""
+
+    COOPERATIVE_STICKY = "cooperative-sticky"
+    STATIC_STICKY = "static-sticky"
+
+
+class SelectorOperator(StrEnum):
+    """A label selector requirement's operator."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class GroupState(StrEnum):
+    """The group's state as the coordinator reports it; Unknown until it has been observed."""
+
+    UNKNOWN = "Unknown"
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class RolloutPhase(StrEnum):
+    """Where the rollout is. Idle: no rollout has run yet. Bounce1: first bounce of a protocol
+    change, members restarted one at a time with the compatible protocol. VerifyCompatible:
+    between the bounces, waiting until every member offers the target protocol and the group
+    is Stable with the expected member count. Bounce2: final bounce, members restarted one at
+    a time with the target protocol. StaticBounce: a change that needs no protocol change, one
+    static rolling bounce (no rebalance expected). Paused: a member did not rejoin in time or
+    verification failed; nothing proceeds (pausedPhase says where it stopped). Completed: the
+    last rollout finished; its record stays until the next one starts."""
+
+    IDLE = "Idle"
+    BOUNCE1 = "Bounce1"
+    VERIFY_COMPATIBLE = "VerifyCompatible"
+    BOUNCE2 = "Bounce2"
+    STATIC_BOUNCE = "StaticBounce"
+    PAUSED = "Paused"
+    COMPLETED = "Completed"
+
+
+# Phases in which a rollout is under way (the Progressing condition is True in these).
+ACTIVE_ROLLOUT_PHASES: Final = frozenset(
+    {
+        RolloutPhase.BOUNCE1,
+        RolloutPhase.VERIFY_COMPATIBLE,
+        RolloutPhase.BOUNCE2,
+        RolloutPhase.STATIC_BOUNCE,
+    }
+)
+
+
+def bounce_phase(
+    bounces: Sequence[RebalanceProtocolSetting],
+    index: int,
+    from_protocol: RebalanceProtocolSetting | None,
+) -> RolloutPhase:
+    """The phase that names bounce `index` of a planned rollout: a two-bounce protocol change
+    is Bounce1 then Bounce2; a single bounce is Bounce2 when it changes the protocol (a fleet
+    left in compatible going straight to its target) and StaticBounce when it does not."""
+    if not 0 <= index < len(bounces):
+        raise ValueError(f"bounce index {index} outside {len(bounces)} planned bounces")
+    if len(bounces) == 1:
+        return RolloutPhase.STATIC_BOUNCE if bounces[0] == from_protocol else RolloutPhase.BOUNCE2
+    return RolloutPhase.BOUNCE1 if index < len(bounces) - 1 else RolloutPhase.BOUNCE2
+
+
+class ConditionType(StrEnum):
+    """The condition types this operator sets (status.conditions[].type)."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Mode(StrEnum):
+    """Who creates the member pods (derived from the spec, not a field of its own)."""
+
+    MANAGED = "managed"  # replicas + template: the operator creates and deletes the pods
+    ADOPTED = "adopted"  # selector: someone else does (Spark driver, Deployment, StatefulSet)
+
+
+# --------------------------------------------------------------------------- base models
+
+_COMMON_CONFIG = ConfigDict(
+    alias_generator=to_camel,
+    # Python code builds models by snake_case name; wire data is read by alias only
+    # (`parse_spec` passes by_name=False) so `group_id:` in a manifest is an error, not a synonym.
+    validate_by_name=True,
+    validate_by_alias=True,
+    serialize_by_alias=True,
+    use_attribute_docstrings=True,
+)
+
+
+class SpecModel(BaseModel):
+    """Base of the spec models: unknown fields are errors. The API server prunes unknown fields
+    anyway; refusing them here catches typos in manifests checked without an API server."""
+
+    model_config = ConfigDict(**_COMMON_CONFIG, extra="forbid")
+
+
+class StatusModel(BaseModel):
+    """Base of the status models: unknown fields are ignored, so an operator that was rolled
+    back can still read (and resume from) a status written by a newer one."""
+
+    model_config = ConfigDict(**_COMMON_CONFIG, extra="ignore")
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON-ready camelCase dict without unset (None) fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --------------------------------------------------------------------------- spec
+
+
+class TopicSpec(SpecModel):
+    """A topic the group consumes and its partition count (the coordinator's topic metadata)."""
+
+    name: KafkaName
+    """Topic name (Kafka's rules: 1-249 characters of a-z A-Z 0-9 . _ -)."""
+    partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """Number of partitions."""
+
+
+class PodTemplateMetadata(SpecModel):
+    """Labels and annotations for the member pods; other metadata is kept but not used."""
+
+    model_config = ConfigDict(extra="allow")
+
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class ContainerSpec(SpecModel):
+    """A container of the member pod (a core/v1 Container; only `name` is checked here)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(min_length=1)
+
+
+class PodSpec(SpecModel):
+    """The member pod's spec (a core/v1 PodSpec; only `containers` is checked here, the API
+    server validates the rest when the operator creates the pod)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    containers: list[ContainerSpec] = Field(min_length=1)
+
+
+class PodTemplate(SpecModel):
+    """A core/v1 PodTemplateSpec for the member pods of a managed group. The operator adds the
+    member environment (coordinator URL, group id, instance id, protocol, assignors, timeouts,
+    token), the slot annotation and its labels."""
+
+    # A PodTemplateSpec has no apiVersion/kind, so x-kubernetes-embedded-resource (which
+    # requires them) does not fit; the schema types what the operator reads and preserves
+    # the rest, and the API server validates the whole pod at creation.
+    model_config = ConfigDict(extra="allow")
+
+    metadata: PodTemplateMetadata | None = None
+    spec: PodSpec
+
+
+class LabelSelectorRequirement(SpecModel):
+    """One match expression of a label selector."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [RULE_REQUIREMENT_VALUES.as_json()]}
+    )
+
+    key: str = Field(min_length=1, max_length=317)
+    """Label key."""
+    operator: SelectorOperator
+    """In, NotIn, Exists or DoesNotExist."""
+    # Bounded so the API server's CEL cost estimate for the rule above stays small.
+    values: list[Annotated[str, Field(max_length=63)]] | None = Field(default=None, max_length=256)
+    """Values for In and NotIn; empty for Exists and DoesNotExist."""
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> Self:
+        needs_values = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        if needs_values != bool(self.values):
+            raise ValueError(RULE_REQUIREMENT_VALUES.message)
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        values = self.values or []
+        match self.operator:
+            case SelectorOperator.IN:
+                return self.key in labels and labels[self.key] in values
+            case SelectorOperator.NOT_IN:
+                # Kubernetes: NotIn matches pods without the label too.
+                return labels.get(self.key) not in values
+            case SelectorOperator.EXISTS:
+                return self.key in labels
+            case SelectorOperator.DOES_NOT_EXIST:
+                return self.key not in labels
+
+
+class LabelSelector(SpecModel):
+    """A metav1.LabelSelector picking the adopted member pods (for example
+    spark-role=executor plus spark-app-selector). It must not be empty."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [RULE_SELECTOR_NOT_EMPTY.as_json()],
+            # As metav1.LabelSelector: one owner replaces the selector as a whole.
+            "x-kubernetes-map-type": "atomic",
+        }
+    )
+
+    match_labels: dict[str, str] | None = None
+    """Labels a pod must carry, all of them."""
+    match_expressions: list[LabelSelectorRequirement] | None = Field(default=None, max_length=32)
+    """Requirements a pod must meet, all of them."""
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Self:
+        if not self.match_labels and not self.match_expressions:
+            raise ValueError(RULE_SELECTOR_NOT_EMPTY.message)
+        return self
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether a pod with these labels is selected (Kubernetes' semantics)."""
+        if any(labels.get(key) != value for key, value in (self.match_labels or {}).items()):
+            return False
+        return all(requirement.matches(labels) for requirement in self.match_expressions or [])
+
+
+class MembershipSpec(SpecModel):
+    """How members identify themselves to the coordinator."""
+
+    instance_id_prefix: InstanceIdPrefix | None = None
+    """Prefix of every member's group.instance.id, which is <prefix>-<slot>. Defaults to the
+    groupId (which then must fit these rules). Cannot change once set."""
+    session_timeout_ms: int = Field(default=45_000, ge=6_000, le=1_800_000)
+    """Session timeout: how long a member may be silent (for example while its pod restarts)
+    before the coordinator removes it and rebalances."""
+    rebalance_timeout_ms: int = Field(default=300_000, ge=1_000, le=2**31 - 1)
+    """How long the coordinator waits for every member to rejoin during a rebalance."""
+
+
+class RebalanceSpec(SpecModel):
+    """The rebalance protocol and assignors. Changing protocol starts a rollout."""
+
+    protocol: RebalanceProtocol = RebalanceProtocol.EAGER
+    """eager or cooperative. eager -> cooperative (and back) is done in two rolling bounces
+    through the compatible protocol."""
+    eager_assignor: EagerAssignor = EagerAssignor.RANGE
+    """Assignor of the eager protocol: range, roundrobin or sticky."""
+    cooperative_assignor: CooperativeAssignor = CooperativeAssignor.COOPERATIVE_STICKY
+    """Assignor of the cooperative protocol: cooperative-sticky or static-sticky."""
+
+
+class RolloutSpec(SpecModel):
+    """How the operator restarts members when their configuration changes."""
+
+    max_unavailable: int = Field(default=1, ge=1)
+    """Members restarted at once. Protocol changes always bounce one member at a time
+    (KIP-429 needs it), whatever this says."""
+    member_ready_timeout_seconds: int = Field(default=300, ge=10)
+    """How long a restarted member may take to rejoin (and the group to become Stable)
+    before the rollout pauses with a Degraded condition."""
+
+
+class SecretKeyRef(SpecModel):
+    """A key of a Secret in the ConsumerGroup's namespace."""
+
+    name: ObjectName
+    """Secret name."""
+    key: str = Field(default="token", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
+    """Key in the Secret's data."""
+
+
+class ConsumerGroupSpec(SpecModel):
+    """The desired consumer group: which group and topics, which pods are its members
+    (managed: replicas + template; adopted: selector), and how they rebalance."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [rule.as_json() for rule in SPEC_RULES]}
+    )
+
+    group_id: KafkaName
+    """The consumer group id (Kafka's group.id). Immutable."""
+    topics: list[TopicSpec] = Field(
+        min_length=1,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    """Topics the members subscribe to, with their partition counts; names are unique."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Managed mode: number of member pods the operator runs from template."""
+    template: PodTemplate | None = None
+    """Managed mode: the member pod template."""
+    selector: LabelSelector | None = None
+    """Adopted mode: which existing pods (in this namespace) are members."""
+    replacement_grace_period_seconds: int | None = Field(default=None, ge=0)
+    """Adopted mode: how long a vanished pod's slot waits for a replacement before its member
+    is removed with a LeaveGroup (default 60)."""
+    membership: MembershipSpec = Field(
+        default_factory=MembershipSpec, json_schema_extra={"default": {}}
+    )
+    """Member identity and timeouts."""
+    rebalance: RebalanceSpec = Field(
+        default_factory=RebalanceSpec, json_schema_extra={"default": {}}
+    )
+    """Rebalance protocol and assignors."""
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec, json_schema_extra={"default": {}})
+    """Rolling restart settings."""
+    token_secret_ref: SecretKeyRef | None = None
+    """Secret holding the member token the coordinator checks (injected as STATICFLEET_TOKEN)."""
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> Self:
+        problems = spec_rule_problems(self)
+        if problems:
+            raise _RuleViolations(problems)
+        return self
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.MANAGED if self.replicas is not None else Mode.ADOPTED
+
+    @property
+    def instance_id_prefix(self) -> str:
+        return self.membership.instance_id_prefix or self.group_id
+
+    def instance_id(self, slot: int) -> str:
+        """The group.instance.id of the member in `slot`."""
+        if slot < 0:
+            raise ValueError(f"slot must be >= 0, not {slot}")
+        return f"{self.instance_id_prefix}-{slot}"
+
+    @property
+    def effective_replacement_grace_period_seconds(self) -> int:
+        if self.replacement_grace_period_seconds is None:
+            return DEFAULT_REPLACEMENT_GRACE_PERIOD_SECONDS
+        return self.replacement_grace_period_seconds
+
+    @property
+    def partitions_per_topic(self) -> dict[str, int]:
+        """Topic metadata in the shape the coordinator takes it."""
+        return {topic.name: topic.partitions for topic in self.topics}
+
+
+def spec_rule_problems(spec: ConsumerGroupSpec) -> list[str]:
+    """The cross-field rules (the API server's CEL rules that need no old object, plus topic
+    uniqueness, which the API server checks through the list-map keys)."""
+    problems: list[str] = []
+    if (spec.replicas is None) == (spec.selector is None):
+        problems.append(RULE_ONE_MODE.message)
+    if (spec.replicas is None) != (spec.template is None):
+        problems.append(RULE_TEMPLATE_WITH_REPLICAS.message)
+    if spec.replacement_grace_period_seconds is not None and spec.selector is None:
+        problems.append(RULE_GRACE_ONLY_ADOPTED.message)
+    if spec.membership.instance_id_prefix is None and instance_id_prefix_problem(spec.group_id):
+        problems.append(RULE_PREFIX_DERIVABLE.message)
+    names = [topic.name for topic in spec.topics]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        problems.append(f"topics must be unique, repeated: {', '.join(duplicates)}")
+    return problems
+
+
+def spec_update_problems(old: ConsumerGroupSpec, new: ConsumerGroupSpec) -> list[str]:
+    """The transition rules (the API server's CEL rules that compare with oldSelf)."""
+    problems: list[str] = []
+    if new.group_id != old.group_id:
+        problems.append(RULE_GROUP_ID_IMMUTABLE.message)
+    if new.instance_id_prefix != old.instance_id_prefix:
+        problems.append(RULE_PREFIX_IMMUTABLE.message)
+    return problems
+
+
+class _RuleViolations(ValueError):
+    """Several cross-field problems at once; `parse_spec` reports each on its own line."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class InvalidSpecError(ValueError):
+    """A spec the operator refuses; `errors` are human-readable, one per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+def _format_location(location: tuple[int | str, ...]) -> str:
+    path = "spec"
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _format_error(error: Mapping[str, Any]) -> list[str]:
+    location = _format_location(tuple(error["loc"]))
+    kind = error["type"]
+    cause = error.get("ctx", {}).get("error")
+    if isinstance(cause, _RuleViolations):
+        return [f"{location}: {problem}" for problem in cause.problems]
+    if kind == "missing":
+        message = "required field is missing"
+    elif kind == "extra_forbidden":
+        message = "unknown field"
+    else:
+        message = str(error["msg"]).removeprefix("Value error, ")
+    return [f"{location}: {message}"]
+
+
+def parse_spec(data: Mapping[str, Any]) -> ConsumerGroupSpec:
+    """A spec as it comes from the API server (camelCase), or `InvalidSpecError`."""
+    try:
+        return ConsumerGroupSpec.model_validate(data, by_alias=True, by_name=False)
+    except ValidationError as error:
+        raise InvalidSpecError(
+            [line for item in error.errors() for line in _format_error(item)]
+        ) from None
+
+
+def validate_spec(data: Mapping[str, Any]) -> list[str]:
+    """Human-readable problems of a spec (camelCase dict), empty when it is valid. The operator
+    puts these in status (Ready=False, reason InvalidSpec) instead of acting on the spec."""
+    try:
+        parse_spec(data)
+    except InvalidSpecError as error:
+        return error.errors
+    return []
+
+
+# --------------------------------------------------------------------------- status
+
+
+class MemberInstance(StatusModel):
+    """One member slot: its instance id, the pod holding it and the coordinator's member id."""
+
+    instance_id: str
+    """group.instance.id (<prefix>-<slot>)."""
+    slot: int = Field(ge=0)
+    """Slot number."""
+    pod: str | None = None
+    """Name of the pod holding the slot, if any."""
+    member_id: str | None = None
+    """The coordinator's member id for this instance, if it has joined."""
+    rebalance_protocol: MemberProtocol | None = None
+    """Protocol the pod was configured with (eager, compatible or cooperative)."""
+
+
+class RolloutStatus(StatusModel):
+    """Progress of the current (or last) rollout, complete enough that a restarted operator
+    resumes exactly where it stopped: no member bounced twice, none skipped."""
+
+    phase: RolloutPhase = RolloutPhase.IDLE
+    """Idle, Bounce1, VerifyCompatible, Bounce2, StaticBounce, Paused or Completed."""
+    paused_phase: RolloutPhase | None = None
+    """While Paused: the phase the rollout paused in, and resumes in."""
+    from_protocol: MemberProtocol | None = None
+    """Protocol the fleet ran when the rollout started."""
+    to_protocol: RebalanceProtocol | None = None
+    """Protocol the rollout ends at (spec.rebalance.protocol when it started)."""
+    target_protocol: MemberProtocol | None = None
+    """Protocol members are restarted with in the current bounce."""
+    bounces: list[MemberProtocol] = Field(default_factory=list)
+    """The planned bounces, one protocol each, in order: [compatible, cooperative] for an
+    upgrade, [compatible, eager] for a downgrade, one entry for a static bounce."""
+    bounce_index: int = Field(default=0, ge=0)
+    """Index into bounces of the current bounce."""
+    template_hash: str | None = None
+    """Hash of the pod template (and injected settings) the rollout recreates members with."""
+    spec_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation of the spec the rollout was planned from."""
+    bounced_slots: list[int] = Field(
+        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
+    )
+    """Slots recreated in the current bounce, in order; may include currentSlot while it
+    is in flight. A slot is never listed twice."""
+    pending_slots: list[int] = Field(default_factory=list)
+    """Slots still to restart in the current bounce, in order (the leader last)."""
+    current_slot: int | None = Field(default=None, ge=0)
+    """Slot being restarted now."""
+    current_pod: str | None = None
+    """Name of the pod being replaced in currentSlot."""
+    current_pod_uid: str | None = None
+    """UID of the pod being replaced: a pod in currentSlot with another UID is its
+    replacement, so a restarted operator neither deletes it again nor waits for nothing."""
+    current_member_id: str | None = None
+    """Member id of the replaced incarnation: while the coordinator still lists it, the new
+    pod has not rejoined."""
+    current_slot_bounced_at: AwareDatetime | None = None
+    """When the restart of currentSlot began."""
+    waiting_since: AwareDatetime | None = None
+    """When the rollout last made progress (memberReadyTimeoutSeconds counts from here)."""
+    started_at: AwareDatetime | None = None
+    """When the rollout started."""
+    completed_at: AwareDatetime | None = None
+    """When the rollout completed."""
+    message: str | None = None
+    """What the rollout is doing or waiting for, or why it paused."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def progress(self) -> str | None:
+        """Restarted/total members of the current bounce, e.g. 2/5 (for kubectl get)."""
+        # Counted as sets so it reads right whether or not bouncedSlots includes the
+        # slot in flight.
+        in_flight = {self.current_slot} if self.current_slot is not None else set()
+        everyone = set(self.bounced_slots) | set(self.pending_slots) | in_flight
+        if not everyone:
+            return None
+        return f"{len(set(self.bounced_slots) - in_flight)}/{len(everyone)}"
+
+    @property
+    def active(self) -> bool:
+        """A rollout is under way (not Idle, Completed or Paused)."""
+        return self.phase in ACTIVE_ROLLOUT_PHASES
+
+
+class Condition(StatusModel):
+    """A metav1.Condition: Ready, Progressing or Degraded."""
+
+    # A string, not ConditionType: an operator that was rolled back must still parse
+    # conditions a newer one wrote.
+    type: str = Field(min_length=1, max_length=316)
+    """Ready, Progressing or Degraded."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    reason: str | None = Field(default=None, max_length=1024, pattern=CONDITION_REASON_PATTERN)
+    """Machine-readable CamelCase reason."""
+    message: str | None = Field(default=None, max_length=32768)
+    """Human-readable details."""
+    last_transition_time: AwareDatetime | None = None
+    """When status last changed."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation the condition was computed from."""
+
+
+class ConsumerGroupStatus(StatusModel):
+    """What the operator observed: the group in the coordinator, its members, the rollout."""
+
+    observed_generation: int | None = None
+    """metadata.generation of the spec last acted on."""
+    group_state: GroupState | None = None
+    """Empty, PreparingRebalance, CompletingRebalance, Stable, Dead, or Unknown."""
+    generation: int | None = None
+    """The group's generation id in the coordinator."""
+    selected_protocol: str | None = None
+    """Assignor (protocol name) the coordinator selected, e.g. range or cooperative-sticky."""
+    effective_rebalance_protocol: MemberProtocol | None = None
+    """Protocol the fleet runs now: eager, compatible (mid-upgrade) or cooperative."""
+    members: int | None = Field(default=None, ge=0)
+    """Members in the group."""
+    member_instances: list[MemberInstance] = Field(default_factory=list)
+    """Per slot: instance id, pod and member id."""
+    rollout: RolloutStatus = Field(default_factory=RolloutStatus)
+    """Progress of the current or last rollout."""
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    """Ready, Progressing and Degraded."""
+
+    def condition(self, condition_type: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == condition_type), None)
+
+    def set_condition(
+        self,
+        condition_type: str,
+        status: ConditionStatus,
+        reason: str,
+        message: str = "",
+        *,
+        observed_generation: int | None = None,
+        now: datetime | None = None,
+    ) -> bool:
+        """Add or update a condition; True when anything changed. lastTransitionTime moves
+        only when the status flips (Kubernetes' convention), so it says how long a condition
+        has held, not when the operator last looked."""
+        when = (now or datetime.now(UTC)).replace(microsecond=0)
+        new = Condition(
+            type=condition_type,
+            status=status,
+            reason=reason,
+            message=message,
+            observed_generation=observed_generation,
+            last_transition_time=when,
+        )
+        for index, old in enumerate(self.conditions):
+            if old.type != condition_type:
+                continue
+            if old.status == status:
+                new.last_transition_time = old.last_transition_time or when
+            if new == old:
+                return False
+            self.conditions[index] = new
+            return True
+        self.conditions.append(new)
+        return True
+
+    def to_patch(self) -> dict[str, Any]:
+        """A JSON merge patch body for the status subresource: like `to_wire`, but fields now
+        unset are sent as null so the patch removes them (a merge patch keeps absent fields).
+        Inside lists nothing is null: a merge patch replaces lists whole."""
+        patch = self.model_dump(mode="json", by_alias=True)
+        stripped = _drop_nulls_in_lists(patch)
+        assert isinstance(stripped, dict)
+        return stripped
+
+
+def _drop_nulls_in_lists(value: Any, in_list: bool = False) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: _drop_nulls_in_lists(item, in_list)
+            for key, item in value.items()
+            if not (in_list and item is None)
+        }
+    if isinstance(value, list):
+        return [_drop_nulls_in_lists(item, True) for item in value]
+    return value
+
+
+# --------------------------------------------------------------------------- whole object
+
+
+class ConsumerGroup(BaseModel):
+    """A whole ConsumerGroup object as read from a manifest or the API server."""
+
+    model_config = ConfigDict(**_COMMON_CONFIG, extra="ignore")
+
+    api_version: Literal["staticfleet.dev/v1alpha1"] = "staticfleet.dev/v1alpha1"
+    kind: Literal["ConsumerGroup"] = "ConsumerGroup"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: ConsumerGroupSpec
+    status: ConsumerGroupStatus | None = None
