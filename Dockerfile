@@ -1,0 +1,53 @@
+# syntax=docker/dockerfile:1
+# The staticfleet image: the operator (with its embedded coordinator) and the members.
+#
+#   docker build -t staticfleet:0.1.0 .
+#   docker run --rm staticfleet:0.1.0 --help
+#   operator:  staticfleet operator run ...   (the default command; see charts/staticfleet)
+#   member:    staticfleet member run ...      (args: ["member", "run", ...] in a pod spec)
+#
+# Only PyPI is reached at build time; the distribution itself comes from the build context.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# --- build: wheels for staticfleet[operator] and all its dependencies ---------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+# What setuptools needs to build the distribution (pyproject's packages.find: ".", "operator").
+COPY pyproject.toml README.md ./
+COPY coordinator ./coordinator
+COPY staticfleet ./staticfleet
+COPY operator ./operator
+RUN pip wheel --wheel-dir /wheels '.[operator]'
+
+# --- runtime --------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# A fixed non-root uid/gid (10001), matching the chart's securityContext (runAsUser/fsGroup).
+RUN groupadd --system --gid 10001 staticfleet \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /home/staticfleet --create-home \
+      --shell /usr/sbin/nologin staticfleet
+
+# Install from the wheels only (no index), so the runtime stage needs no network at all.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links /wheels 'staticfleet[operator]' \
+ && staticfleet --help >/dev/null
+
+# /data: the coordinator's SQLite store (a PVC or an emptyDir in the chart);
+# /certs: the webhook's serving certificate (a Secret in the chart).
+RUN mkdir -p /data /certs && chown 10001:10001 /data
+
+USER 10001:10001
+WORKDIR /home/staticfleet
+# 9092: coordinator HTTP (/metrics, /healthz, /readyz); 9443: admission webhook (TLS);
+# 8080: Kopf liveness (/healthz).
+EXPOSE 9092 9443 8080
+
+ENTRYPOINT ["staticfleet"]
+CMD ["operator", "run"]

@@ -1,0 +1,135 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "staticfleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-staticfleet, or the release name alone if it already contains the
+chart name. Kept at 50 characters so suffixes like "-coordinator" still fit in 63.
+*/}}
+{{- define "staticfleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "staticfleet.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "staticfleet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "staticfleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "staticfleet.labels" -}}
+helm.sh/chart: {{ include "staticfleet.chart" . }}
+{{ include "staticfleet.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: staticfleet
+{{- end }}
+
+{{- define "staticfleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "staticfleet.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "staticfleet.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "staticfleet.coordinatorService" -}}
+{{- printf "%s-coordinator" (include "staticfleet.fullname" .) }}
+{{- end }}
+
+{{- define "staticfleet.coordinatorUrl" -}}
+{{- if .Values.coordinator.advertisedUrl }}
+{{- .Values.coordinator.advertisedUrl }}
+{{- else }}
+{{- printf "http://%s.%s.svc:%d" (include "staticfleet.coordinatorService" .) .Release.Namespace (int .Values.coordinator.port) }}
+{{- end }}
+{{- end }}
+
+{{- define "staticfleet.webhookService" -}}
+{{- printf "%s-webhook" (include "staticfleet.fullname" .) }}
+{{- end }}
+
+{{- define "staticfleet.webhookSecret" -}}
+{{- printf "%s-webhook-tls" (include "staticfleet.fullname" .) }}
+{{- end }}
+
+{{- define "staticfleet.webhookCertificate" -}}
+{{- printf "%s-webhook" (include "staticfleet.fullname" .) }}
+{{- end }}
+
+{{- define "staticfleet.adminSecretName" -}}
+{{- default (printf "%s-admin-token" (include "staticfleet.fullname" .)) .Values.auth.adminToken.existingSecret }}
+{{- end }}
+
+{{- define "staticfleet.memberTokenSecretName" -}}
+{{- default (printf "%s-member-tokens" (include "staticfleet.fullname" .)) .Values.auth.memberTokenSecretName }}
+{{- end }}
+
+{{- define "staticfleet.peeringName" -}}
+{{- default (include "staticfleet.clusterScopedName" .) .Values.peering.name }}
+{{- end }}
+
+{{- define "staticfleet.dataClaimName" -}}
+{{- default (printf "%s-data" (include "staticfleet.fullname" .)) .Values.store.persistence.existingClaim }}
+{{- end }}
+
+{{/* True ("true") when the operator watches every namespace. */}}
+{{- define "staticfleet.clusterWide" -}}
+{{- if empty .Values.watchNamespaces }}true{{ end }}
+{{- end }}
+
+{{/*
+RBAC rules the operator needs inside every namespace it watches (a Role there, or the
+ClusterRole when it watches all namespaces). Nothing here is a wildcard.
+*/}}
+{{- define "staticfleet.namespacedRules" -}}
+# The ConsumerGroup resource: watch, patch (Kopf's progress annotations), status, and
+# finalizers (ownerReferences with blockOwnerDeletion on the managed pods).
+- apiGroups: ["staticfleet.dev"]
+  resources: ["consumergroups"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["staticfleet.dev"]
+  resources: ["consumergroups/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["staticfleet.dev"]
+  resources: ["consumergroups/finalizers"]
+  verbs: ["update"]
+# Member pods: managed pods are created and deleted by the operator, adopted pods are
+# watched and annotated with their slot.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
+# Events on ConsumerGroups (Kopf posts core/v1 events).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+# The per-group member token Secret the operator creates next to each group.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "patch"]
+{{- end }}
+
+{{/*
+Name for cluster-scoped objects (ClusterRole, webhook configuration, ClusterKopfPeering):
+the release's namespace is part of it, so one release name in two namespaces never clashes.
+*/}}
+{{- define "staticfleet.clusterScopedName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "staticfleet.fullname" .) | trunc 253 | trimSuffix "-" }}
+{{- end }}

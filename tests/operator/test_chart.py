@@ -1,0 +1,299 @@
+"""The Helm chart (charts/staticfleet): lint, render, schema, CRD copies, examples.
+
+The rendering tests need helm, which `make helm` builds once from its Go module into
+build/bin/helm (a few minutes the first time, reused afterwards); they are marked slow.
+The CRD-copy and example checks need no helm and run with the fast tests.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "staticfleet"
+FULL_VALUES = CHART / "ci" / "full-values.yaml"
+CHECK = ROOT / "scripts" / "check_manifests.py"
+NAMESPACE = "staticfleet-system"
+# CRDs the chart owns itself (Kopf's peering resources); every other file in the chart's
+# crds/ must be a copy of crds/ (`make chart-crds`).
+CHART_ONLY_CRDS = {"kopf-peerings.yaml"}
+
+slow = pytest.mark.slow
+# The first `make helm` builds helm from source: allow it more than the default timeout.
+builds_helm = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "helm"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"make helm failed:\n{proc.stdout}\n{proc.stderr}"
+    binary = ROOT / "build" / "bin" / "helm"
+    assert binary.is_file()
+    return binary
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def render(helm: Path, *extra: str, release: str = "sf") -> str:
+    proc = run_helm(
+        helm, "template", release, str(CHART), "--namespace", NAMESPACE, "--include-crds", *extra
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def check_manifests(text: str, profile: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CHECK), "--profile", profile],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def deployment_args(docs: list[dict[str, Any]]) -> list[str]:
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    args: list[str] = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+# --- helm lint and render ----------------------------------------------------------------
+
+
+@slow
+@builds_helm
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_helm_lint_passes(helm: Path, values: Path | None) -> None:
+    extra = ["-f", str(values)] if values else []
+    proc = run_helm(helm, "lint", "--strict", str(CHART), *extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@slow
+@builds_helm
+def test_default_values_render_expected_kinds(helm: Path) -> None:
+    text = render(helm)
+    docs = documents(text)
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        [
+            "ClusterKopfPeering",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",  # clusterkopfpeerings.kopf.dev
+            "CustomResourceDefinition",  # kopfpeerings.kopf.dev
+            "CustomResourceDefinition",  # consumergroups.staticfleet.dev
+            "Deployment",
+            "MutatingWebhookConfiguration",
+            "Secret",  # admin token
+            "Secret",  # webhook serving certificate
+            "Service",  # coordinator
+            "Service",  # webhook
+            "ServiceAccount",
+        ]
+    )
+    crds = {d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"}
+    assert "consumergroups.staticfleet.dev" in crds
+    proc = check_manifests(text, "default")
+    assert proc.returncode == 0, proc.stderr
+
+
+@slow
+@builds_helm
+def test_default_deployment_follows_the_operator_contract(helm: Path) -> None:
+    docs = documents(render(helm))
+    assert deployment_args(docs) == [
+        "operator",
+        "run",
+        "--store=sqlite:///data/coordinator.db",
+        "--coordinator-host=0.0.0.0",
+        "--coordinator-port=9092",
+        "--coordinator-url=http://sf-staticfleet-coordinator.staticfleet-system.svc:9092",
+        "--webhook-port=9443",
+        "--webhook-cert=/certs/tls.crt",
+        "--webhook-key=/certs/tls.key",
+        "--peering=staticfleet-system-sf-staticfleet",
+        "--health-port=8080",
+    ]
+    services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
+    assert "sf-staticfleet-coordinator" in services
+    (mwc,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (webhook,) = mwc["webhooks"]
+    assert webhook["clientConfig"]["service"]["path"] == "/staticfleet-mutate-pod"
+    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["timeoutSeconds"] == 5
+    assert webhook["objectSelector"] == {
+        "matchExpressions": [{"key": "staticfleet.dev/group", "operator": "Exists"}]
+    }
+    assert {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": ["kube-system", NAMESPACE],
+    } in webhook["namespaceSelector"]["matchExpressions"]
+
+
+@slow
+@builds_helm
+def test_full_values_render_namespaced_persistent_cert_manager(helm: Path) -> None:
+    text = render(helm, "-f", str(FULL_VALUES))
+    proc = check_manifests(text, "full")
+    assert proc.returncode == 0, proc.stderr
+    docs = documents(text)
+    args = deployment_args(docs)
+    assert [a for a in args if a.startswith("--namespace=")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+    roles = {(d["kind"], d["metadata"].get("namespace")) for d in docs if "Role" in d["kind"]}
+    assert ("Role", "team-a") in roles and ("RoleBinding", "team-b") in roles
+    (cluster_role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert "pods" not in cluster_resources and "secrets" not in cluster_resources
+
+
+@slow
+@builds_helm
+def test_default_render_is_not_accepted_as_the_full_profile(helm: Path) -> None:
+    # The check script really looks at what it is given.
+    proc = check_manifests(render(helm), "full")
+    assert proc.returncode == 1
+    assert "profile: expected persistence=True" in proc.stderr
+
+
+@slow
+@builds_helm
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("replicaCount=two", "replicaCount"),
+        ("webhook.failurePolicy=Sometimes", "failurePolicy"),
+        ("store.persistence.enabled=maybe", "enabled"),
+        ("podLabels.staticfleet\\.dev/group=x", "podLabels"),
+        ("no.such.key=1", "additional properties"),
+        # Without an objectSelector every pod would depend on the webhook.
+        ("webhook.objectSelector=null", "objectSelector"),
+    ],
+)
+def test_values_schema_rejects_bad_values(helm: Path, setting: str, complaint: str) -> None:
+    proc = run_helm(helm, "template", "sf", str(CHART), "--set", setting)
+    assert proc.returncode != 0, f"{setting} was accepted"
+    assert complaint in proc.stderr
+
+
+@slow
+@builds_helm
+def test_release_namespace_among_watched_needs_the_exclusion_off(helm: Path) -> None:
+    proc = run_helm(
+        helm, "template", "sf", str(CHART), "-n", "apps", "--set", "watchNamespaces={apps}"
+    )
+    assert proc.returncode != 0 and "excludeOwnNamespace" in proc.stderr
+    text = render(
+        helm,
+        "--set",
+        "watchNamespaces={" + NAMESPACE + "}",
+        "--set",
+        "webhook.excludeOwnNamespace=false",
+    )
+    assert check_manifests(text, "none").returncode == 0
+
+
+@slow
+@builds_helm
+def test_existing_secret_issuer_and_extra_args(helm: Path) -> None:
+    text = render(
+        helm,
+        "--set",
+        "auth.adminToken.existingSecret=my-admin",
+        "--set",
+        "webhook.certManager.enabled=true",
+        "--set",
+        "webhook.certManager.issuerRef.name=corp-ca",
+        "--set",
+        "webhook.certManager.issuerRef.kind=ClusterIssuer",
+        "--set",
+        "extraArgs={--verbose}",
+    )
+    assert check_manifests(text, "none").returncode == 0
+    docs = documents(text)
+    assert deployment_args(docs)[-1] == "--verbose"
+    assert not [d for d in docs if d["kind"] == "Secret"]  # both come from elsewhere
+    assert not [d for d in docs if d["kind"] == "Issuer"]
+    (cert,) = [d for d in docs if d["kind"] == "Certificate"]
+    assert cert["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
+
+
+# --- no helm needed ------------------------------------------------------------------------
+
+
+def test_chart_crds_are_copies_of_crds() -> None:
+    source = {p.name for p in (ROOT / "crds").glob("*.yaml")}
+    chart = {p.name for p in (CHART / "crds").glob("*.yaml")}
+    assert source, "crds/ is empty: run `make crds`"
+    assert chart - CHART_ONLY_CRDS == source, "run `make chart-crds`"
+    stale = [n for n in sorted(source) if not filecmp.cmp(ROOT / "crds" / n, CHART / "crds" / n)]
+    assert not stale, f"charts/staticfleet/crds/{stale} differ from crds/: run `make chart-crds`"
+
+
+def test_kopf_peering_crds_in_the_chart() -> None:
+    docs = documents((CHART / "crds" / "kopf-peerings.yaml").read_text())
+    by_name = {d["metadata"]["name"]: d["spec"] for d in docs}
+    assert by_name["clusterkopfpeerings.kopf.dev"]["scope"] == "Cluster"
+    assert by_name["kopfpeerings.kopf.dev"]["scope"] == "Namespaced"
+    for spec in by_name.values():
+        assert spec["group"] == "kopf.dev"
+        assert [v["name"] for v in spec["versions"]] == ["v1"]
+
+
+@pytest.mark.parametrize(
+    "example", ["examples/managed-group.yaml", "examples/spark/consumergroup.yaml"]
+)
+def test_examples_are_valid_consumer_groups(example: str) -> None:
+    (crd,) = documents((CHART / "crds" / "consumergroups.staticfleet.dev.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    (doc,) = documents((ROOT / example).read_text())
+    assert doc["apiVersion"] == f"{crd['spec']['group']}/{version['name']}"
+    assert doc["kind"] == crd["spec"]["names"]["kind"]
+    jsonschema.Draft7Validator(schema).validate(doc)
+    # The CEL rules, as the operator applies them (staticfleet_operator.crd.validate_spec).
+    crd_models = importlib.import_module("staticfleet_operator.crd")
+    assert crd_models.validate_spec(doc["spec"]) == []
+
+
+def test_spark_example_selects_its_own_label() -> None:
+    (group,) = documents((ROOT / "examples" / "spark" / "consumergroup.yaml").read_text())
+    template = yaml.safe_load(
+        (ROOT / "examples" / "spark" / "executor-pod-template.yaml").read_text()
+    )
+    labels = group["spec"]["selector"]["matchLabels"]
+    assert labels["staticfleet.dev/group"] == group["metadata"]["name"]
+    assert template["metadata"]["labels"]["staticfleet.dev/group"] == group["metadata"]["name"]
+    readme = (ROOT / "examples" / "spark" / "README.md").read_text()
+    assert (
+        f"spark.kubernetes.executor.label.staticfleet.dev/group={group['metadata']['name']}"
+        in readme
+    )
