@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -277,58 +277,6 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
             except ValueError:
                 continue
     return events
-
-
-def ownership_intervals(
-    events: Iterable[Mapping[str, Any]],
-) -> Iterator[tuple[TopicPartition, str, int, int | None]]:
-    """(partition, owner, from ms, until ms or None if still owned) from one member's log.
-
-    An assignment starts ownership; revoke, lost, fatal and stopped end it.
-    """
-    open_since: dict[TopicPartition, int] = {}
-    owner = ""
-    for event in events:
-        owner = str(event.get("instance_id") or event.get("member_id") or owner)
-        kind = event.get("event")
-        ts = int(event["ts_ms"])
-        if kind == ASSIGNED:
-            for topic, partition in event.get("partitions", []):
-                open_since.setdefault(TopicPartition(topic, partition), ts)
-        elif kind in (REVOKED, LOST):
-            for topic, partition in event.get("partitions", []):
-                tp = TopicPartition(topic, partition)
-                if tp in open_since:
-                    yield tp, owner, open_since.pop(tp), ts
-        elif kind in (FATAL, STOPPED):
-            for tp, since in open_since.items():
-                yield tp, owner, since, ts
-            open_since.clear()
-    for tp, since in open_since.items():
-        yield tp, owner, since, None
-
-
-def overlapping_ownership(
-    logs: Iterable[Iterable[Mapping[str, Any]]],
-) -> list[tuple[TopicPartition, str, str]]:
-    """Pairs of members whose ownership of one partition overlapped in time.
-
-    Touching intervals (one member's revoke and the other's assign in the same ms) do not
-    count: the revoke line is written after the commit, the assign line before reading.
-    """
-    by_partition: dict[TopicPartition, list[tuple[int, int | None, str]]] = {}
-    for events in logs:
-        for tp, owner, start, end in ownership_intervals(events):
-            by_partition.setdefault(tp, []).append((start, end, owner))
-    problems = []
-    for tp, intervals in by_partition.items():
-        intervals.sort(key=lambda interval: interval[0])
-        # Sorted by start, so only later intervals can begin inside this one.
-        for index, (_start, end, owner) in enumerate(intervals):
-            for other_start, _other_end, other in intervals[index + 1 :]:
-                if other != owner and (end is None or other_start < end):
-                    problems.append((tp, owner, other))
-    return problems
 
 
 # --------------------------------------------------------------------------- the member

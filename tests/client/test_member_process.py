@@ -13,13 +13,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.protocol import TopicPartition
-from staticfleet.commands.member_cmd import (
-    EXIT_FENCED,
-    EXIT_OK,
-    overlapping_ownership,
-    ownership_intervals,
-    read_events,
-)
+from staticfleet.commands.member_cmd import EXIT_FENCED, EXIT_OK, read_events
+from staticfleet.demo.ownership import MemberLog, all_holdings, holdings, ownership_overlaps
 
 pytestmark = pytest.mark.slow
 
@@ -106,13 +101,23 @@ class Fleet:
     def events(self) -> list[list[dict[str, object]]]:
         return [read_events(log) if log.exists() else [] for log in self.logs]
 
+    def member_logs(self) -> list[MemberLog]:
+        return [
+            MemberLog(owner=log.stem, process=log.stem, rows=events)
+            for log, events in zip(self.logs, self.events(), strict=True)
+        ]
+
     def owned_now(self) -> dict[str, set[TopicPartition]]:
         owned: dict[str, set[TopicPartition]] = {}
-        for events in self.events():
-            for tp, owner, _start, end in ownership_intervals(events):
-                if end is None:
-                    owned.setdefault(owner, set()).add(tp)
+        for log in self.member_logs():
+            for holding in holdings(log):
+                if holding.end_ms is None:
+                    owned.setdefault(holding.owner, set()).add(TopicPartition(*holding.partition))
         return owned
+
+    def overlaps(self) -> list[object]:
+        now_ms = int(time.time() * 1000)
+        return list(ownership_overlaps(all_holdings(self.member_logs()), now_ms))
 
     def stop(self, name: str) -> int:
         process = self.processes[name]
@@ -149,13 +154,13 @@ def test_member_processes_share_the_partitions_without_overlap(coordinator_url, 
         fleet.start("c", "s-2")  # cooperative scale-up: moves in two rebalances
         wait_for(lambda: complete_and_disjoint(fleet, 3))
         time.sleep(1.0)  # a few periodic commits
-        assert overlapping_ownership(fleet.events()) == []
+        assert fleet.overlaps() == []
         assert sorted(len(p) for p in fleet.owned_now().values()) == [4, 4, 4]
 
         for name in ("a", "b", "c"):
             assert fleet.stop(name) == EXIT_OK, (tmp_path / f"{name}.err").read_text()
+        assert fleet.overlaps() == []
         logs = fleet.events()
-        assert overlapping_ownership(logs) == []
         for events in logs:
             kinds = [event["event"] for event in events]
             assert kinds[0] == "started" and kinds[-1] == "stopped"

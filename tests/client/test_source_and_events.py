@@ -1,9 +1,8 @@
-"""The synthetic source and the event-log ownership checker."""
+"""The synthetic source (ownership analysis of event logs: tests/demo/test_ownership.py)."""
 
 from __future__ import annotations
 
 from coordinator.protocol import TopicPartition
-from staticfleet.commands.member_cmd import overlapping_ownership, ownership_intervals
 from staticfleet.source import SyntheticSource
 
 TP = TopicPartition("t", 0)
@@ -37,28 +36,3 @@ def test_records_are_deterministic_and_the_log_grows_with_time():
     tail = source.read(TP, source.end_offset(TP) - 3)
     assert [r.offset for r in tail] == [source.end_offset(TP) - 3 + i for i in range(3)]
     assert source.read(TP, source.end_offset(TP)) == []
-
-
-def event(ts, kind, instance, partitions=()):
-    return {
-        "ts_ms": ts,
-        "event": kind,
-        "instance_id": instance,
-        "member_id": f"{instance}-id",
-        "partitions": [list(tp) for tp in partitions],
-    }
-
-
-def test_ownership_intervals_and_overlaps():
-    a = [
-        event(1, "started", "a"),
-        event(10, "assigned", "a", [TP]),
-        event(20, "revoked", "a", [TP]),
-        event(30, "stopped", "a"),
-    ]
-    b_clean = [event(20, "assigned", "b", [TP]), event(40, "stopped", "b")]
-    b_overlap = [event(15, "assigned", "b", [TP])]
-    assert list(ownership_intervals(a)) == [(TP, "a", 10, 20)]
-    assert list(ownership_intervals(b_overlap)) == [(TP, "b", 15, None)]
-    assert overlapping_ownership([a, b_clean]) == []
-    assert overlapping_ownership([a, b_overlap]) == [(TP, "a", "b")]
