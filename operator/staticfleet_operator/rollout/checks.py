@@ -1,0 +1,171 @@
+"""The checks that gate each step of a rollout. Each returns why not yet, or None.
+
+They read only the observation: the pods (what each was created with, whether it is
+ready) and the coordinator's view (who is in the group, what each member offered).
+"""
+
+from __future__ import annotations
+
+from coordinator import GroupState
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.rollout.observation import (
+    CoordinatorView,
+    GroupMemberView,
+    MemberPod,
+    Observation,
+)
+from staticfleet_operator.rollout.state import RolloutState
+
+
+def member_back(observation: Observation, state: RolloutState) -> str | None:
+    """Why the member bounced last is not back yet; None once it is.
+
+    Back means: its new pod is ready, the coordinator lists its instance id under a new
+    member id (the static replacement happened) offering exactly the protocols of its new
+    setting, and the group is Stable with the expected number of members.
+    """
+    slot, protocol = state.current_slot, state.bounce_protocol
+    if slot is None or protocol is None:
+        return None
+    pod = observation.live_pod(slot)
+    if pod is None:
+        old = observation.pod_in_slot(slot)
+        if old is not None:
+            return f"the replaced pod {old.pod_name} is still terminating"
+        return f"slot {slot} has no pod yet"
+    if not pod.ready:
+        return f"pod {pod.pod_name} is not ready"
+    view = observation.coordinator
+    if view is None:
+        return "the coordinator's view of the group is unavailable"
+    member = view.member(pod.instance_id)
+    if member is None:
+        return f"{pod.instance_id} is not in the group's member list"
+    if state.current_member_id is not None and member.member_id == state.current_member_id:
+        return (
+            f"{pod.instance_id} has not rejoined: the coordinator still lists the replaced "
+            f"member id {member.member_id}"
+        )
+    expected = observation.assignors.offered_by(protocol)
+    if member.supported_protocols != expected:
+        return (
+            f"{pod.instance_id} rejoined offering {_names(member.supported_protocols)}, "
+            f"but a {protocol.value} member offers {_names(expected)}"
+        )
+    return group_settled(observation)
+
+
+def group_settled(observation: Observation) -> str | None:
+    """Why the group is not Stable with the expected member count; None if it is."""
+    view = observation.coordinator
+    if view is None:
+        return "the coordinator's view of the group is unavailable"
+    if view.group_state is not GroupState.STABLE:
+        return f"the group is {view.group_state.value}, not Stable"
+    if len(view.members) != observation.expected_members:
+        return f"the group has {len(view.members)} members, {observation.expected_members} expected"
+    return None
+
+
+def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) -> str | None:
+    """Why no member may be bounced to `protocol` now; None when one may.
+
+    The whole fleet must be healthy, each member must be seen offering what its pod was
+    created with (so the coordinator's view is current, not a pre-restart leftover), and
+    every member must share an assignor with a `protocol` member. For `cooperative` that is
+    KIP-429's condition for the second bounce: every member offers the cooperative assignor.
+    """
+    live = observation.live_pods
+    if len(live) != observation.expected_members:
+        return f"{len(live)} member pods are live, {observation.expected_members} expected"
+    not_ready = [pod.pod_name for pod in live if not pod.ready]
+    if not_ready:
+        return f"pods not ready: {', '.join(not_ready)}"
+    unsettled = group_settled(observation)
+    if unsettled is not None:
+        return unsettled
+    view = observation.coordinator
+    assert view is not None  # group_settled returned None
+    mismatch = _membership_mismatch(live, view)
+    if mismatch is not None:
+        return mismatch
+    for pod in live:
+        lag = _offer_lag(observation, pod, view.member(pod.instance_id))
+        if lag is not None:
+            return lag
+    needed = observation.assignors.offered_by(protocol)
+    lacking = sorted(str(m.instance_id) for m in view.members if not m.supported_protocols & needed)
+    if lacking:
+        verb = "does" if len(lacking) == 1 else "do"
+        return (
+            f"{', '.join(lacking)} {verb} not offer {_names(needed)}, "
+            f"which a {protocol.value} member offers"
+        )
+    return None
+
+
+def stuck_member(
+    observation: Observation,
+    protocol: RebalanceProtocolSetting,
+    remaining: list[MemberPod],
+) -> MemberPod | None:
+    """The one member that is down and still needs this bounce, if everyone else is fine.
+
+    Down means its pod is not ready. Waiting for such a member could never end (say, the
+    broken pod of a template change that was then reverted), and replacing it takes
+    nothing from a member that serves. Only a template repair qualifies: its pod already
+    runs `protocol`, so no protocol step skips the verification of rule 2. Everything
+    else must hold as before a normal bounce: the group Stable, no strangers in it, every
+    other member serving with its pod's settings, every listed member sharing an assignor
+    with `protocol`.
+    """
+    view = observation.coordinator
+    live = observation.live_pods
+    if view is None or view.group_state is not GroupState.STABLE:
+        return None
+    if len(live) != observation.expected_members:
+        return None
+    down = [pod for pod in live if not _serving(observation, pod, view)]
+    if len(down) != 1 or down[0] not in remaining or down[0].ready:
+        return None
+    if down[0].protocol is not protocol:
+        return None
+    if not view.instance_ids <= {pod.instance_id for pod in live}:
+        return None
+    needed = observation.assignors.offered_by(protocol)
+    if any(not member.supported_protocols & needed for member in view.members):
+        return None
+    return down[0]
+
+
+def _serving(observation: Observation, pod: MemberPod, view: CoordinatorView) -> bool:
+    member = view.member(pod.instance_id)
+    return pod.ready and member is not None and _offer_lag(observation, pod, member) is None
+
+
+def _membership_mismatch(live: tuple[MemberPod, ...], view: CoordinatorView) -> str | None:
+    pod_ids = {pod.instance_id for pod in live}
+    absent = sorted(pod_ids - view.instance_ids)
+    if absent:
+        return f"not in the group's member list: {', '.join(absent)}"
+    strangers = sorted(str(i) for i in view.instance_ids - pod_ids)
+    if strangers:
+        # A dynamic member (None) or a leftover static one: the rollout cannot vouch for it.
+        return f"the group lists members with no pod in the fleet: {', '.join(strangers)}"
+    return None
+
+
+def _offer_lag(
+    observation: Observation, pod: MemberPod, member: GroupMemberView | None
+) -> str | None:
+    expected = observation.assignors.offered_by(pod.protocol)
+    if member is None or member.supported_protocols == expected:
+        return None
+    return (
+        f"{pod.instance_id} offers {_names(member.supported_protocols)} but its pod was "
+        f"created {pod.protocol.value} ({_names(expected)}): it has not rejoined since"
+    )
+
+
+def _names(names: frozenset[str]) -> str:
+    return "[" + ", ".join(sorted(names)) + "]"
