@@ -29,6 +29,11 @@ class RunningServer:
         await self.runner.cleanup()
 
 
+# A fleet restarting at once opens one long-poll connection per member: aiohttp's default
+# listen backlog (128) overflows under a burst of 1,000 (measured by bench/http_bench.py).
+DEFAULT_BACKLOG = 1024
+
+
 async def start_server(
     app: web.Application,
     host: str = "127.0.0.1",
@@ -36,6 +41,7 @@ async def start_server(
     *,
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
     access_log: bool = False,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> RunningServer:
     """Start serving `app`; port 0 picks a free port (see `RunningServer.port`)."""
     runner = web.AppRunner(
@@ -45,7 +51,7 @@ async def start_server(
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, backlog=backlog)
         await site.start()
         bound_port = int(runner.addresses[0][1])
     except BaseException:
@@ -62,10 +68,16 @@ async def serving(
     *,
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
     access_log: bool = False,
+    backlog: int = DEFAULT_BACKLOG,
 ) -> AsyncIterator[RunningServer]:
     """`start_server` as an async context manager that stops the server on exit."""
     server = await start_server(
-        app, host, port, shutdown_timeout=shutdown_timeout, access_log=access_log
+        app,
+        host,
+        port,
+        shutdown_timeout=shutdown_timeout,
+        access_log=access_log,
+        backlog=backlog,
     )
     try:
         yield server

@@ -94,6 +94,12 @@ def register(subparsers: Any) -> None:
         default=10.0,
         help="seconds to let open requests finish on shutdown (default: %(default)s)",
     )
+    serve.add_argument(
+        "--backlog",
+        type=int,
+        default=1024,
+        help="listen backlog: pending connections beyond it are dropped (default: %(default)s)",
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     serve.set_defaults(handler=serve_command)
@@ -205,6 +211,7 @@ async def _serve(args: argparse.Namespace) -> int:
             args.port,
             shutdown_timeout=args.shutdown_timeout,
             access_log=args.access_log,
+            backlog=args.backlog,
         )
     except Exception as error:
         log.error("cannot start: %s", error)

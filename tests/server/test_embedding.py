@@ -41,3 +41,24 @@ async def test_server_managed_coordinator_is_started_and_closed(tmp_path: Path) 
         async with http.get(server.url + "/healthz") as response:
             assert await response.json() == {"status": "ok"}
     assert not coordinator.is_ready
+
+
+async def test_listen_backlog_is_configurable() -> None:
+    """A whole fleet reconnecting at once needs more than aiohttp's default backlog (128)."""
+    import asyncio
+
+    from coordinator import GroupCoordinator
+    from coordinator.server import AuthConfig, create_app, start_server
+
+    app = create_app(GroupCoordinator(), AuthConfig(insecure=True))
+    server = await start_server(app, "127.0.0.1", 0, backlog=77)
+    try:
+        ss = await asyncio.create_subprocess_exec(
+            "ss", "-ltnH", f"sport = :{server.port}", stdout=asyncio.subprocess.PIPE
+        )
+        output, _ = await ss.communicate()
+        listing = output.decode().split()
+        # For a listening socket, ss shows the backlog as Send-Q (third column).
+        assert listing[0] == "LISTEN" and listing[2] == "77"
+    finally:
+        await server.stop()
