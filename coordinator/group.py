@@ -32,8 +32,12 @@ class ClassicMember:
     join_future: asyncio.Future[JoinGroupResponse] | None = None
     sync_future: asyncio.Future[SyncGroupResponse] | None = None
     session_timer: TimerHandle | None = None
-    # Bumped at every heartbeat-like contact, so a timer that fires late knows it is stale.
+    # The session timer is re-armed lazily: a heartbeat only records `last_heard_ms`; when
+    # the timer fires early it re-arms for the rest (cancel + re-arm per heartbeat was the
+    # heartbeat's main cost). `session_epoch` tells a superseded timer it is stale.
     session_epoch: int = 0
+    last_heard_ms: int = 0
+    session_timer_due_ms: int = 0
 
     @property
     def is_static(self) -> bool:

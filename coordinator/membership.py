@@ -482,34 +482,52 @@ class MembershipProtocol(CoordinatorRuntime):
 
     def _touch(self, group: ClassicGroup, member: ClassicMember) -> None:
         """A sign of life: the session timeout starts again."""
-        self._schedule_session_timeout(group, member)
+        now = self.clock.now_ms()
+        member.last_heard_ms = now
+        deadline = now + member.session_timeout_ms
+        # Keep the armed timer unless it would fire after the new deadline (a shorter
+        # session timeout); firing early is fine: it re-arms for the rest.
+        if member.session_timer is None or member.session_timer_due_ms > deadline:
+            self._arm_session_timer(group, member, member.session_timeout_ms)
 
     def _schedule_session_timeout(self, group: ClassicGroup, member: ClassicMember) -> None:
+        """Start the session from now (a loaded member must heartbeat within a timeout)."""
+        member.last_heard_ms = self.clock.now_ms()
+        self._arm_session_timer(group, member, member.session_timeout_ms)
+
+    def _arm_session_timer(self, group: ClassicGroup, member: ClassicMember, delay_ms: int) -> None:
         member.cancel_session_timer()
         member.session_epoch += 1
         epoch = member.session_epoch
-        member_id = member.member_id
 
         async def expire() -> None:
             async with group.lock:
-                current = group.members.get(member_id)
-                if current is not member or member.session_epoch != epoch:
+                # member_id is read now: a static replacement re-keys the same object.
+                if group.members.get(member.member_id) is not member or (
+                    member.session_epoch != epoch
+                ):
                     return
+                member.session_timer = None
                 if member.is_awaiting_join or member.is_awaiting_sync:
                     # A parked request is a sign of life (Kafka's shouldKeepAlive).
-                    self._schedule_session_timeout(group, member)
+                    self._touch(group, member)
+                    return
+                remaining = member.last_heard_ms + member.session_timeout_ms - self.clock.now_ms()
+                if remaining > 0:
+                    self._arm_session_timer(group, member, remaining)
                     return
                 log.info(
                     "group %s: member %s (%s) session timed out",
                     group.group_id,
-                    member_id,
+                    member.member_id,
                     member.group_instance_id,
                 )
                 self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "session_timeout")
-                self._after_removal(group, f"member {member_id} session timed out")
+                self._after_removal(group, f"member {member.member_id} session timed out")
                 await self._flush(group)
 
-        member.session_timer = self.clock.call_later(member.session_timeout_ms, expire)
+        member.session_timer_due_ms = self.clock.now_ms() + delay_ms
+        member.session_timer = self.clock.call_later(delay_ms, expire)
 
     def _remove_member(
         self, group: ClassicGroup, member: ClassicMember, kind: JournalKind, reason: str

@@ -347,3 +347,24 @@ async def test_protocol_counts_follow_joins_replacements_and_leaves(harness: Har
     await harness.coordinator.leave_group(LeaveGroupRequest(GROUP, [MemberIdentity("", "i-0")]))
     assert group.protocol_counts == recount() == Counter({"range": 2})
     assert group.candidate_protocols() == {"range"}
+
+
+async def test_a_shorter_session_timeout_on_rejoin_applies_at_once(harness: Harness) -> None:
+    """Heartbeats re-arm the session timer lazily; a shorter timeout must still be exact."""
+    responses = await harness.form_group(["i-0", "i-1"], session_ms=30_000)
+    leader = next(r for r in responses if r.leader == r.member_id)
+    follower = next(r for r in responses if r is not leader)
+    leader_instance = leader.member_id[:3]
+    # The leader rejoins with a 10 s session: a rebalance in which both rejoin.
+    rejoin_leader = harness.join(join_request(leader.member_id, leader_instance, session_ms=10_000))
+    rejoin_follower = harness.join(
+        join_request(follower.member_id, follower.member_id[:3], session_ms=30_000)
+    )
+    await harness.complete_sync(await harness.finish_join([rejoin_leader, rejoin_follower]))
+    for _ in range(4):  # only the follower heartbeats
+        await harness.clock.advance(2_499)
+        assert await harness.heartbeat(follower.member_id, 2) == ErrorCode.NONE
+    assert await harness.state() == "Stable"  # 9,996 ms after the leader's last contact
+    await harness.clock.advance(4)
+    (described,) = await harness.coordinator.describe_groups([GROUP])
+    assert [m.member_id for m in described.members] == [follower.member_id]
