@@ -1,0 +1,139 @@
+"""The operator process: the embedded coordinator server and Kopf, on one event loop.
+
+    coordinator (store) ─ coordinator.server (aiohttp, members + admin API)
+            └────────── Operator (shared by the handlers through Kopf's memo)
+    Kopf: timers/finalizer on ConsumerGroups, mutating webhook on pods, peering, /healthz
+
+The coordinator is started before Kopf and closed after it, so no handler ever talks to a
+closed coordinator; members keep their sessions across a Kopf restart of the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
+from coordinator.server import AuthConfig, create_app, start_server
+from staticfleet_operator import handlers
+from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.reconcile import Operator
+
+log = logging.getLogger("staticfleet.operator")
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    namespaces: tuple[str, ...] = ()  # none: every namespace
+    store: str = "sqlite:///data/coordinator.db"
+    coordinator_host: str = "0.0.0.0"
+    coordinator_port: int = 9092
+    coordinator_url: str = "http://127.0.0.1:9092"  # what members are told
+    webhook_port: int | None = None  # none: no mutating webhook (managed groups only)
+    webhook_cert: Path | None = None
+    webhook_key: Path | None = None
+    webhook_host: str = "0.0.0.0"
+    peering: str | None = None  # none: standalone (one replica only!)
+    priority: int | None = None  # none: random, so two replicas never tie
+    health_port: int | None = None
+    interval: float = handlers.DEFAULT_INTERVAL_SECONDS
+    initial_rebalance_delay_ms: int = 3000
+
+
+def kopf_settings(options: OperatorOptions) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.posting.level = logging.WARNING  # our own Events say what happened; Kopf's: errors
+    if options.webhook_port is not None:
+        settings.admission.server = kopf.WebhookServer(
+            addr=options.webhook_host,
+            port=options.webhook_port,
+            certfile=str(options.webhook_cert) if options.webhook_cert else None,
+            pkeyfile=str(options.webhook_key) if options.webhook_key else None,
+            # Without a certificate (local runs) Kopf would generate a self-signed one; the
+            # chart always mounts one.
+        )
+        settings.admission.managed = None  # the Helm chart owns the webhook configuration
+    if options.peering:
+        settings.peering.name = options.peering
+        settings.peering.priority = (
+            options.priority if options.priority is not None else random.randint(1, 1_000_000)
+        )
+        settings.peering.mandatory = True
+    return settings
+
+
+async def run_operator(
+    options: OperatorOptions,
+    auth: AuthConfig,
+    *,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: asyncio.Event | None = None,
+    credentials: kopf.ConnectionInfo | None = None,
+    settings: kopf.OperatorSettings | None = None,
+) -> None:
+    """Run until `stop_flag` is set (or Kopf stops on a signal). `credentials` bypasses the
+    usual login (service account in a pod, else kubeconfig): tests point it at an emulator."""
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms),
+        SystemClock(),
+        open_store(options.store),
+    )
+    await coordinator.start()
+    server = await start_server(
+        create_app(coordinator, auth, manage_coordinator=False),
+        options.coordinator_host,
+        options.coordinator_port,
+    )
+    log.info(
+        "coordinator listening on %s; members are told %s", server.url, options.coordinator_url
+    )
+    operator = Operator(coordinator, KubeApi("http://not-logged-in"), options.coordinator_url)
+    registry = kopf.OperatorRegistry()
+    handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = credentials or _default_login(**kwargs)
+        if info is not None:
+            await operator.kube.close()
+            operator.kube = KubeApi.from_credentials(info)
+        return info
+
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=settings or kopf_settings(options),
+            standalone=options.peering is None,
+            peering_name=options.peering,
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
+            liveness_endpoint=(
+                f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
+            ),
+            memo=kopf.Memo(operator=operator),
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        await server.stop()
+        await coordinator.close()
+        await operator.kube.close()
+
+
+def _default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+def namespaces_of(values: Sequence[str] | None) -> tuple[str, ...]:
+    """`--namespace` values; each may also be a comma-separated list."""
+    found: list[str] = []
+    for value in values or ():
+        found.extend(part.strip() for part in value.split(",") if part.strip())
+    return tuple(dict.fromkeys(found))

@@ -1,0 +1,208 @@
+"""Member pods as data: what the operator stamps on a pod, and how it reads a pod back. Pure.
+
+A member pod carries its identity and the settings it was created with as labels and
+annotations (the orchestrator and the slot table are rebuilt from them after a restart),
+and the member environment (`coordinator.client.env` names) the member process reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from coordinator.client import env
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
+from staticfleet_operator.rollout import MemberPod
+
+GROUP_LABEL: Final = "staticfleet.dev/group"
+SLOT_LABEL: Final = "staticfleet.dev/slot"
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "staticfleet"
+
+SLOT_ANNOTATION: Final = "staticfleet.dev/slot"
+INSTANCE_ID_ANNOTATION: Final = "staticfleet.dev/instance-id"
+PROTOCOL_ANNOTATION: Final = "staticfleet.dev/protocol"
+TEMPLATE_HASH_ANNOTATION: Final = "staticfleet.dev/template-hash"
+# Stable for the pod's whole life and known at admission (unlike uid or a generated name).
+POD_KEY_ANNOTATION: Final = "staticfleet.dev/pod-key"
+
+# Env the operator owns; a template's own values for these names are replaced.
+MEMBER_ENV_NAMES: Final = frozenset(env.ALL)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSettings:
+    """What the operator knows beyond the spec when it configures a member."""
+
+    coordinator_url: str
+    group_name: str  # the ConsumerGroup's metadata.name (the group label's value)
+
+
+def template_hash(spec: ConsumerGroupSpec) -> str:
+    """Hash of everything a member pod is created from except its slot and protocol: the
+    template and the injected settings. A change means members must be recreated."""
+    material = {
+        "template": spec.template.model_dump(mode="json", by_alias=True) if spec.template else None,
+        "groupId": spec.group_id,
+        "topics": sorted(topic.name for topic in spec.topics),
+        "assignors": [spec.rebalance.eager_assignor.value, spec.rebalance.cooperative_assignor],
+        "sessionTimeoutMs": spec.membership.session_timeout_ms,
+        "rebalanceTimeoutMs": spec.membership.rebalance_timeout_ms,
+        "token": spec.token_secret_ref.model_dump(mode="json") if spec.token_secret_ref else None,
+    }
+    digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    return digest[:10]
+
+
+def member_env(
+    spec: ConsumerGroupSpec,
+    settings: MemberSettings,
+    instance_id: str,
+    protocol: RebalanceProtocolSetting,
+) -> list[dict[str, Any]]:
+    """The env entries (core/v1 EnvVar) a member process is configured by."""
+    values = {
+        env.COORDINATOR_URL: settings.coordinator_url,
+        env.GROUP_ID: spec.group_id,
+        env.INSTANCE_ID: instance_id,
+        env.TOPICS: ",".join(topic.name for topic in spec.topics),
+        env.REBALANCE_PROTOCOL: protocol.value,
+        env.EAGER_ASSIGNOR: spec.rebalance.eager_assignor.value,
+        env.COOPERATIVE_ASSIGNOR: spec.rebalance.cooperative_assignor.value,
+        env.SESSION_TIMEOUT_MS: str(spec.membership.session_timeout_ms),
+        env.REBALANCE_TIMEOUT_MS: str(spec.membership.rebalance_timeout_ms),
+    }
+    entries: list[dict[str, Any]] = [
+        {"name": name, "value": value} for name, value in values.items()
+    ]
+    if spec.token_secret_ref is not None:
+        ref = spec.token_secret_ref
+        entries.append(
+            {"name": env.TOKEN, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    return entries
+
+
+def identity_annotations(
+    slot: int, instance_id: str, protocol: RebalanceProtocolSetting, hash_: str, pod_key: str
+) -> dict[str, str]:
+    return {
+        SLOT_ANNOTATION: str(slot),
+        INSTANCE_ID_ANNOTATION: instance_id,
+        PROTOCOL_ANNOTATION: protocol.value,
+        TEMPLATE_HASH_ANNOTATION: hash_,
+        POD_KEY_ANNOTATION: pod_key,
+    }
+
+
+def pod_name(group_name: str, slot: int) -> str:
+    """Managed pods are named by slot: the API server then refuses a second live pod in one
+    slot (409), which is the cross-process guard the slot table alone cannot give."""
+    return f"{group_name}-{slot}"
+
+
+def managed_pod(
+    spec: ConsumerGroupSpec,
+    settings: MemberSettings,
+    *,
+    namespace: str,
+    owner_uid: str,
+    slot: int,
+    protocol: RebalanceProtocolSetting,
+    pod_key: str,
+) -> dict[str, Any]:
+    """The pod manifest of a managed member in `slot`."""
+    if spec.template is None:
+        raise ValueError("a managed pod needs spec.template")
+    template = spec.template.model_dump(mode="json", by_alias=True, exclude_none=True)
+    metadata = template.get("metadata") or {}
+    instance_id = spec.instance_id(slot)
+    labels = {
+        **(metadata.get("labels") or {}),
+        GROUP_LABEL: settings.group_name,
+        SLOT_LABEL: str(slot),
+        MANAGED_BY_LABEL: MANAGED_BY,
+    }
+    annotations = {
+        **(metadata.get("annotations") or {}),
+        **identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
+    }
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": settings.group_name,
+        "uid": owner_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    pod_spec = with_member_env(template["spec"], member_env(spec, settings, instance_id, protocol))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(settings.group_name, slot),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": pod_spec,
+    }
+
+
+def with_member_env(pod_spec: Mapping[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """A copy of `pod_spec` whose every container carries `entries` (replacing same names)."""
+    result = copy.deepcopy(dict(pod_spec))
+    for container in result.get("containers") or []:
+        kept = [e for e in container.get("env") or [] if e.get("name") not in MEMBER_ENV_NAMES]
+        container["env"] = kept + copy.deepcopy(entries)
+    return result
+
+
+def is_ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    if status.get("phase") != "Running":
+        return False
+    conditions = status.get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def is_deleting(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def pod_slot(pod: Mapping[str, Any]) -> int | None:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(SLOT_ANNOTATION)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def member_pod(pod: Mapping[str, Any]) -> MemberPod | None:
+    """The orchestrator's view of a pod; None for a pod without identity annotations."""
+    metadata = pod.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    slot = pod_slot(pod)
+    instance_id = annotations.get(INSTANCE_ID_ANNOTATION)
+    if slot is None or not instance_id:
+        return None
+    try:
+        protocol = RebalanceProtocolSetting(annotations.get(PROTOCOL_ANNOTATION, ""))
+    except ValueError:
+        return None
+    return MemberPod(
+        slot=slot,
+        instance_id=instance_id,
+        pod_name=str(metadata.get("name", "")),
+        protocol=protocol,
+        template_hash=annotations.get(TEMPLATE_HASH_ANNOTATION, ""),
+        ready=is_ready(pod),
+        deleting=is_deleting(pod),
+        pod_uid=annotations.get(POD_KEY_ANNOTATION) or str(metadata.get("uid", "")),
+    )

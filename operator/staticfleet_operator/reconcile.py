@@ -1,0 +1,447 @@
+"""Glue: observe (pods + describe) -> decide (pure functions) -> act (one step per pass).
+
+Each pass takes at most one kind of action (scale down, create missing members, one
+rollout step) and then writes status; the next pass observes the result ("read your
+writes"). The rollout state is written to status *before* its action (write-ahead), so an
+operator killed mid-step resumes without repeating or skipping a member.
+
+Scale-down is derived, not remembered: members the coordinator still lists in slots at or
+above `replicas` are retiring. Their pods are deleted first; once none is left, one batch
+LeaveGroup names exactly their instance ids (KIP-345), so the group rebalances once, at
+once, instead of after the session timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from coordinator import (
+    DescribedGroup,
+    ErrorCode,
+    GroupCoordinator,
+    LeaveGroupRequest,
+    MemberIdentity,
+)
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from staticfleet_operator.identity import SlotAllocator, SlotClaim
+from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.members import (
+    GROUP_LABEL,
+    MemberSettings,
+    managed_pod,
+    member_pod,
+    template_hash,
+)
+from staticfleet_operator.rollout import (
+    Assignors,
+    Bounce,
+    CoordinatorView,
+    Decision,
+    Done,
+    MemberPod,
+    Observation,
+    Pause,
+    RolloutState,
+    decide,
+    protocol_for_new_pod,
+)
+from staticfleet_operator.status import (
+    invalid_spec_status,
+    observed_status,
+    read_status,
+    rollout_from_status,
+)
+
+log = logging.getLogger("staticfleet.operator")
+
+LEAVE_REASON = "removed by the staticfleet operator"
+# How long an admitted pod may take to appear in a listing (the API server's admission
+# timeout is at most 30 s).
+ADMISSION_GRACE_SECONDS = 30.0
+
+
+@dataclass
+class Operator:
+    """What every handler shares: the embedded coordinator, the API adapter, the slots."""
+
+    coordinator: GroupCoordinator
+    kube: KubeApi
+    coordinator_url: str
+    allocator: SlotAllocator = field(default_factory=SlotAllocator)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    # Groups whose slot table was read back from pod annotations since this process started.
+    rebuilt: set[str] = field(default_factory=set)
+    # Pod keys the webhook granted a slot to, and when: until the API server has created the
+    # pod, a pass that does not see it yet must not take its slot back.
+    admitted: dict[str, datetime] = field(default_factory=dict)
+
+    def recently_admitted(self, pod_key: str, now: datetime) -> bool:
+        since = self.admitted.get(pod_key)
+        return since is not None and (now - since).total_seconds() < ADMISSION_GRACE_SECONDS
+
+    def lock(self, namespace: str, name: str) -> asyncio.Lock:
+        """One pass at a time per ConsumerGroup (timer, delete and webhook may overlap)."""
+        return self._locks.setdefault(f"{namespace}/{name}", asyncio.Lock())
+
+    def settings(self, name: str) -> MemberSettings:
+        return MemberSettings(coordinator_url=self.coordinator_url, group_name=name)
+
+
+async def reconcile(op: Operator, namespace: str, name: str) -> str:
+    """One pass over a ConsumerGroup; returns what it did (for logs and tests)."""
+    async with op.lock(namespace, name):
+        body = await op.kube.get_group(namespace, name)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return "gone"
+        return await _reconcile(op, body)
+
+
+async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata["namespace"]), str(metadata["name"])
+    generation = metadata.get("generation")
+    previous = read_status(body)
+    now = op.clock()
+    problems = validate_spec(body.get("spec") or {})
+    if problems:
+        status = invalid_spec_status(previous, generation, problems, now)
+        if await _write_status(op, body, status.to_patch()):
+            await op.kube.post_event(body, "InvalidSpec", "; ".join(problems), warning=True)
+        return "invalid spec"
+    spec = parse_spec(body.get("spec") or {})
+    await _sync_topics(op.coordinator, spec)
+    if spec.mode is Mode.ADOPTED:
+        return await _reconcile_adopted(op, body, spec)
+
+    replicas = spec.replicas or 0
+    pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+    members = [m for m in (member_pod(p) for p in pods) if m is not None]
+    described = await describe(op.coordinator, spec.group_id)
+    view = CoordinatorView.from_described(described)
+    state = rollout_from_status(previous)
+    done = "observed"
+
+    excess = [m for m in members if m.slot >= replicas]
+    retiring = retiring_instance_ids(view, spec, replicas, {m.slot for m in excess})
+    missing = missing_slots(members, replicas)
+    if excess:
+        for pod in excess:
+            if not pod.deleting:
+                await op.kube.delete_pod(namespace, pod.pod_name)
+        done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
+    elif retiring:
+        await leave_group(op.coordinator, spec.group_id, retiring)
+        await op.kube.post_event(
+            body, "MembersLeft", f"batch LeaveGroup for {', '.join(retiring)} (scale-down)"
+        )
+        done = f"left: {', '.join(retiring)}"
+    elif missing:
+        protocol = protocol_for_new_pod(
+            state.bounce_protocol,
+            (m.protocol for m in members if not m.deleting),
+            desired_protocol(spec),
+        )
+        for slot in missing:
+            await op.kube.create_pod(
+                namespace,
+                managed_pod(
+                    spec,
+                    op.settings(name),
+                    namespace=namespace,
+                    owner_uid=str(metadata.get("uid", "")),
+                    slot=slot,
+                    protocol=protocol,
+                    pod_key=uuid.uuid4().hex,
+                ),
+            )
+        done = f"created slots {missing} with {protocol.value}"
+    else:
+        observation = Observation(
+            desired_protocol=desired_protocol(spec),
+            desired_template_hash=template_hash(spec),
+            assignors=assignors(spec),
+            expected_members=replicas,
+            member_ready_timeout_seconds=spec.rollout.member_ready_timeout_seconds,
+            pods=tuple(members),
+            coordinator=view if described.error_code in _DESCRIBABLE else None,
+        )
+        decision = decide(observation, state, now)
+        state = decision.state
+        done = await _act(op, body, spec, decision, members, view, described, now)
+        return done
+
+    status = observed_status(
+        previous,
+        generation=generation,
+        view=view,
+        selected_protocol=described.protocol_data,
+        pods=members,
+        expected_members=replicas,
+        rollout=state,
+        now=now,
+    )
+    await _write_status(op, body, status.to_patch())
+    return done
+
+
+# Describe of a group nobody has joined yet answers GROUP_ID_NOT_FOUND: that is an observed
+# empty group (the view reads Dead with no members), not a failed describe.
+_DESCRIBABLE = frozenset({ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND})
+
+
+async def _act(
+    op: Operator,
+    body: Mapping[str, Any],
+    spec: ConsumerGroupSpec,
+    decision: Decision,
+    members: Sequence[MemberPod],
+    view: CoordinatorView,
+    described: DescribedGroup,
+    now: datetime,
+) -> str:
+    """Persist the decision's state with the observed status, then take its action."""
+    metadata = body.get("metadata") or {}
+    previous = read_status(body)
+    status = observed_status(
+        previous,
+        generation=metadata.get("generation"),
+        view=view,
+        selected_protocol=described.protocol_data,
+        pods=members,
+        expected_members=spec.replicas or 0,
+        rollout=decision.state,
+        now=now,
+    )
+    changed = await _write_status(op, body, status.to_patch())
+    if isinstance(decision, Bounce):
+        log.info("%s", decision.reason)
+        await op.kube.post_event(body, decision.event_reason, decision.reason)
+        await op.kube.delete_pod(str(metadata["namespace"]), decision.pod_name)
+        return f"bounce slot {decision.slot} to {decision.protocol.value}"
+    if changed and isinstance(decision, Pause | Done) and decision.state != RolloutState():
+        was = rollout_from_status(previous)
+        if was.phase is not decision.state.phase or was.message != decision.state.message:
+            warning = isinstance(decision, Pause)
+            await op.kube.post_event(body, decision.event_reason, decision.reason, warning)
+    return type(decision).__name__.lower()
+
+
+async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec) -> str:
+    """Adopted pods are made by someone else; the webhook stamps their identity. Here: a
+    vanished pod's slot becomes vacant (its replacement takes it); one vacant past the grace
+    period is retired with a batch LeaveGroup."""
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata["namespace"]), str(metadata["name"])
+    pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+    members = [m for m in (member_pod(p) for p in pods) if m is not None]
+    described = await describe(op.coordinator, spec.group_id)
+    view = CoordinatorView.from_described(described)
+    await ensure_adopted_table(op, namespace, name, spec, pods, view)
+    live_keys = {m.pod_uid for m in members if not m.deleting}
+    for pod_key in live_keys:
+        op.admitted.pop(pod_key, None)  # seen: from now on, its absence means it is gone
+    now = op.clock()
+    async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
+        for pod_key in list(table.held.values()):
+            if pod_key not in live_keys and not op.recently_admitted(pod_key, now):
+                table.pod_gone(pod_key, now)
+                op.admitted.pop(pod_key, None)
+        table.expire_vacant(now, spec.effective_replacement_grace_period_seconds)
+        listed = {m.instance_id for m in view.members}
+        pending = [instance_id for instance_id in table.pending_leave() if instance_id in listed]
+        if pending:
+            await leave_group(op.coordinator, spec.group_id, pending)
+        table.leave_sent(table.pending_leave())
+    if pending:
+        message = (
+            f"batch LeaveGroup for {', '.join(pending)} (no replacement within the grace period)"
+        )
+        await op.kube.post_event(body, "MembersLeft", message)
+    status = observed_status(
+        read_status(body),
+        generation=metadata.get("generation"),
+        view=view,
+        selected_protocol=described.protocol_data,
+        pods=members,
+        expected_members=len(live_keys),
+        rollout=rollout_from_status(read_status(body)),
+        now=now,
+    )
+    await _write_status(op, body, status.to_patch())
+    return f"adopted: left {pending}" if pending else "adopted"
+
+
+async def ensure_adopted_table(
+    op: Operator,
+    namespace: str,
+    name: str,
+    spec: ConsumerGroupSpec,
+    pods: Sequence[Mapping[str, Any]],
+    view: CoordinatorView,
+) -> None:
+    """After a (re)start, read the group's slot table back from the pods' annotations before
+    handing out any slot: a restarted operator must not give a live pod's slot away."""
+    key = group_key(namespace, name)
+    if key in op.rebuilt:
+        return
+    now = op.clock()
+    claims = []
+    for pod in pods:
+        member = member_pod(pod)
+        if member is None or member.deleting:
+            continue
+        created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp")) or now
+        claims.append(SlotClaim(member.pod_uid, member.pod_name, member.slot, created))
+    prefix = spec.instance_id_prefix + "-"
+    listed_slots = [
+        int(m.instance_id[len(prefix) :])
+        for m in view.members
+        if m.instance_id
+        and m.instance_id.startswith(prefix)
+        and m.instance_id[len(prefix) :].isdigit()
+    ]
+    rebuilt = await op.allocator.rebuild(key, spec.instance_id_prefix, claims, listed_slots, now)
+    if rebuilt.conflicts:
+        log.warning("%s: pods share a slot: %s", key, rebuilt.conflicts)
+    op.rebuilt.add(key)
+
+
+def _timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, Any]) -> str:
+    """The ConsumerGroup is being deleted: its managed pods go, every member leaves in one
+    batch, the coordinator drops the group. Raises (so Kopf retries) until all of it holds."""
+    async with op.lock(namespace, name):
+        problems = validate_spec(body.get("spec") or {})
+        if problems:
+            return "invalid spec: nothing was created"
+        spec = parse_spec(body.get("spec") or {})
+        if spec.mode is Mode.MANAGED:
+            pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+            for pod in pods:
+                if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    await op.kube.delete_pod(namespace, str(pod["metadata"]["name"]))
+            left = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+            if left:
+                raise RetryLater(f"{len(left)} member pod(s) still terminating")
+        view = CoordinatorView.from_described(await describe(op.coordinator, spec.group_id))
+        instance_ids = sorted(m.instance_id for m in view.members if m.instance_id)
+        if instance_ids:
+            await leave_group(op.coordinator, spec.group_id, instance_ids)
+        results = await op.coordinator.delete_groups([spec.group_id])
+        code = results.get(spec.group_id, ErrorCode.NONE)
+        if code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
+            raise RetryLater(f"the coordinator kept group {spec.group_id}: {code.name}")
+        op.allocator.forget(group_key(namespace, name))
+        op.rebuilt.discard(group_key(namespace, name))
+        return f"finalized: left {instance_ids}"
+
+
+class RetryLater(Exception):
+    """A step that must be retried (handlers turn it into kopf.TemporaryError)."""
+
+
+# --- small pure helpers -------------------------------------------------------------------
+
+
+def group_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def desired_protocol(spec: ConsumerGroupSpec) -> RebalanceProtocolSetting:
+    return RebalanceProtocolSetting(spec.rebalance.protocol.value)
+
+
+def assignors(spec: ConsumerGroupSpec) -> Assignors:
+    return Assignors(
+        eager=spec.rebalance.eager_assignor.value,
+        cooperative=spec.rebalance.cooperative_assignor.value,
+    )
+
+
+def missing_slots(members: Sequence[MemberPod], replicas: int) -> list[int]:
+    """Slots below `replicas` with no pod at all (a terminating pod still holds its slot:
+    its replacement waits, so two pods never carry one instance id)."""
+    held = {m.slot for m in members}
+    return [slot for slot in range(replicas) if slot not in held]
+
+
+def retiring_instance_ids(
+    view: CoordinatorView, spec: ConsumerGroupSpec, replicas: int, slots_with_pods: set[int]
+) -> list[str]:
+    """Instance ids the coordinator lists in slots at or above `replicas` whose pods are
+    gone: the batch LeaveGroup of a scale-down."""
+    prefix = spec.instance_id_prefix + "-"
+    retiring: list[str] = []
+    for member in view.members:
+        instance_id = member.instance_id
+        if not instance_id or not instance_id.startswith(prefix):
+            continue
+        suffix = instance_id[len(prefix) :]
+        if suffix.isdigit() and int(suffix) >= replicas and int(suffix) not in slots_with_pods:
+            retiring.append(instance_id)
+    return sorted(retiring)
+
+
+async def describe(coordinator: GroupCoordinator, group_id: str) -> DescribedGroup:
+    [described] = await coordinator.describe_groups([group_id])
+    return described
+
+
+async def leave_group(
+    coordinator: GroupCoordinator, group_id: str, instance_ids: Sequence[str]
+) -> None:
+    """One batch LeaveGroup by instance id (KIP-345): one rebalance for all of them."""
+    response = await coordinator.leave_group(
+        LeaveGroupRequest(
+            group_id,
+            [MemberIdentity("", instance_id, LEAVE_REASON) for instance_id in instance_ids],
+        )
+    )
+    log.info(
+        "batch LeaveGroup %s for %s: %s",
+        group_id,
+        instance_ids,
+        response.error_code.name,
+    )
+
+
+async def _sync_topics(coordinator: GroupCoordinator, spec: ConsumerGroupSpec) -> None:
+    wanted = spec.partitions_per_topic
+    known = coordinator.topic_metadata()
+    if any(known.get(topic) != count for topic, count in wanted.items()):
+        await coordinator.set_topic_metadata(wanted)
+
+
+async def _write_status(op: Operator, body: Mapping[str, Any], patch: dict[str, Any]) -> bool:
+    """Patch status when it differs from what the object carries; True when written."""
+    current = _without_nulls(body.get("status") or {})
+    if all(current.get(key) == value for key, value in _without_nulls(patch).items()):
+        return False
+    metadata = body.get("metadata") or {}
+    await op.kube.patch_group_status(str(metadata["namespace"]), str(metadata["name"]), patch)
+    return True
+
+
+def _without_nulls(value: Any) -> Any:
+    """A merge patch's nulls remove keys, so compare with them gone."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value

@@ -1,0 +1,104 @@
+"""The mutating admission of adopted member pods: a slot, its instance id and the member env.
+
+`pod_mutation` is pure (what to change on a pod, given its slot); `admit_pod` is the glue
+the Kopf handler calls: look the ConsumerGroup up, take the lowest free slot under the
+group's lock, and return the changes. A pod that already carries a slot (a re-admission)
+keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from staticfleet_operator.members import (
+    GROUP_LABEL,
+    POD_KEY_ANNOTATION,
+    SLOT_LABEL,
+    MemberSettings,
+    identity_annotations,
+    member_env,
+    member_pod,
+    template_hash,
+    with_member_env,
+)
+from staticfleet_operator.reconcile import (
+    Operator,
+    describe,
+    desired_protocol,
+    ensure_adopted_table,
+    group_key,
+)
+from staticfleet_operator.rollout import CoordinatorView, protocol_for_new_pod
+from staticfleet_operator.status import read_status, rollout_from_status
+
+log = logging.getLogger("staticfleet.operator.webhook")
+
+WEBHOOK_PATH: Final = "/staticfleet-mutate-pod"
+
+
+@dataclass(frozen=True, slots=True)
+class PodMutation:
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    spec: dict[str, Any]
+
+
+def pod_mutation(
+    pod: Mapping[str, Any],
+    spec: ConsumerGroupSpec,
+    settings: MemberSettings,
+    *,
+    slot: int,
+    protocol: RebalanceProtocolSetting,
+    pod_key: str,
+) -> PodMutation:
+    """The labels, annotations and spec an adopted pod is admitted with."""
+    instance_id = spec.instance_id(slot)
+    metadata = pod.get("metadata") or {}
+    return PodMutation(
+        labels={**(metadata.get("labels") or {}), SLOT_LABEL: str(slot)},
+        annotations={
+            **(metadata.get("annotations") or {}),
+            **identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
+        },
+        spec=with_member_env(
+            pod.get("spec") or {}, member_env(spec, settings, instance_id, protocol)
+        ),
+    )
+
+
+async def admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> PodMutation | None:
+    """The mutation for a pod labelled with a ConsumerGroup's name; None to leave it be (no
+    such group, an invalid spec, or a managed group: its pods are stamped at creation)."""
+    metadata = pod.get("metadata") or {}
+    name = (metadata.get("labels") or {}).get(GROUP_LABEL)
+    if not name:
+        return None
+    body = await op.kube.get_group(namespace, name)
+    if body is None or validate_spec(body.get("spec") or {}):
+        log.warning("pod in %s names ConsumerGroup %s, which is absent or invalid", namespace, name)
+        return None
+    spec = parse_spec(body.get("spec") or {})
+    if spec.mode is not Mode.ADOPTED:
+        return None
+    if spec.selector is not None and not spec.selector.matches(metadata.get("labels") or {}):
+        return None
+    annotations = metadata.get("annotations") or {}
+    pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
+    siblings = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+    view = CoordinatorView.from_described(await describe(op.coordinator, spec.group_id))
+    await ensure_adopted_table(op, namespace, name, spec, siblings, view)
+    grant = await op.allocator.admit(group_key(namespace, name), spec.instance_id_prefix, pod_key)
+    op.admitted[pod_key] = op.clock()
+    state = rollout_from_status(read_status(body))
+    protocols = [m.protocol for m in (member_pod(p) for p in siblings) if m and not m.deleting]
+    protocol = protocol_for_new_pod(state.bounce_protocol, protocols, desired_protocol(spec))
+    return pod_mutation(
+        pod, spec, op.settings(name), slot=grant.slot, protocol=protocol, pod_key=pod_key
+    )

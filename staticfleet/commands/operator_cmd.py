@@ -1,0 +1,123 @@
+"""`staticfleet operator run`: the Kopf operator with the embedded coordinator, one process.
+
+Flags are what the Helm chart passes (charts/staticfleet/templates/deployment.yaml); tokens
+come from the environment (STATICFLEET_ADMIN_TOKEN, STATICFLEET_MEMBER_TOKEN with
+STATICFLEET_GROUP_ID, STATICFLEET_TOKENS_FILE), as for `staticfleet coordinator serve`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("staticfleet.operator")
+
+ENV_MEMBER_TOKEN_SECRET = "STATICFLEET_MEMBER_TOKEN_SECRET"
+
+
+def register(subparsers: Any) -> None:
+    # Import here, not at module level: without the `operator` extra (kopf) the subcommand is
+    # simply absent (staticfleet.cli skips modules whose import fails on a missing package).
+    import kopf  # noqa: F401
+
+    parser = subparsers.add_parser("operator", help="run the Kubernetes operator")
+    commands = parser.add_subparsers(dest="operator_command", required=True)
+    run = commands.add_parser(
+        "run",
+        help="run the Kopf operator and the embedded coordinator server",
+        description=(
+            "Run the staticfleet operator: ConsumerGroup handlers, the mutating webhook for "
+            "adopted pods, and the group coordinator members connect to. Logs in with the "
+            "pod's service account, else the current kubeconfig context. See docs/operator.md."
+        ),
+    )
+    run.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch this namespace (repeatable); none: all namespaces",
+    )
+    run.add_argument(
+        "--store",
+        default="sqlite:///data/coordinator.db",
+        help="coordinator store: memory://, sqlite:///abs/path.db (default: %(default)s)",
+    )
+    run.add_argument("--coordinator-host", default="0.0.0.0", help="(default: %(default)s)")
+    run.add_argument("--coordinator-port", type=int, default=9092, help="(default: %(default)s)")
+    run.add_argument(
+        "--coordinator-url",
+        help="the coordinator URL members are told (default: http://127.0.0.1:<port>)",
+    )
+    run.add_argument("--webhook-port", type=int, help="serve the mutating webhook on this port")
+    run.add_argument("--webhook-cert", type=Path, help="TLS certificate of the webhook (PEM)")
+    run.add_argument("--webhook-key", type=Path, help="TLS key of the webhook (PEM)")
+    run.add_argument("--peering", help="Kopf peering object name; none: standalone")
+    run.add_argument("--priority", type=int, help="peering priority (default: random)")
+    run.add_argument("--health-port", type=int, help="serve Kopf's /healthz on this port")
+    run.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        help="seconds between reconcile passes per ConsumerGroup (default: %(default)s)",
+    )
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve the coordinator without authentication (local use only)",
+    )
+    run.add_argument("--verbose", action="store_true", help="debug logging")
+    run.set_defaults(handler=run_command)
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    from staticfleet_operator.app import OperatorOptions, namespaces_of
+
+    if (args.webhook_cert is None) != (args.webhook_key is None):
+        raise ValueError("--webhook-cert and --webhook-key go together")
+    return OperatorOptions(
+        namespaces=namespaces_of(args.namespace),
+        store=args.store,
+        coordinator_host=args.coordinator_host,
+        coordinator_port=args.coordinator_port,
+        coordinator_url=args.coordinator_url or f"http://127.0.0.1:{args.coordinator_port}",
+        webhook_port=args.webhook_port,
+        webhook_cert=args.webhook_cert,
+        webhook_key=args.webhook_key,
+        peering=args.peering,
+        priority=args.priority,
+        health_port=args.health_port,
+        interval=args.interval,
+    )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from coordinator.server import AuthConfig, AuthConfigError
+    from staticfleet_operator.app import run_operator
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        options = options_from_args(args)
+        auth = AuthConfig.from_env(os.environ)
+        if args.insecure:
+            auth = auth.merged(AuthConfig(insecure=True))
+        auth.check_usable()
+    except (AuthConfigError, ValueError) as error:
+        print(f"staticfleet operator run: {error}", file=sys.stderr)
+        return 2
+    if os.environ.get(ENV_MEMBER_TOKEN_SECRET):
+        log.warning(
+            "%s is set, but per-group member token Secrets are not implemented yet; "
+            "give members tokens with STATICFLEET_TOKENS_FILE and spec.tokenSecretRef",
+            ENV_MEMBER_TOKEN_SECRET,
+        )
+    asyncio.run(run_operator(options, auth))
+    return 0

@@ -1,0 +1,409 @@
+"""Run the real Kopf operator against kmock's Kubernetes emulator, with a fake kubelet.
+
+kmock runs no containers, so `Kubelet` plays the node: for every member pod it starts an
+in-process `GroupMember` configured from the pod's env (over the operator's own embedded
+coordinator) and marks the pod Running/Ready through the status subresource; when a pod is
+deleted, its member stops (a static member sends no LeaveGroup, as a killed pod would not).
+It also plays the API server's bookkeeping kmock leaves out: `metadata.generation` bumps on
+spec changes, and uid/creationTimestamp on creation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import logging
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import jsonpatch
+import kmock
+import kopf
+
+from coordinator import CoordinatorConfig, GroupCoordinator, JournalEvent, MemoryStore, SystemClock
+from coordinator.client import GroupMember, InProcessTransport, MemberConfig
+from coordinator.client import env as member_env
+from staticfleet_operator import handlers
+from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.members import GROUP_LABEL, POD_KEY_ANNOTATION
+from staticfleet_operator.reconcile import Operator
+from staticfleet_operator.webhook import WEBHOOK_PATH
+
+NAMESPACE = "default"
+KUBELET_FINALIZER = "tests.staticfleet.dev/kubelet"
+CG_RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
+log = logging.getLogger("tests.kube_harness")
+
+
+def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
+    emulator.resources[CG_RESOURCE] = kmock.ResourceInfo(
+        kind=KIND,
+        singular="consumergroup",
+        namespaced=True,
+        verbs={"list", "watch", "get", "patch", "create", "delete", "update"},
+        subresources={"status"},
+    )
+    emulator.resources["v1/pods"] = kmock.ResourceInfo(
+        kind="Pod",
+        singular="pod",
+        namespaced=True,
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+        subresources={"status"},
+    )
+    emulator.resources["v1/namespaces"] = kmock.ResourceInfo(
+        kind="Namespace", singular="namespace", namespaced=False, verbs={"list", "watch", "get"}
+    )
+    emulator.resources["v1/events"] = kmock.ResourceInfo(
+        kind="Event", singular="event", namespaced=True, verbs={"create", "list"}
+    )
+
+
+def consumer_group(name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": str(uuid.uuid4()),
+            "generation": 1,
+            "resourceVersion": "1",
+            "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        "spec": dict(spec),
+    }
+
+
+def managed_spec(group_id: str = "orders", replicas: int = 3, **extra: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "groupId": group_id,
+        "topics": [{"name": "orders", "partitions": 6}],
+        "replicas": replicas,
+        "template": {"spec": {"containers": [{"name": "member", "image": "staticfleet:dev"}]}},
+        "membership": {"sessionTimeoutMs": 6000, "rebalanceTimeoutMs": 5000},
+        "rollout": {"memberReadyTimeoutSeconds": 30},
+    }
+    spec.update(extra)
+    return spec
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def env_of(pod: Mapping[str, Any]) -> dict[str, str]:
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return {e["name"]: e.get("value", "") for e in containers[0].get("env") or []}
+
+
+@dataclass
+class PodEvent:
+    verb: str  # started | stopped
+    name: str
+    instance_id: str
+    protocol: str
+
+
+@dataclass
+class Kubelet:
+    kube: KubeApi
+    coordinator: GroupCoordinator
+    members: dict[str, GroupMember] = field(default_factory=dict)
+    history: list[PodEvent] = field(default_factory=list)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.sync()
+            except Exception:  # a test's kubelet keeps going, as a real one does
+                log.exception("kubelet pass failed")
+            await asyncio.sleep(0.05)
+
+    async def sync(self) -> None:
+        pods = [
+            pod
+            for pod in await self.kube.list_pods(NAMESPACE, {})
+            if GROUP_LABEL in ((pod.get("metadata") or {}).get("labels") or {})
+        ]
+        seen: set[str] = set()
+        for pod in pods:
+            key = (pod["metadata"].get("annotations") or {}).get(POD_KEY_ANNOTATION)
+            if not key:
+                continue
+            seen.add(key)
+            if pod["metadata"].get("deletionTimestamp"):
+                # Graceful termination: the container stops, then the pod object goes.
+                member = self.members.pop(key, None)
+                if member is not None:
+                    await member.close(leave=False)
+                await self._release(pod["metadata"]["name"])
+            elif key not in self.members:
+                await self._start(key, pod)
+        for key in list(self.members):
+            if key not in seen:
+                member = self.members.pop(key)
+                await member.close(leave=False)
+
+    async def _release(self, name: str) -> None:
+        await self.kube._request(
+            "PATCH",
+            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
+            body={"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def _start(self, key: str, pod: Mapping[str, Any]) -> None:
+        values = env_of(pod)
+        config = MemberConfig(
+            group_id=values[member_env.GROUP_ID],
+            topics=member_env.split_topics(values[member_env.TOPICS]),
+            group_instance_id=values.get(member_env.INSTANCE_ID) or None,
+            session_timeout_ms=int(values[member_env.SESSION_TIMEOUT_MS]),
+            rebalance_timeout_ms=int(values[member_env.REBALANCE_TIMEOUT_MS]),
+            heartbeat_interval_ms=100,
+            rebalance_protocol=values[member_env.REBALANCE_PROTOCOL],  # type: ignore[arg-type]
+            eager_assignor=values[member_env.EAGER_ASSIGNOR],
+            cooperative_assignor=values[member_env.COOPERATIVE_ASSIGNOR],
+            client_id=pod["metadata"]["name"],
+        )
+        member = GroupMember(InProcessTransport(self.coordinator), config)
+        # Hold the pod object until its "container" has stopped, as a real kubelet does.
+        await self.kube._request(
+            "PATCH",
+            f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}",
+            body={"metadata": {"finalizers": [KUBELET_FINALIZER]}},
+            content_type="application/merge-patch+json",
+        )
+        await member.start()
+        self.members[key] = member
+        self.history.append(
+            PodEvent(
+                "started",
+                pod["metadata"]["name"],
+                values.get(member_env.INSTANCE_ID, ""),
+                values[member_env.REBALANCE_PROTOCOL],
+            )
+        )
+        ready = {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        await self.kube.patch_pod_status(NAMESPACE, pod["metadata"]["name"], ready)
+
+    async def close(self) -> None:
+        for member in self.members.values():
+            with contextlib.suppress(Exception):
+                await member.close(leave=False)
+        self.members.clear()
+
+
+@dataclass
+class Cluster:
+    emulator: kmock.KubernetesEmulator
+    kube: KubeApi  # the test's own client (the operator has another, so its log is clean)
+    operator: Operator
+    coordinator: GroupCoordinator
+    kubelet: Kubelet
+    webhook_url: str = ""
+    memo: kopf.Memo | None = None
+
+    def forget_operator_memory(self) -> Operator:
+        """What an operator restart loses: everything the `Operator` holds in memory (slot
+        tables, locks, admissions, its API client). Kopf keeps running; the handlers pick
+        the fresh one up from the memo on their next call."""
+        assert self.memo is not None
+        fresh = Operator(
+            self.coordinator,
+            KubeApi(self.operator.kube._server),
+            coordinator_url=self.operator.coordinator_url,
+        )
+        self.memo["operator"] = fresh
+        self.retired.append(self.operator)
+        self.operator = fresh
+        return fresh
+
+    retired: list[Operator] = field(default_factory=list)
+
+    # --- objects ---------------------------------------------------------------------------
+
+    async def create_group(self, name: str, spec: Mapping[str, Any]) -> None:
+        body = consumer_group(name, spec)
+        await self.kube._request(
+            "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}", body=body
+        )
+
+    async def get_group(self, name: str) -> dict[str, Any]:
+        body = await self.kube.get_group(NAMESPACE, name)
+        assert body is not None
+        return body
+
+    async def update_spec(self, name: str, changes: Mapping[str, Any]) -> None:
+        body = await self.get_group(name)
+        generation = int(body["metadata"].get("generation", 1)) + 1
+        await self.kube._request(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}",
+            body={"metadata": {"generation": generation}, "spec": dict(changes)},
+            content_type="application/merge-patch+json",
+        )
+
+    async def delete_group(self, name: str) -> None:
+        await self.kube._request(
+            "DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}", body={}
+        )
+
+    async def admit_and_create(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """Play the API server's admission chain: send the pod to the operator's mutating
+        webhook (an AdmissionReview, as the API server does), apply its JSONPatch, create."""
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE",
+                "namespace": NAMESPACE,
+                "name": pod["metadata"]["name"],
+                "userInfo": {"username": "system:serviceaccount:spark:driver"},
+                "object": dict(pod),
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+        async with aiohttp.ClientSession() as session:
+            url = f"{self.webhook_url}{WEBHOOK_PATH}"
+            async with session.post(url, json=review) as response:
+                answer = await response.json()
+        result = answer["response"]
+        assert result["allowed"], result
+        mutated = dict(pod)
+        if result.get("patch"):
+            operations = json.loads(base64.b64decode(result["patch"]))
+            mutated = jsonpatch.apply_patch(dict(pod), operations)
+        created = await self.kube.create_pod(NAMESPACE, mutated)
+        return created
+
+    async def pods(self, group: str) -> list[dict[str, Any]]:
+        return await self.kube.list_pods(NAMESPACE, {GROUP_LABEL: group})
+
+    async def journal(self, group_id: str, since: int = 0) -> list[JournalEvent]:
+        return await self.coordinator.journal_rows(group_id, since)
+
+    # --- waiting ---------------------------------------------------------------------------
+
+    async def eventually(
+        self,
+        check: Callable[[], Any],
+        timeout: float = 20.0,  # noqa: ASYNC109
+        what: str = "condition",
+    ) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return result
+            last = result
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+    async def group_settled(self, name: str, replicas: int) -> dict[str, Any] | None:
+        body = await self.kube.get_group(NAMESPACE, name)
+        if body is None:
+            return None
+        status = body.get("status") or {}
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), None)
+        if ready and ready["status"] == "True" and status.get("members") == replicas:
+            return body
+        return None
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(interval: float = 0.1, webhook: bool = False) -> AsyncIterator[Cluster]:
+    """kmock + embedded coordinator + the real Kopf operator + the fake kubelet."""
+    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+        declare_resources(emulator)
+        url = str(server.url).rstrip("/")
+        coordinator = GroupCoordinator(
+            CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
+        )
+        await coordinator.start()
+        operator = Operator(coordinator, KubeApi(url), coordinator_url="http://coordinator:9092")
+        test_kube = KubeApi(url)
+        kubelet = Kubelet(KubeApi(url), coordinator)
+
+        registry = kopf.OperatorRegistry()
+        handlers.register(registry, interval=interval, webhook=webhook)
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE)
+
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False
+        settings.scanning.disabled = True
+        webhook_url = ""
+        if webhook:
+            port = free_port()
+            settings.admission.server = kopf.WebhookServer(
+                addr="127.0.0.1", host="127.0.0.1", port=port, insecure=True
+            )
+            webhook_url = f"http://127.0.0.1:{port}"
+        stop = asyncio.Event()
+        ready = asyncio.Event()
+        memo = kopf.Memo(operator=operator)
+        task = asyncio.create_task(
+            kopf.operator(
+                registry=registry,
+                settings=settings,
+                standalone=True,
+                namespaces=[NAMESPACE],
+                memo=memo,
+                stop_flag=stop,
+                ready_flag=ready,
+            )
+        )
+        kubelet_task = asyncio.create_task(kubelet.run())
+        cluster = Cluster(emulator, test_kube, operator, coordinator, kubelet, webhook_url, memo)
+        try:
+            await asyncio.wait_for(ready.wait(), 10)
+            yield cluster
+        finally:
+            # The kubelet first: Kopf waits (5 s) for tasks born while it ran, then cancels them.
+            kubelet_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await kubelet_task
+            await kubelet.close()
+            await kubelet.kube.close()
+            await test_kube.close()
+            await coordinator.close()
+            # Open keep-alive connections hold server-side tasks that Kopf would wait for.
+            for used in [operator, *cluster.retired, cluster.operator]:
+                await used.kube.close()
+            stop.set()
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(task, 10)
+            await cluster.operator.kube.close()
+
+
+def deep(value: Any) -> Any:
+    return copy.deepcopy(value)
