@@ -11,17 +11,39 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from coordinator import DescribedGroup
+from coordinator.client import env as member_env
+from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.wire import WireError, from_json
 from staticfleet.demo.admin import AdminClient, AdminError
-from staticfleet.demo.fleet import CoordinatorProcess, Fleet, now_ms, slot_name
-from staticfleet.demo.ownership import MemberLog, Partition, acknowledged_offsets
+from staticfleet.demo.fleet import CoordinatorProcess, Fleet, FleetError, now_ms, slot_name
+from staticfleet.demo.ownership import (
+    ASSIGNED,
+    FATAL,
+    LOST,
+    REVOKED,
+    STOPPED,
+    MemberLog,
+    Partition,
+    acknowledged_offsets,
+)
 from staticfleet.demo.record import Marker, ScenarioRecord, ScenarioSpec, Step
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.demo.settle import GroupView, wait_until_settled
+from staticfleet_operator.local_adapter import LocalMember, LocalRollout, LocalRolloutSpec
+from staticfleet_operator.rollout import (
+    Assignors,
+    Bounce,
+    Decision,
+    Done,
+    Observation,
+    Pause,
+)
 
 T = TypeVar("T")
 
@@ -29,6 +51,10 @@ EAGER = "eager"
 COMPATIBLE = "compatible"
 COOPERATIVE = "cooperative"
 COOPERATIVE_ASSIGNOR = "cooperative-sticky"  # the member's default cooperative assignor
+EAGER_ASSIGNOR = "range"  # and its default eager one
+# The demo's processes have one "pod template": the Fleet's settings. Only the protocol
+# changes in a bounce.
+DEMO_TEMPLATE = "demo"
 
 
 class Narrator(Protocol):
@@ -149,7 +175,8 @@ def rolling_restart(run: ScenarioRun) -> None:
 
 def leader_last(view: GroupView, members: int) -> list[int]:
     """Slot indexes in order, the current leader's moved to the end (DESIGN §2: the
-    leader is bounced last, so the group's assignor changes in one final rebalance)."""
+    leader is bounced last, so the group's assignor changes in one final rebalance).
+    Scenario (3) leaves this order to the orchestrator (`_bounce_order` there)."""
     order = list(range(members))
     leader = view.leader_instance
     if leader is not None:
@@ -160,34 +187,149 @@ def leader_last(view: GroupView, members: int) -> list[int]:
     return order
 
 
-def upgrade(run: ScenarioRun) -> None:
-    """(3): the KIP-429 upgrade of static members, two rolling bounces, leader last."""
-    view = run.start_fleet()
-    for bounce, protocol in ((1, COMPATIBLE), (2, COOPERATIVE)):
-        leader = view.leader_instance
-        for index in leader_last(view, run.settings.members):
-            role = " (leader)" if slot_name(index) == leader else ""
-            view = run.restart(
-                index, protocol, f"bounce {bounce}: {slot_name(index)}{role} -> {protocol}"
+class DemoFleetControl:
+    """The operator's local-process adapter's view of one scenario's fleet (`LocalFleet`):
+    slot N is the process `member-N`, started with the protocol it records; it is ready
+    once its event log shows it holding an assignment; describe goes through the admin
+    API, as the operator's describe_groups does."""
+
+    def __init__(self, run: ScenarioRun) -> None:
+        self._run = run
+
+    def members(self) -> list[LocalMember]:
+        members = []
+        for index in range(self._run.settings.members):
+            process = self._run.fleet.live(slot_name(index))
+            if process is None:
+                continue
+            members.append(
+                LocalMember(
+                    slot=index,
+                    instance_id=slot_name(index),
+                    process=process.process,
+                    protocol=RebalanceProtocolSetting(process.protocol),
+                    template_hash=DEMO_TEMPLATE,
+                    alive=True,
+                    ready=holds_assignment(process.rows()),
+                )
             )
-        view = run.describe()
+        return members
+
+    def describe(self) -> DescribedGroup | None:
+        try:
+            return from_json(DescribedGroup, self._run.context.admin.describe(self._run.group_id))
+        except (AdminError, WireError):
+            return None
+
+    def stop(self, slot: int) -> None:
+        self._run.fleet.stop([slot_name(slot)])
+
+    def start(self, slot: int, env: Mapping[str, str], template_hash: str) -> None:
+        if env.get(member_env.INSTANCE_ID) != slot_name(slot) or template_hash != DEMO_TEMPLATE:
+            raise FleetError(f"cannot start slot {slot} with {dict(env)}, {template_hash}")
+        self._run.fleet.start(slot, static=True, protocol=env[member_env.REBALANCE_PROTOCOL])
+
+
+def holds_assignment(rows: Sequence[Mapping[str, object]]) -> bool:
+    """A process's readiness: its latest assignment event is an `assigned` (after each
+    SyncGroup, even an empty one; an eager member revokes everything before rejoining)."""
+    for row in reversed(rows):
+        event = row.get("event")
+        if event == ASSIGNED:
+            return True
+        if event in (REVOKED, LOST, STOPPED, FATAL):
+            return False
+    return False
+
+
+class UpgradeRecorder:
+    """Turns the orchestrator's decisions into the scenario's record: one step per bounced
+    member (from its Bounce to the orchestrator's next move), and the describe facts at the
+    end of each bounce."""
+
+    def __init__(self, run: ScenarioRun) -> None:
+        self.run = run
+        self.bounce_index = 0
+        # The last member bounced in the current bounce, and whether it led the group then.
+        self.last: tuple[str, bool] | None = None
+        self.open_step: tuple[int, str, int] | None = None  # slot, label, start ms
+
+    def on_decision(self, decision: Decision, observation: Observation) -> None:
+        self._close_step(decision)
+        if decision.state.bounce_index > self.bounce_index:
+            self.bounce_done(self.bounce_index + 1)
+            self.bounce_index = decision.state.bounce_index
+        if isinstance(decision, Bounce):
+            leader = observation.coordinator.leader_instance_id if observation.coordinator else None
+            is_leader = decision.instance_id == leader
+            self.last = (decision.instance_id, is_leader)
+            label = (
+                f"bounce {decision.state.bounce_index + 1}: {decision.instance_id}"
+                f"{' (leader)' if is_leader else ''} -> {decision.protocol.value}"
+            )
+            self.run.say(label)
+            self.open_step = (decision.slot, label, now_ms())
+
+    def _close_step(self, decision: Decision) -> None:
+        if self.open_step is None:
+            return
+        slot, label, start = self.open_step
+        if isinstance(decision, Bounce | Done | Pause) or decision.state.current_slot != slot:
+            self.run.record.steps.append(Step(label, start, now_ms()))
+            self.open_step = None
+            self.run.context.narrator.advance()
+
+    def bounce_done(self, bounce: int) -> None:
+        view = self.run.describe()
         offering = {
             instance: COOPERATIVE_ASSIGNOR in protocols
             for instance, protocols in view.protocols_by_instance.items()
         }
-        run.record.facts[f"bounce_{bounce}"] = {
-            "leader_bounced_last": leader,
+        leader_last = self.last[0] if self.last is not None and self.last[1] else None
+        self.run.record.facts[f"bounce_{bounce}"] = {
+            "leader_bounced_last": leader_last,
             "group_state": view.state,
             "selected_protocol": view.protocol,
             "members_offering_cooperative": sorted(i for i, ok in offering.items() if ok),
             "all_offer_cooperative": bool(offering) and all(offering.values()),
         }
-        run.record.markers.append(Marker(now_ms(), f"bounce {bounce} done"))
-        if bounce == 1 and not (all(offering.values()) and view.state == "Stable"):
-            # As the operator: the second bounce only when every member is seen offering
-            # the cooperative protocol in a Stable group. Never on a guess.
+        self.run.record.markers.append(Marker(now_ms(), f"bounce {bounce} done"))
+        self.last = None
+
+
+def upgrade(run: ScenarioRun) -> None:
+    """(3): the KIP-429 upgrade of static members, driven by the operator's rollout
+    orchestrator through its local-process adapter: bounce 1 (`compatible`), verification
+    through describe, bounce 2 (`cooperative`); one member at a time, the leader last."""
+    run.start_fleet()
+    recorder = UpgradeRecorder(run)
+    members = run.settings.members
+    rollout = LocalRollout(
+        DemoFleetControl(run),
+        LocalRolloutSpec(
+            desired_protocol=RebalanceProtocolSetting.COOPERATIVE,
+            template_hash=DEMO_TEMPLATE,
+            assignors=Assignors(eager=EAGER_ASSIGNOR, cooperative=COOPERATIVE_ASSIGNOR),
+            expected_members=members,
+            member_ready_timeout_seconds=run.settings.settle_timeout_s,
+        ),
+        state_path=run.fleet.log_dir / "rollout.json",
+        poll_interval_s=0.1,
+        on_decision=recorder.on_decision,
+    )
+    try:
+        result = rollout.run(timeout_s=run.settings.settle_timeout_s * (2 * members + 2))
+    finally:
+        run.record.facts["orchestrator_decisions"] = [r.to_dict() for r in rollout.decisions]
+        run.record.facts["rollout_state"] = rollout.state.to_dict()
+    if isinstance(result.outcome, Pause):
+        # As the operator: a pause never skips anyone. The checks show what was not reached.
+        run.record.facts["rollout_paused"] = result.outcome.reason
+        if "bounce_1" not in run.record.facts:
             run.record.facts["stopped_before_bounce_2"] = True
-            return
+        return
+    run.settle()  # the last member is back; let the logs catch up before the facts
+    recorder.bounce_done(recorder.bounce_index + 1)
 
 
 def scale_down(run: ScenarioRun, *, batch_leave: bool) -> None:
