@@ -291,8 +291,6 @@ class Checker:
             secret = self.find("Secret", ref["name"])
             if secret is not None and ref["key"] not in (secret.get("data") or {}):
                 self.fail(f"Deployment: Secret {ref['name']} has no key {ref['key']}")
-        if not (env.get("STATICFLEET_MEMBER_TOKEN_SECRET") or {}).get("value"):
-            self.fail("Deployment: STATICFLEET_MEMBER_TOKEN_SECRET must name a Secret")
 
         mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
         volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
@@ -385,6 +383,7 @@ class Checker:
             ("", "pods", "delete"),
             ("", "pods", "watch"),
             ("", "events", "create"),
+            ("", "secrets", "get"),
             ("", "secrets", "create"),
             ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.server.app import create_app
+from coordinator.server.app import authenticator_of, create_app
 from coordinator.server.auth import (
     ENV_ADMIN_TOKEN,
     ENV_GROUP_ID,
@@ -10,6 +10,7 @@ from coordinator.server.auth import (
     ENV_TOKENS_FILE,
     AuthConfig,
     AuthConfigError,
+    Authenticator,
     Principal,
     Role,
 )
@@ -23,9 +24,11 @@ __all__ = [
     "ENV_TOKENS_FILE",
     "AuthConfig",
     "AuthConfigError",
+    "Authenticator",
     "Principal",
     "Role",
     "RunningServer",
+    "authenticator_of",
     "build_openapi",
     "create_app",
     "render_openapi",

@@ -81,3 +81,9 @@ def create_app(
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     return app
+
+
+def authenticator_of(app: web.Application) -> Authenticator:
+    """The app's authenticator: an embedding process (the operator) adds and removes member
+    tokens at runtime through it (`set_member_tokens` / `remove_group`)."""
+    return app[CONTEXT].authenticator

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import re
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -196,23 +197,78 @@ def _digest(token: str) -> bytes:
 
 
 class Authenticator:
-    """Maps a presented bearer token to a principal, comparing in constant time."""
+    """Maps a presented bearer token to a principal, comparing in constant time.
+
+    The configured tokens are fixed; member tokens may also be added and removed at runtime
+    per group (`set_member_tokens` / `remove_group`, e.g. by the operator embedding the
+    server). A change builds a new entry table and swaps it in with one assignment, so
+    `authenticate` (on the event loop or any thread) always sees one whole table; changes
+    are serialized by a lock. Runtime tokens add to a group's configured tokens, never
+    replace them.
+    """
 
     def __init__(self, config: AuthConfig) -> None:
         self.insecure = config.insecure
+        self._admin_tokens = config.admin_tokens
+        self._configured: dict[str, frozenset[str]] = {
+            group_id: frozenset(tokens) for group_id, tokens in config.member_tokens.items()
+        }
+        self._runtime: dict[str, frozenset[str]] = {}
+        self._lock = threading.Lock()
+        self._entries: tuple[tuple[bytes, Principal], ...] = self._build()
+
+    def _build(self) -> tuple[tuple[bytes, Principal], ...]:
         entries: list[tuple[bytes, Principal]] = [
-            (_digest(token), ADMIN) for token in sorted(config.admin_tokens)
+            (_digest(token), ADMIN) for token in sorted(self._admin_tokens)
         ]
-        for token, groups in sorted(config.member_groups_by_token().items()):
-            entries.append((_digest(token), Principal(Role.MEMBER, groups)))
-        self._entries = entries
+        groups: dict[str, set[str]] = {}
+        for source in (self._configured, self._runtime):
+            for group_id, tokens in source.items():
+                for token in tokens:
+                    groups.setdefault(token, set()).add(group_id)
+        for token, ids in sorted(groups.items()):
+            entries.append((_digest(token), Principal(Role.MEMBER, frozenset(ids))))
+        return tuple(entries)
+
+    def set_member_tokens(self, group_id: str, tokens: Iterable[str]) -> None:
+        """Make `tokens` (and no other runtime tokens) valid member tokens for `group_id`.
+        Raises `AuthConfigError` for an empty group id, a malformed token, or an admin
+        token (a token is never both)."""
+        wanted = frozenset(tokens)
+        if not group_id:
+            raise AuthConfigError("member tokens need a non-empty group id")
+        for token in wanted:
+            _check_token(token, f"member token for group {group_id!r}")
+        if wanted & self._admin_tokens:
+            raise AuthConfigError(
+                f"a member token for group {group_id!r} is also an admin token; "
+                "give each role its own token"
+            )
+        with self._lock:
+            if wanted:
+                self._runtime[group_id] = wanted
+            else:
+                self._runtime.pop(group_id, None)
+            self._entries = self._build()
+
+    def remove_group(self, group_id: str) -> None:
+        """Forget the runtime member tokens of `group_id` (its configured ones stay)."""
+        with self._lock:
+            if self._runtime.pop(group_id, None) is not None:
+                self._entries = self._build()
+
+    def runtime_groups(self) -> frozenset[str]:
+        """The groups that have runtime member tokens."""
+        with self._lock:
+            return frozenset(self._runtime)
 
     def authenticate(self, token: str) -> Principal | None:
         presented = _digest(token)
+        entries = self._entries  # one snapshot: a concurrent change swaps the whole table
         found: Principal | None = None
         # Compare against every entry, without stopping early, so timing says nothing
         # about which (or whether any) token matched.
-        for digest, principal in self._entries:
+        for digest, principal in entries:
             if hmac.compare_digest(presented, digest) and found is None:
                 found = principal
         return found

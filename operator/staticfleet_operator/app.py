@@ -21,7 +21,7 @@ from typing import Any
 import kopf
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
-from coordinator.server import AuthConfig, create_app, start_server
+from coordinator.server import AuthConfig, authenticator_of, create_app, start_server
 from staticfleet_operator import handlers
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.reconcile import Operator
@@ -86,15 +86,22 @@ async def run_operator(
         open_store(options.store),
     )
     await coordinator.start()
+    app = create_app(coordinator, auth, manage_coordinator=False)
     server = await start_server(
-        create_app(coordinator, auth, manage_coordinator=False),
+        app,
         options.coordinator_host,
         options.coordinator_port,
     )
     log.info(
         "coordinator listening on %s; members are told %s", server.url, options.coordinator_url
     )
-    operator = Operator(coordinator, KubeApi("http://not-logged-in"), options.coordinator_url)
+    # Per-group member tokens (from Secrets) are registered with the server at runtime.
+    operator = Operator(
+        coordinator,
+        KubeApi("http://not-logged-in"),
+        options.coordinator_url,
+        authenticator=authenticator_of(app),
+    )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)
 

@@ -1,9 +1,9 @@
 """A small Kubernetes API adapter: the few calls the operator makes, over aiohttp.
 
-Plain REST (list/get/create/delete pods, patch the ConsumerGroup's status, post Events),
-so it behaves the same against a real API server and kmock's emulator. Label selectors are
-sent to the server *and* applied to the answer: a server that ignores them (an emulator)
-cannot hand the operator someone else's pods.
+Plain REST (list/get/create/delete pods, get/create member token Secrets, patch the
+ConsumerGroup's status, post Events), so it behaves the same against a real API server and
+kmock's emulator. Label selectors are sent to the server *and* applied to the answer: a
+server that ignores them (an emulator) cannot hand the operator someone else's pods.
 
 Every write is appended to `actions` (verb, kind, name, detail) for logs and tests.
 """
@@ -135,6 +135,22 @@ class KubeApi:
             body={"status": status},
             content_type=MERGE_PATCH,
         )
+
+    # --- secrets (member tokens) -----------------------------------------------------------
+
+    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def create_secret(self, namespace: str, secret: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a Secret; raises KubeError(409) when it exists. The action log names it
+        only (never its data)."""
+        self.actions.append(Action("create", "Secret", str(secret["metadata"]["name"])))
+        return await self._request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=secret)
 
     # --- consumer groups ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
 from staticfleet_operator.rollout import MemberPod
+from staticfleet_operator.tokens import token_secret_ref
 
 GROUP_LABEL: Final = "staticfleet.dev/group"
 SLOT_LABEL: Final = "staticfleet.dev/slot"
@@ -53,7 +54,10 @@ def template_hash(spec: ConsumerGroupSpec) -> str:
         "assignors": [spec.rebalance.eager_assignor.value, spec.rebalance.cooperative_assignor],
         "sessionTimeoutMs": spec.membership.session_timeout_ms,
         "rebalanceTimeoutMs": spec.membership.rebalance_timeout_ms,
-        "token": spec.token_secret_ref.model_dump(mode="json") if spec.token_secret_ref else None,
+        # Where STATICFLEET_TOKEN comes from: the user's Secret, or the operator-made one.
+        "token": (
+            spec.token_secret_ref.model_dump(mode="json") if spec.token_secret_ref else "managed"
+        ),
     }
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return digest[:10]
@@ -80,11 +84,11 @@ def member_env(
     entries: list[dict[str, Any]] = [
         {"name": name, "value": value} for name, value in values.items()
     ]
-    if spec.token_secret_ref is not None:
-        ref = spec.token_secret_ref
-        entries.append(
-            {"name": env.TOKEN, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
-        )
+    # The token by reference (never the literal): the user's Secret or the operator-made one.
+    secret_name, secret_key = token_secret_ref(spec, settings.group_name)
+    entries.append(
+        {"name": env.TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}}
+    )
     return entries
 
 

@@ -29,6 +29,7 @@ from coordinator import (
     MemberIdentity,
 )
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.server import AuthConfigError, Authenticator
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
 from staticfleet_operator.identity import SlotAllocator, SlotClaim
 from staticfleet_operator.kube import KubeApi
@@ -58,6 +59,7 @@ from staticfleet_operator.status import (
     read_status,
     rollout_from_status,
 )
+from staticfleet_operator.tokens import TokenUnavailable, read_member_token
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -82,6 +84,13 @@ class Operator:
     # Pod keys the webhook granted a slot to, and when: until the API server has created the
     # pod, a pass that does not see it yet must not take its slot back.
     admitted: dict[str, datetime] = field(default_factory=dict)
+    # The embedded server's authenticator: each group's member token is registered with it.
+    # None: no server to tell (member tokens are still put in Secrets and pod env).
+    authenticator: Authenticator | None = None
+    # group key -> the group id its member token is registered for (to unregister it).
+    token_groups: dict[str, str] = field(default_factory=dict)
+    # group key -> the last token problem reported (an Event once per problem, not per pass).
+    token_problems: dict[str, str] = field(default_factory=dict)
 
     def recently_admitted(self, pod_key: str, now: datetime) -> bool:
         since = self.admitted.get(pod_key)
@@ -117,6 +126,7 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
             await op.kube.post_event(body, "InvalidSpec", "; ".join(problems), warning=True)
         return "invalid spec"
     spec = parse_spec(body.get("spec") or {})
+    await sync_member_token(op, body, spec)
     await _sync_topics(op.coordinator, spec)
     if spec.mode is Mode.ADOPTED:
         return await _reconcile_adopted(op, body, spec)
@@ -329,6 +339,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
     async with op.lock(namespace, name):
         problems = validate_spec(body.get("spec") or {})
         if problems:
+            forget_member_token(op, namespace, name, None)
             return "invalid spec: nothing was created"
         spec = parse_spec(body.get("spec") or {})
         if spec.mode is Mode.MANAGED:
@@ -349,7 +360,49 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
             raise RetryLater(f"the coordinator kept group {spec.group_id}: {code.name}")
         op.allocator.forget(group_key(namespace, name))
         op.rebuilt.discard(group_key(namespace, name))
+        forget_member_token(op, namespace, name, spec.group_id)
         return f"finalized: left {instance_ids}"
+
+
+async def sync_member_token(op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec) -> bool:
+    """Read the group's member token (creating the operator-made Secret when needed) and
+    register it with the embedded server for the group id; True when registered. A missing
+    or unusable Secret unregisters the group's token (a deleted user Secret revokes it) and
+    posts a Warning Event once."""
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata["namespace"]), str(metadata["name"])
+    key = group_key(namespace, name)
+    previous = op.token_groups.get(key)
+    if previous is not None and previous != spec.group_id:
+        forget_member_token(op, namespace, name, None)  # the groupId changed
+    try:
+        token = await read_member_token(
+            op.kube, namespace, name, str(metadata.get("uid", "")), spec
+        )
+        if op.authenticator is not None:
+            op.authenticator.set_member_tokens(spec.group_id, [token])
+    except (TokenUnavailable, AuthConfigError) as error:
+        forget_member_token(op, namespace, name, spec.group_id)
+        problem = f"member token unavailable: {error}"
+        if op.token_problems.get(key) != problem:
+            op.token_problems[key] = problem
+            log.warning("%s: %s", key, problem)
+            await op.kube.post_event(body, "MemberTokenUnavailable", problem, warning=True)
+        return False
+    op.token_groups[key] = spec.group_id
+    op.token_problems.pop(key, None)
+    return True
+
+
+def forget_member_token(op: Operator, namespace: str, name: str, group_id: str | None) -> None:
+    """Unregister the group's member token from the embedded server."""
+    key = group_key(namespace, name)
+    registered = op.token_groups.pop(key, None)
+    op.token_problems.pop(key, None)
+    if op.authenticator is None:
+        return
+    for gid in {g for g in (registered, group_id) if g}:
+        op.authenticator.remove_group(gid)
 
 
 class RetryLater(Exception):

@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import aiohttp
+
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
     GROUP_LABEL,
     POD_KEY_ANNOTATION,
@@ -33,6 +36,7 @@ from staticfleet_operator.reconcile import (
     desired_protocol,
     ensure_adopted_table,
     group_key,
+    sync_member_token,
 )
 from staticfleet_operator.rollout import CoordinatorView, protocol_for_new_pod
 from staticfleet_operator.status import read_status, rollout_from_status
@@ -89,6 +93,13 @@ async def admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Pod
         return None
     if spec.selector is not None and not spec.selector.matches(metadata.get("labels") or {}):
         return None
+    try:
+        # The pod's env references the token Secret: make sure it exists and is registered.
+        await sync_member_token(op, body, spec)
+    except (KubeError, aiohttp.ClientError) as error:
+        # Not a reason to refuse the pod: the next reconcile pass creates the Secret (the
+        # kubelet waits for it).
+        log.warning("could not ensure the member token of %s/%s: %s", namespace, name, error)
     annotations = metadata.get("annotations") or {}
     pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
     siblings = await op.kube.list_pods(namespace, {GROUP_LABEL: name})

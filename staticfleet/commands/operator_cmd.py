@@ -2,7 +2,8 @@
 
 Flags are what the Helm chart passes (charts/staticfleet/templates/deployment.yaml); tokens
 come from the environment (STATICFLEET_ADMIN_TOKEN, STATICFLEET_MEMBER_TOKEN with
-STATICFLEET_GROUP_ID, STATICFLEET_TOKENS_FILE), as for `staticfleet coordinator serve`.
+STATICFLEET_GROUP_ID, STATICFLEET_TOKENS_FILE), as for `staticfleet coordinator serve`; each
+ConsumerGroup's member token is added at runtime from its Secret (docs/operator.md).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 log = logging.getLogger("staticfleet.operator")
 
+# Accepted by earlier versions, now without meaning: each ConsumerGroup has its own member
+# token Secret (spec.tokenSecretRef, else `<group>-member-token`); see docs/operator.md.
 ENV_MEMBER_TOKEN_SECRET = "STATICFLEET_MEMBER_TOKEN_SECRET"
 
 
@@ -115,8 +118,8 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     if os.environ.get(ENV_MEMBER_TOKEN_SECRET):
         log.warning(
-            "%s is set, but per-group member token Secrets are not implemented yet; "
-            "give members tokens with STATICFLEET_TOKENS_FILE and spec.tokenSecretRef",
+            "%s is ignored: each ConsumerGroup's member token is in the Secret its "
+            "spec.tokenSecretRef names, else in <group>-member-token (created by the operator)",
             ENV_MEMBER_TOKEN_SECRET,
         )
     asyncio.run(run_operator(options, auth))

@@ -6,6 +6,12 @@ coordinator) and marks the pod Running/Ready through the status subresource; whe
 deleted, its member stops (a static member sends no LeaveGroup, as a killed pod would not).
 It also plays the API server's bookkeeping kmock leaves out: `metadata.generation` bumps on
 spec changes, and uid/creationTimestamp on creation.
+
+Like a real kubelet it resolves `valueFrom.secretKeyRef` env from the pod's namespace (a
+missing Secret or key: the container does not start, and the next pass tries again). With
+`running_cluster(http_members=True)` the embedded coordinator also serves HTTP (admin token
+only, as in the operator process; the operator registers member tokens with it) and the
+members join over HTTP with the `STATICFLEET_TOKEN` their pod env resolves to.
 """
 
 from __future__ import annotations
@@ -30,16 +36,24 @@ import kmock
 import kopf
 
 from coordinator import CoordinatorConfig, GroupCoordinator, JournalEvent, MemoryStore, SystemClock
-from coordinator.client import GroupMember, InProcessTransport, MemberConfig
+from coordinator.client import (
+    GroupMember,
+    HttpTransport,
+    InProcessTransport,
+    MemberConfig,
+    MemberState,
+)
 from coordinator.client import env as member_env
+from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
 from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.kube import KubeApi, KubeError
 from staticfleet_operator.members import GROUP_LABEL, POD_KEY_ANNOTATION
 from staticfleet_operator.reconcile import Operator
 from staticfleet_operator.webhook import WEBHOOK_PATH
 
 NAMESPACE = "default"
+ADMIN_TOKEN = "harness-admin-token"
 KUBELET_FINALIZER = "tests.staticfleet.dev/kubelet"
 CG_RESOURCE = f"{GROUP}/{VERSION}/{PLURAL}"
 log = logging.getLogger("tests.kube_harness")
@@ -59,6 +73,12 @@ def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
         namespaced=True,
         verbs={"list", "watch", "get", "patch", "create", "delete"},
         subresources={"status"},
+    )
+    emulator.resources["v1/secrets"] = kmock.ResourceInfo(
+        kind="Secret",
+        singular="secret",
+        namespaced=True,
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
     )
     emulator.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", singular="namespace", namespaced=False, verbs={"list", "watch", "get"}
@@ -109,6 +129,38 @@ def env_of(pod: Mapping[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in containers[0].get("env") or []}
 
 
+async def resolve_env(kube: KubeApi, pod: Mapping[str, Any]) -> dict[str, str] | None:
+    """The first container's env as a kubelet resolves it: literal values, and
+    `valueFrom.secretKeyRef` read from the pod's namespace. None when a referenced Secret or
+    key is missing (a real kubelet refuses to start the container: CreateContainerConfigError).
+    """
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    namespace = (pod.get("metadata") or {}).get("namespace") or NAMESPACE
+    values: dict[str, str] = {}
+    for entry in containers[0].get("env") or []:
+        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is None:
+            values[entry["name"]] = entry.get("value", "")
+            continue
+        try:
+            secret = await kube._request(
+                "GET", f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}"
+            )
+        except KubeError as error:
+            if error.status == 404 and not ref.get("optional"):
+                return None
+            if error.status == 404:
+                continue
+            raise
+        raw = (secret.get("data") or {}).get(ref["key"])
+        if raw is None:
+            if ref.get("optional"):
+                continue
+            return None
+        values[entry["name"]] = base64.b64decode(raw).decode()
+    return values
+
+
 @dataclass
 class PodEvent:
     verb: str  # started | stopped
@@ -123,6 +175,12 @@ class Kubelet:
     coordinator: GroupCoordinator
     members: dict[str, GroupMember] = field(default_factory=dict)
     history: list[PodEvent] = field(default_factory=list)
+    # Set: members join over HTTP at this URL with their pod's STATICFLEET_TOKEN.
+    server_url: str | None = None
+    transports: dict[str, HttpTransport] = field(default_factory=dict)
+    # Pod names whose env could not be resolved yet (a Secret or key missing).
+    waiting: set[str] = field(default_factory=set)
+    crashes: list[str] = field(default_factory=list)  # pod names whose member failed
 
     async def run(self) -> None:
         while True:
@@ -146,16 +204,27 @@ class Kubelet:
             seen.add(key)
             if pod["metadata"].get("deletionTimestamp"):
                 # Graceful termination: the container stops, then the pod object goes.
-                member = self.members.pop(key, None)
-                if member is not None:
-                    await member.close(leave=False)
+                await self._stop(key)
                 await self._release(pod["metadata"]["name"])
             elif key not in self.members:
                 await self._start(key, pod)
+            elif self.members[key].state is MemberState.FATAL:
+                # The process exited (e.g. its token was refused: registered a moment after
+                # the Secret appeared); a kubelet restarts the container.
+                self.crashes.append(pod["metadata"]["name"])
+                await self._stop(key)
+                await self._start(key, pod)
         for key in list(self.members):
             if key not in seen:
-                member = self.members.pop(key)
-                await member.close(leave=False)
+                await self._stop(key)
+
+    async def _stop(self, key: str) -> None:
+        member = self.members.pop(key, None)
+        if member is not None:
+            await member.close(leave=False)
+        transport = self.transports.pop(key, None)
+        if transport is not None:
+            await transport.close()
 
     async def _release(self, name: str) -> None:
         await self.kube._request(
@@ -166,7 +235,12 @@ class Kubelet:
         )
 
     async def _start(self, key: str, pod: Mapping[str, Any]) -> None:
-        values = env_of(pod)
+        resolved = await resolve_env(self.kube, pod)
+        if resolved is None:
+            self.waiting.add(pod["metadata"]["name"])
+            return
+        self.waiting.discard(pod["metadata"]["name"])
+        values = resolved
         config = MemberConfig(
             group_id=values[member_env.GROUP_ID],
             topics=member_env.split_topics(values[member_env.TOPICS]),
@@ -179,7 +253,12 @@ class Kubelet:
             cooperative_assignor=values[member_env.COOPERATIVE_ASSIGNOR],
             client_id=pod["metadata"]["name"],
         )
-        member = GroupMember(InProcessTransport(self.coordinator), config)
+        if self.server_url is not None:
+            transport = HttpTransport(self.server_url, token=values.get(member_env.TOKEN))
+            self.transports[key] = transport
+            member = GroupMember(transport, config)
+        else:
+            member = GroupMember(InProcessTransport(self.coordinator), config)
         # Hold the pod object until its "container" has stopped, as a real kubelet does.
         await self.kube._request(
             "PATCH",
@@ -208,6 +287,10 @@ class Kubelet:
             with contextlib.suppress(Exception):
                 await member.close(leave=False)
         self.members.clear()
+        for transport in self.transports.values():
+            with contextlib.suppress(Exception):
+                await transport.close()
+        self.transports.clear()
 
 
 @dataclass
@@ -219,6 +302,7 @@ class Cluster:
     kubelet: Kubelet
     webhook_url: str = ""
     memo: kopf.Memo | None = None
+    server: RunningServer | None = None  # the coordinator's HTTP server (http_members)
 
     def forget_operator_memory(self) -> Operator:
         """What an operator restart loses: everything the `Operator` holds in memory (slot
@@ -229,6 +313,7 @@ class Cluster:
             self.coordinator,
             KubeApi(self.operator.kube._server),
             coordinator_url=self.operator.coordinator_url,
+            authenticator=self.operator.authenticator,
         )
         self.memo["operator"] = fresh
         self.retired.append(self.operator)
@@ -338,8 +423,11 @@ class Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running_cluster(interval: float = 0.1, webhook: bool = False) -> AsyncIterator[Cluster]:
-    """kmock + embedded coordinator + the real Kopf operator + the fake kubelet."""
+async def running_cluster(
+    interval: float = 0.1, webhook: bool = False, http_members: bool = False
+) -> AsyncIterator[Cluster]:
+    """kmock + embedded coordinator + the real Kopf operator + the fake kubelet. With
+    `http_members` the coordinator serves HTTP and members join over it with their token."""
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         declare_resources(emulator)
         url = str(server.url).rstrip("/")
@@ -350,6 +438,16 @@ async def running_cluster(interval: float = 0.1, webhook: bool = False) -> Async
         operator = Operator(coordinator, KubeApi(url), coordinator_url="http://coordinator:9092")
         test_kube = KubeApi(url)
         kubelet = Kubelet(KubeApi(url), coordinator)
+        coordinator_server: RunningServer | None = None
+        if http_members:
+            app = create_app(
+                coordinator,
+                AuthConfig(admin_tokens=frozenset({ADMIN_TOKEN})),
+                manage_coordinator=False,
+            )
+            coordinator_server = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
+            operator.authenticator = authenticator_of(app)
+            kubelet.server_url = coordinator_server.url
 
         registry = kopf.OperatorRegistry()
         handlers.register(registry, interval=interval, webhook=webhook)
@@ -383,7 +481,16 @@ async def running_cluster(interval: float = 0.1, webhook: bool = False) -> Async
             )
         )
         kubelet_task = asyncio.create_task(kubelet.run())
-        cluster = Cluster(emulator, test_kube, operator, coordinator, kubelet, webhook_url, memo)
+        cluster = Cluster(
+            emulator,
+            test_kube,
+            operator,
+            coordinator,
+            kubelet,
+            webhook_url,
+            memo,
+            coordinator_server,
+        )
         try:
             await asyncio.wait_for(ready.wait(), 10)
             yield cluster
@@ -395,6 +502,8 @@ async def running_cluster(interval: float = 0.1, webhook: bool = False) -> Async
             await kubelet.close()
             await kubelet.kube.close()
             await test_kube.close()
+            if coordinator_server is not None:
+                await coordinator_server.stop()
             await coordinator.close()
             # Open keep-alive connections hold server-side tasks that Kopf would wait for.
             for used in [operator, *cluster.retired, cluster.operator]:

@@ -308,6 +308,7 @@ def test_operator_run_cli_takes_the_charts_flags() -> None:
 
 async def test_operator_process_serves_coordinator_health_and_reconciles() -> None:
     import asyncio
+    import base64
 
     import aiohttp
     import kmock
@@ -371,6 +372,18 @@ async def test_operator_process_serves_coordinator_health_and_reconciles() -> No
                     if pods:
                         break
                     await asyncio.sleep(0.05)
+                # The group's member token (operator-made Secret) is registered with the
+                # embedded server: it may act on its group, a wrong one may not.
+                secret_path = f"/api/v1/namespaces/{NAMESPACE}/secrets/orders-member-token"
+                async with session.get(url + secret_path) as r:
+                    encoded = (await r.json())["data"]["token"]
+                token = base64.b64decode(encoded).decode()
+                beat = f"http://127.0.0.1:{coordinator_port}/v1/groups/orders/heartbeat"
+                body = {"group_id": "orders", "generation_id": 1, "member_id": "nobody"}
+                for bearer, expected in ((token, 200), ("a-wrong-token", 403)):
+                    headers = {"Authorization": f"Bearer {bearer}"}
+                    async with session.post(beat, json=body, headers=headers) as r:
+                        assert r.status == expected, await r.text()
             assert env_of(pods[0])[member_env.COORDINATOR_URL] == "http://members-see-this:9092"
         finally:
             stop.set()

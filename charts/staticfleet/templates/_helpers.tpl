@@ -78,10 +78,6 @@ app.kubernetes.io/part-of: staticfleet
 {{- default (printf "%s-admin-token" (include "staticfleet.fullname" .)) .Values.auth.adminToken.existingSecret }}
 {{- end }}
 
-{{- define "staticfleet.memberTokenSecretName" -}}
-{{- default (printf "%s-member-tokens" (include "staticfleet.fullname" .)) .Values.auth.memberTokenSecretName }}
-{{- end }}
-
 {{- define "staticfleet.peeringName" -}}
 {{- default (include "staticfleet.clusterScopedName" .) .Values.peering.name }}
 {{- end }}
@@ -120,10 +116,12 @@ ClusterRole when it watches all namespaces). Nothing here is a wildcard.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
-# The per-group member token Secret the operator creates next to each group.
+# Member tokens: the operator reads each group's token Secret (its own `<group>-member-token`
+# or the group's spec.tokenSecretRef) and creates its own once; it never patches, lists or
+# deletes Secrets (the ownerReference lets the garbage collector delete them).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "create"]
 {{- end }}
 
 {{/*

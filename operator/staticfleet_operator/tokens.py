@@ -1,0 +1,119 @@
+"""Per-group member tokens: where a ConsumerGroup's token lives and how the embedded
+coordinator learns it.
+
+A group's member token comes from `spec.tokenSecretRef` when set (a Secret the user manages;
+the operator only reads it), else from the Secret `<group name>-member-token` (key `token`)
+that the operator creates once — a random 32-byte urlsafe token, with an ownerReference to
+the ConsumerGroup, so it goes when the group goes — and never regenerates while it exists.
+Member pods reference the Secret (`valueFrom.secretKeyRef`), never the literal token.
+
+`ensure_member_token` runs on every reconcile pass and at admission, so the coordinator's
+table follows the Secret (a rotated user Secret is picked up on the next pass) and a
+restarted operator, whose embedded server starts with no member tokens, re-registers every
+group on its first pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import secrets
+from collections.abc import Mapping
+from typing import Any, Final
+
+from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
+from staticfleet_operator.kube import KubeApi, KubeError
+
+log = logging.getLogger("staticfleet.operator.tokens")
+
+MANAGED_TOKEN_KEY: Final = "token"
+MANAGED_TOKEN_SUFFIX: Final = "-member-token"
+TOKEN_BYTES: Final = 32
+
+
+def managed_secret_name(group_name: str) -> str:
+    return f"{group_name}{MANAGED_TOKEN_SUFFIX}"
+
+
+def token_secret_ref(spec: ConsumerGroupSpec, group_name: str) -> tuple[str, str]:
+    """(Secret name, key) of the group's member token."""
+    if spec.token_secret_ref is not None:
+        return spec.token_secret_ref.name, spec.token_secret_ref.key
+    return managed_secret_name(group_name), MANAGED_TOKEN_KEY
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def managed_secret(namespace: str, group_name: str, owner_uid: str, token: str) -> dict[str, Any]:
+    """The manifest of the operator-made member token Secret."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": managed_secret_name(group_name),
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "staticfleet",
+                "staticfleet.dev/group": group_name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": group_name,
+                    "uid": owner_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": {MANAGED_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def secret_value(secret: Mapping[str, Any], key: str) -> str | None:
+    """The decoded value of `key` (from `data`, else `stringData`); None when absent/bad."""
+    raw = (secret.get("data") or {}).get(key)
+    if isinstance(raw, str):
+        try:
+            value = base64.b64decode(raw, validate=True).decode("utf-8").strip()
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return value or None
+    plain = (secret.get("stringData") or {}).get(key)
+    return plain.strip() or None if isinstance(plain, str) else None
+
+
+class TokenUnavailable(Exception):
+    """The group's token Secret (or its key) is missing or unusable."""
+
+
+async def read_member_token(
+    kube: KubeApi, namespace: str, group_name: str, owner_uid: str, spec: ConsumerGroupSpec
+) -> str:
+    """The group's member token: read from its Secret, creating the managed Secret when
+    there is none. Raises `TokenUnavailable` when a user Secret is missing or has no key."""
+    name, key = token_secret_ref(spec, group_name)
+    secret = await kube.get_secret(namespace, name)
+    if secret is None and spec.token_secret_ref is None:
+        try:
+            secret = await kube.create_secret(
+                namespace, managed_secret(namespace, group_name, owner_uid, new_token())
+            )
+        except KubeError as error:
+            if error.status != 409:
+                raise
+            # Another pass (or replica) created it first: use theirs.
+            secret = await kube.get_secret(namespace, name)
+        else:
+            log.info("created member token Secret %s/%s", namespace, name)
+    if secret is None:
+        raise TokenUnavailable(f"Secret {namespace}/{name} not found")
+    token = secret_value(secret, key)
+    if token is None:
+        raise TokenUnavailable(f"Secret {namespace}/{name} has no usable key {key!r}")
+    return token
