@@ -27,7 +27,7 @@ test-fast: install
 lint: install chart-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts operator/staticfleet_operator
+	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts pipeline operator/staticfleet_operator
 
 # crds/ is a directory too: phony, or make would call it up to date.
 .PHONY: crds

@@ -21,9 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS: tuple[str, ...] = ("assignors", "coordinator", "http")
+BENCHMARKS: tuple[str, ...] = ("assignors", "coordinator", "http", "spark")
 # Benchmarks whose module is not `bench.<name>`.
-MODULES: dict[str, str] = {"coordinator": "coordinator_bench", "http": "http_bench"}
+MODULES: dict[str, str] = {
+    "coordinator": "coordinator_bench",
+    "http": "http_bench",
+    "spark": "spark_bench",
+}
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

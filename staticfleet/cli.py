@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES: list[tuple[str, str]] = [
     ("member", "staticfleet.commands.member_cmd"),
     ("demo", "staticfleet.commands.demo_cmd"),
     ("crds", "staticfleet.commands.crds_cmd"),
+    ("spark", "staticfleet.commands.spark_cmd"),
     ("operator", "staticfleet.commands.operator_cmd"),
 ]
 

@@ -1,0 +1,559 @@
+"""The journal analytics job: rebalances, moves, unowned partition-seconds, time to Stable
+and load skew, per group, per rollout window and per generation (docs/spark.md).
+
+    spark-submit pipeline/analytics.py --journal DIR_OR_FILE --output DIR [--window L=S:E]
+    staticfleet spark analytics --journal ... --output ...
+
+Input: rebalance journals as JSON lines (`coordinator.journal.write_jsonl`, `/v1/journal`
+exports; a file, a directory of them, or a glob), or Parquet written by
+`pipeline.generate --format parquet`. The schema is given, never inferred. Everything is
+DataFrame operations and window functions; only the small per-window table is collected,
+for the text report.
+
+Output (under --output): `windows/`, `generations/`, `moves/` (Parquet) and `report.txt`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make `pipeline` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from coordinator.journal import JournalKind
+from pipeline import options
+from pipeline.reference import ALL_WINDOW, demo_aliases
+from pipeline.reference import Window as RolloutWindow
+
+JOURNAL_SCHEMA = StructType(
+    [
+        StructField("seq", LongType(), False),
+        StructField("ts_ms", LongType(), False),
+        StructField("group_id", StringType(), False),
+        StructField("kind", StringType(), False),
+        StructField("generation_id", LongType(), False),
+        StructField("member_id", StringType(), True),
+        StructField("group_instance_id", StringType(), True),
+        StructField(
+            "detail",
+            StructType(
+                [
+                    # [[topic, partition], ...]: read as strings, the partition cast below.
+                    StructField("partitions", ArrayType(ArrayType(StringType())), True),
+                    StructField("reason", StringType(), True),
+                ]
+            ),
+            True,
+        ),
+    ]
+)
+
+WINDOW_SCHEMA = "label string, start_ms long, end_ms long, group_id string"
+
+
+JOURNAL_KINDS = tuple(kind.value for kind in JournalKind)
+
+
+def read_journal(
+    spark: SparkSession, path: str, fmt: str = "auto", glob: str = "*.jsonl"
+) -> DataFrame:
+    """Journal rows from JSON lines (a file, a directory searched recursively for `glob`, or
+    a glob) or Parquet. Lines that are not journal rows (no seq, an unknown kind: e.g. member
+    logs next to the journal) are dropped."""
+    if fmt == "auto":
+        local = Path(path)
+        parquet = local.suffix == ".parquet" or (
+            local.is_dir() and any(local.glob("*.parquet")) and not any(local.glob("*.jsonl"))
+        )
+        fmt = "parquet" if parquet else "json"
+    if fmt == "parquet":
+        frame = spark.read.schema(JOURNAL_SCHEMA).parquet(path)
+    else:
+        reader = spark.read.schema(JOURNAL_SCHEMA).option("mode", "FAILFAST")
+        if Path(path).is_dir():
+            reader = reader.option("recursiveFileLookup", "true").option("pathGlobFilter", glob)
+        frame = reader.json(path)
+    return frame.where(
+        F.col("seq").isNotNull()
+        & F.col("ts_ms").isNotNull()
+        & F.col("group_id").isNotNull()
+        & F.col("kind").isin(*JOURNAL_KINDS)
+    )
+
+
+ALIAS_SCHEMA = "member_id string, alias string"
+
+
+def assignment_rows(journal: DataFrame, aliases: DataFrame | None) -> DataFrame:
+    """Assignment rows with `owner`: the member id's alias, else the instance id, else the
+    member id (staticfleet.demo.journal_metrics.owner_of)."""
+    rows = journal.where(F.col("kind") == "assignment")
+    if aliases is None:
+        alias = F.lit(None).cast("string")
+    else:
+        rows = rows.join(F.broadcast(aliases), "member_id", "left")
+        alias = F.when(F.col("alias") != "", F.col("alias"))
+    instance = F.when(F.col("group_instance_id") != "", F.col("group_instance_id"))
+    return rows.withColumn("owner", F.coalesce(alias, instance, F.col("member_id"), F.lit("")))
+
+
+def assignments(rows: DataFrame) -> DataFrame:
+    """One row per (group, generation, partition): the owner named by the last assignment
+    row (by seq) naming it, and the generation's store time (its last assignment row)."""
+    generation_ts = rows.groupBy("group_id", "generation_id").agg(
+        F.max_by("ts_ms", "seq").alias("gen_ts_ms")
+    )
+    exploded = rows.select(
+        "group_id",
+        "generation_id",
+        "seq",
+        "owner",
+        F.explode("detail.partitions").alias("tp"),
+    ).select(
+        "group_id",
+        "generation_id",
+        "seq",
+        "owner",
+        F.col("tp")[0].alias("topic"),
+        F.col("tp")[1].cast("int").alias("partition"),
+    )
+    owners = exploded.groupBy("group_id", "generation_id", "topic", "partition").agg(
+        F.max_by("owner", "seq").alias("owner")
+    )
+    return owners.join(generation_ts, ["group_id", "generation_id"])
+
+
+def moves(owners: DataFrame) -> DataFrame:
+    """Partitions whose owner differs from their owner in the previous generation that
+    assigned them (staticfleet.demo.journal_metrics.partition_moves)."""
+    history = Window.partitionBy("group_id", "topic", "partition").orderBy("generation_id")
+    return (
+        owners.withColumn("from_owner", F.lag("owner").over(history))
+        .where(F.col("from_owner").isNotNull() & (F.col("from_owner") != F.col("owner")))
+        .select(
+            "group_id",
+            "generation_id",
+            "gen_ts_ms",
+            "topic",
+            "partition",
+            "from_owner",
+            F.col("owner").alias("to_owner"),
+        )
+    )
+
+
+def group_bounds(journal: DataFrame) -> DataFrame:
+    return journal.groupBy("group_id").agg(
+        F.min("ts_ms").alias("group_start_ms"), F.max("ts_ms").alias("group_end_ms")
+    )
+
+
+def unowned_intervals(journal: DataFrame, bounds: DataFrame) -> DataFrame:
+    """Intervals [lo_ms, hi_ms) a partition had no owner as the coordinator sees it: from a
+    rebalance_started that found it owned to the next assignment row naming it (or the
+    group's last row). pipeline.reference.unowned_intervals is the same in Python."""
+    assigned = journal.where(F.col("kind") == "assignment").select(
+        "group_id",
+        "seq",
+        "ts_ms",
+        F.explode("detail.partitions").alias("tp"),
+    )
+    assigned = assigned.select(
+        "group_id",
+        "seq",
+        "ts_ms",
+        F.col("tp")[0].alias("topic"),
+        F.col("tp")[1].cast("int").alias("partition"),
+        F.lit(True).alias("is_assignment"),
+    )
+    known = assigned.groupBy("group_id", "topic", "partition").agg(F.min("seq").alias("first_seq"))
+    rebalances = (
+        journal.where(F.col("kind") == "rebalance_started")
+        .select("group_id", "seq", "ts_ms")
+        .join(known, "group_id")
+        .where(F.col("seq") > F.col("first_seq"))
+        .select(
+            "group_id",
+            "seq",
+            "ts_ms",
+            "topic",
+            "partition",
+            F.lit(False).alias("is_assignment"),
+        )
+    )
+    timeline = Window.partitionBy("group_id", "topic", "partition").orderBy("seq")
+    # The next assignment: the latest one seen walking backwards (a growing frame, computed
+    # in one pass; a frame up to unboundedFollowing would be rescanned for every row).
+    backwards = (
+        Window.partitionBy("group_id", "topic", "partition")
+        .orderBy(F.col("seq").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    events = assigned.unionByName(rebalances)
+    starts = (
+        events.withColumn("previous_is_assignment", F.lag("is_assignment").over(timeline))
+        .withColumn(
+            "next_assigned_ms",
+            F.last(F.when(F.col("is_assignment"), F.col("ts_ms")), ignorenulls=True).over(
+                backwards
+            ),
+        )
+        .where(~F.col("is_assignment") & F.col("previous_is_assignment"))
+    )
+    return starts.join(bounds, "group_id").select(
+        "group_id",
+        "topic",
+        "partition",
+        F.col("ts_ms").alias("lo_ms"),
+        F.coalesce(F.col("next_assigned_ms"), F.col("group_end_ms")).alias("hi_ms"),
+    )
+
+
+def rollout_windows(
+    spark: SparkSession, bounds: DataFrame, windows: Sequence[RolloutWindow]
+) -> DataFrame:
+    """(group_id, label, start_ms, end_ms): the whole journal of each group, plus the user's
+    windows (a window with no group applies to every group)."""
+    whole = bounds.select(
+        "group_id",
+        F.lit(ALL_WINDOW).alias("label"),
+        F.col("group_start_ms").alias("start_ms"),
+        F.col("group_end_ms").alias("end_ms"),
+    )
+    if not windows:
+        return whole
+    given = spark.createDataFrame(
+        [(w.label, w.start_ms, w.end_ms, w.group_id) for w in windows], WINDOW_SCHEMA
+    )
+    groups = bounds.select("group_id")
+    everywhere = (
+        given.where(F.col("group_id").isNull())
+        .drop("group_id")
+        .crossJoin(groups)
+        .select("group_id", "label", "start_ms", "end_ms")
+    )
+    specific = given.where(F.col("group_id").isNotNull()).join(groups, "group_id")
+    return whole.unionByName(everywhere).unionByName(
+        specific.select("group_id", "label", "start_ms", "end_ms")
+    )
+
+
+def _in_window(ts: str) -> Column:
+    return (F.col(ts) >= F.col("start_ms")) & (F.col(ts) <= F.col("end_ms"))
+
+
+def window_figures(
+    journal: DataFrame, windows: DataFrame, move_rows: DataFrame, intervals: DataFrame
+) -> DataFrame:
+    """Per group and window: rebalances, moved, unowned_partition_ms, time_to_stable_ms."""
+    keys = ["group_id", "label"]
+    wins = F.broadcast(windows)
+    in_window = journal.select("group_id", "seq", "ts_ms", "kind").join(wins, "group_id")
+    in_window = in_window.where(_in_window("ts_ms"))
+    rebalances = in_window.groupBy(*keys).agg(
+        F.count(F.when(F.col("kind") == "rebalance_started", 1)).alias("rebalances"),
+        F.max(F.when(F.col("kind") == "rebalance_started", F.col("seq"))).alias("last_rb_seq"),
+    )
+    stables = in_window.where(F.col("kind") == "stable").select(
+        *keys, F.col("seq").alias("stable_seq"), F.col("ts_ms").alias("stable_ts_ms")
+    )
+    settled = (
+        rebalances.join(stables, keys)
+        .where(F.col("stable_seq") > F.col("last_rb_seq"))
+        .groupBy(*keys)
+        .agg(F.min_by("stable_ts_ms", "stable_seq").alias("settled_ts_ms"))
+    )
+    moved = (
+        move_rows.join(wins, "group_id")
+        .where(_in_window("gen_ts_ms"))
+        .groupBy(*keys)
+        .agg(F.count(F.lit(1)).alias("moved"))
+    )
+    clipped = F.greatest(
+        F.lit(0),
+        F.least(F.col("hi_ms"), F.col("end_ms")) - F.greatest(F.col("lo_ms"), F.col("start_ms")),
+    )
+    unowned = (
+        intervals.join(wins, "group_id")
+        .where((F.col("lo_ms") <= F.col("end_ms")) & (F.col("hi_ms") >= F.col("start_ms")))
+        .groupBy(*keys)
+        .agg(F.sum(clipped).alias("unowned_partition_ms"))
+    )
+    return (
+        windows.join(rebalances, keys, "left")
+        .join(settled, keys, "left")
+        .join(moved, keys, "left")
+        .join(unowned, keys, "left")
+        .select(
+            "group_id",
+            F.col("label").alias("window"),
+            "start_ms",
+            "end_ms",
+            F.coalesce("rebalances", F.lit(0)).alias("rebalances"),
+            F.coalesce("moved", F.lit(0)).alias("moved"),
+            F.coalesce("unowned_partition_ms", F.lit(0)).alias("unowned_partition_ms"),
+            (F.coalesce("unowned_partition_ms", F.lit(0)) / 1000.0).alias("unowned_partition_s"),
+            F.when(F.coalesce("rebalances", F.lit(0)) == 0, F.lit(0))
+            .otherwise(F.col("settled_ts_ms") - F.col("start_ms"))
+            .alias("time_to_stable_ms"),
+        )
+    )
+
+
+def generation_figures(
+    journal: DataFrame, rows: DataFrame, owners: DataFrame, move_rows: DataFrame
+) -> DataFrame:
+    """Per group and generation: members, partitions, load skew, moves, time to Stable."""
+    gen_keys = ["group_id", "generation_id"]
+    members = rows.select(*gen_keys, "owner").distinct()
+    per_owner = members.join(
+        owners.groupBy(*gen_keys, "owner").agg(F.count(F.lit(1)).alias("n")),
+        [*gen_keys, "owner"],
+        "left",
+    ).withColumn("n", F.coalesce("n", F.lit(0)))
+    load = per_owner.groupBy(*gen_keys).agg(
+        F.count(F.lit(1)).alias("members"),
+        F.sum("n").alias("partitions"),
+        F.min("n").alias("min_partitions"),
+        F.max("n").alias("max_partitions"),
+        F.avg("n").alias("mean_partitions"),
+    )
+    # The generation's store time: its last assignment row (rows with no partitions too).
+    gen_ts_all = rows.groupBy(*gen_keys).agg(F.max_by("ts_ms", "seq").alias("assigned_ts_ms"))
+    moved = move_rows.groupBy(*gen_keys).agg(F.count(F.lit(1)).alias("moved"))
+    stable = (
+        journal.where(F.col("kind") == "stable")
+        .groupBy(*gen_keys)
+        .agg(F.min_by("ts_ms", "seq").alias("stable_ts_ms"))
+    )
+    # The rebalance that led to a generation: the first rebalance_started after the previous
+    # generation_started, i.e. the rebalance rows whose next generation_started is this one.
+    markers = journal.where(F.col("kind").isin("rebalance_started", "generation_started"))
+    order = Window.partitionBy("group_id").orderBy("seq")
+    backwards = (
+        Window.partitionBy("group_id")
+        .orderBy(F.col("seq").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    rebalance_of = (
+        markers.withColumn(
+            "next_generation",
+            F.last(
+                F.when(F.col("kind") == "generation_started", F.col("generation_id")),
+                ignorenulls=True,
+            ).over(backwards),
+        )
+        .withColumn("previous_kind", F.lag("kind").over(order))
+        .where(
+            (F.col("kind") == "rebalance_started")
+            & (F.col("previous_kind").isNull() | (F.col("previous_kind") == "generation_started"))
+            & F.col("next_generation").isNotNull()
+        )
+        .select(
+            "group_id",
+            F.col("next_generation").alias("generation_id"),
+            F.col("ts_ms").alias("rebalance_ts_ms"),
+        )
+    )
+    return (
+        gen_ts_all.join(load, gen_keys, "left")
+        .join(moved, gen_keys, "left")
+        .join(rebalance_of, gen_keys, "left")
+        .join(stable, gen_keys, "left")
+        .select(
+            *gen_keys,
+            "assigned_ts_ms",
+            "members",
+            "partitions",
+            "min_partitions",
+            "max_partitions",
+            (F.col("max_partitions") - F.col("min_partitions")).alias("skew"),
+            F.when(F.col("mean_partitions") > 0, F.col("max_partitions") / F.col("mean_partitions"))
+            .otherwise(F.lit(0.0))
+            .alias("skew_ratio"),
+            F.coalesce("moved", F.lit(0)).alias("moved"),
+            "rebalance_ts_ms",
+            "stable_ts_ms",
+            (F.col("stable_ts_ms") - F.col("rebalance_ts_ms")).alias("time_to_stable_ms"),
+        )
+    )
+
+
+def compute(
+    spark: SparkSession,
+    journal: DataFrame,
+    windows: Sequence[RolloutWindow] = (),
+    aliases: Mapping[str, str] | None = None,
+) -> dict[str, DataFrame]:
+    """The job's result tables (lazy): windows, generations, moves."""
+    journal = journal.repartition("group_id").persist()
+    bounds = group_bounds(journal).persist()
+    alias_frame = spark.createDataFrame(sorted(aliases.items()), ALIAS_SCHEMA) if aliases else None
+    rows = assignment_rows(journal, alias_frame)
+    owners = assignments(rows).persist()
+    move_rows = moves(owners).persist()
+    intervals = unowned_intervals(journal, bounds)
+    wins = rollout_windows(spark, bounds, windows)
+    return {
+        "windows": window_figures(journal, wins, move_rows, intervals),
+        "generations": generation_figures(journal, rows, owners, move_rows),
+        "moves": move_rows,
+    }
+
+
+def report_text(windows: DataFrame, generations: DataFrame, limit: int = 40) -> str:
+    """A short text report: totals, then the first `limit` group/window rows (collected:
+    this table has one row per group and window, not per event)."""
+    totals = windows.where(F.col("window") == ALL_WINDOW).agg(
+        F.count(F.lit(1)).alias("groups"),
+        F.sum("rebalances").alias("rebalances"),
+        F.sum("moved").alias("moved"),
+        F.sum("unowned_partition_ms").alias("unowned_ms"),
+        F.max("time_to_stable_ms").alias("worst_tts"),
+    )
+    skew = generations.agg(
+        F.count(F.lit(1)).alias("generations"),
+        F.max("skew").alias("max_skew"),
+        F.max("skew_ratio").alias("max_ratio"),
+    )
+    t = totals.first()
+    s = skew.first()
+    lines = ["staticfleet journal analytics (engine: pyspark)", ""]
+    if t is not None:
+        lines.append(
+            f"groups {t['groups']}  rebalances {t['rebalances'] or 0}  moved {t['moved'] or 0}  "
+            f"unowned partition-s {(t['unowned_ms'] or 0) / 1000:.3f}  "
+            f"slowest time to stable {t['worst_tts']} ms"
+        )
+    if s is not None:
+        lines.append(
+            f"generations {s['generations']}  max skew {s['max_skew']}  "
+            f"max max/mean {s['max_ratio'] or 0:.3f}"
+        )
+    lines += [
+        "",
+        f"{'group':<32} {'window':<16} {'rebal':>6} {'moved':>6} {'unowned_s':>10} {'tts_ms':>8}",
+    ]
+    for row in windows.orderBy("group_id", "start_ms", "window").limit(limit).collect():
+        lines.append(
+            f"{row['group_id'][:32]:<32} {row['window'][:16]:<16} {row['rebalances']:>6} "
+            f"{row['moved']:>6} {row['unowned_partition_s']:>10.3f} "
+            f"{'-' if row['time_to_stable_ms'] is None else row['time_to_stable_ms']:>8}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def report_png(windows: DataFrame, path: Path, limit: int = 20) -> bool:
+    """A bar chart of the `limit` groups with the most unowned partition-seconds (window
+    `all`): rebalances and unowned partition-seconds. False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        return False
+    top = (
+        windows.where(F.col("window") == ALL_WINDOW)
+        .orderBy(F.col("unowned_partition_ms").desc(), "group_id")
+        .limit(limit)
+        .collect()
+    )
+    names = [row["group_id"] for row in top]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 0.3 * max(len(names), 4) + 1.5))
+    left.barh(names, [row["unowned_partition_s"] for row in top], color="tab:red")
+    left.set_xlabel("partition-seconds without an owner (coordinator's view)")
+    left.invert_yaxis()
+    right.barh(names, [row["rebalances"] for row in top], color="tab:blue")
+    right.set_xlabel("rebalances")
+    right.invert_yaxis()
+    right.set_yticks([])
+    figure.suptitle("staticfleet journal analytics (pyspark), whole journal per group")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return True
+
+
+def run(
+    spark: SparkSession,
+    journal_path: str,
+    output: Path,
+    windows: Sequence[RolloutWindow] = (),
+    fmt: str = "auto",
+    glob: str = "*.jsonl",
+    aliases: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Read, compute, write Parquet and report.txt; returns timings and row counts."""
+    clock = time.perf_counter()
+    tables = compute(spark, read_journal(spark, journal_path, fmt, glob), windows, aliases)
+    output.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        table.write.mode("overwrite").parquet(str(output / name))
+    written = {name: spark.read.parquet(str(output / name)) for name in ("windows", "generations")}
+    report = report_text(written["windows"], written["generations"])
+    (output / "report.txt").write_text(report)
+    report_png(written["windows"], output / "report.png")
+    return {
+        "seconds": round(time.perf_counter() - clock, 3),
+        "windows": written["windows"].count(),
+        "generations": written["generations"].count(),
+        "report": report,
+    }
+
+
+def session(master: str | None, app: str = "staticfleet-analytics") -> SparkSession:
+    builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    if master:
+        builder = builder.master(master)
+    return builder.getOrCreate()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = options.analytics_parser().parse_args(argv)
+    return run_args(args)
+
+
+def run_args(args: argparse.Namespace) -> int:
+    windows = list(args.window)
+    if args.windows_file:
+        windows += options.load_windows(args.windows_file)
+    aliases: dict[str, str] = {}
+    if args.demo_logs:
+        for scenario in [args.demo_logs, *sorted(p for p in args.demo_logs.iterdir())]:
+            if scenario.is_dir():
+                aliases.update(demo_aliases(scenario))
+    if args.aliases:
+        aliases.update(json.loads(args.aliases.read_text()))
+    spark = session(args.master)
+    spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
+    try:
+        result = run(
+            spark, args.journal, args.output, windows, args.format, args.glob, aliases or None
+        )
+    finally:
+        spark.stop()
+    print(result["report"], end="")
+    print(f"written to {args.output} in {result['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
