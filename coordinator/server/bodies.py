@@ -105,9 +105,13 @@ def too_large(max_bytes: int) -> ApiError:
 
 
 def query_int(request: web.Request, name: str, default: int, minimum: int, maximum: int) -> int:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
+    values = request.query.getall(name, [])
+    if not values:
         return default
+    if len(values) > 1:
+        raise bad_request(f"query parameter {name} must be given once")
+    raw = values[0]
+    # Present but empty is not "absent": the schema says integer, so it is a bad request.
     if not _DECIMAL.fullmatch(raw):
         raise bad_request(f"query parameter {name} must be an integer")
     value = int(raw)
