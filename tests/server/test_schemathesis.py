@@ -22,6 +22,14 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_EXAMPLES = 30
+# CI pins the seed so a landing never hinges on a lucky draw; elsewhere each run explores
+# new cases (set SCHEMATHESIS_SEED to replay one). A finding is fixed, then tested on its own.
+CI_SEED = 20261121
+
+
+def _seed_arguments() -> list[str]:
+    seed = os.environ.get("SCHEMATHESIS_SEED") or (str(CI_SEED) if os.environ.get("CI") else "")
+    return ["--seed", seed] if seed else []
 
 
 async def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
@@ -59,6 +67,7 @@ async def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
             "--request-timeout",
             "20",
             "--no-color",
+            *_seed_arguments(),
             cwd=tmp_path,  # schemathesis keeps a cache directory in its cwd
             env=_env()
             | {
