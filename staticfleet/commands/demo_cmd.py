@@ -38,6 +38,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="a smaller, faster run (4 members, 16 partitions)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "spark", "python"),
+        default="auto",
+        help="what computes the journal figures: PySpark's pipeline/analytics.py when it is "
+        "installed (auto), or plain Python (default: %(default)s)",
+    )
     parser.set_defaults(handler=demo_command)
 
 
@@ -68,7 +75,7 @@ def demo_command(args: argparse.Namespace) -> int:
         # Piped into a file or CI log: wide enough that the tables do not wrap.
         console = Console(width=140)
     try:
-        return run_demo(settings, console)
+        return run_demo(settings, console, args.engine)
     except DemoError as error:
         print(f"staticfleet demo: {error}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from staticfleet.demo.checks import Check
+from staticfleet.demo.engine import MEMBER_LOG_NOTE, EngineOutcome
 from staticfleet.demo.metrics import ScenarioMetrics
 from staticfleet.demo.record import ScenarioRecord
 
@@ -54,6 +55,17 @@ def scenario_table(results: Sequence[ScenarioResult]) -> Table:
             str(m.max_owners) if m.max_owners <= 1 else f"[red]{m.max_owners}[/red]",
         )
     return table
+
+
+def engine_line(engine: EngineOutcome) -> str:
+    """Which engine produced the journal-derived columns (rebalances, moved, to Stable)."""
+    line = f"numbers from the journal: {engine.line}"
+    if engine.engine == "spark":
+        line += f" in {engine.seconds:.0f} s"
+    line += f"; {MEMBER_LOG_NOTE}"
+    for difference in engine.differences:
+        line += f"\n[red]Spark and Python differ: {difference}[/red]"
+    return line
 
 
 def scenario_notes(results: Sequence[ScenarioResult]) -> list[str]:
@@ -114,8 +126,11 @@ def print_report(
     checks: Sequence[Check],
     wall_time_s: float,
     output_dir: Path,
+    engine: EngineOutcome | None = None,
 ) -> None:
     console.print(scenario_table(results))
+    if engine is not None:
+        console.print(engine_line(engine))
     for note in scenario_notes(results):
         console.print(note)
     console.print()

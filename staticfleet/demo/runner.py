@@ -25,7 +25,9 @@ from rich.progress import (
 
 from coordinator.journal import JournalEvent, write_jsonl
 from staticfleet.demo import checks as demo_checks
+from staticfleet.demo import engine as journal_engine
 from staticfleet.demo import metrics, report, timeline
+from staticfleet.demo import ownership as om
 from staticfleet.demo.admin import AdminClient, AdminError
 from staticfleet.demo.fleet import CoordinatorProcess, FleetError, now_ms
 from staticfleet.demo.ownership import Partition
@@ -83,8 +85,11 @@ def specs(run_id: str) -> list[ScenarioSpec]:
     ]
 
 
-def run_demo(settings: DemoSettings, console: Console) -> int:
-    """Returns 0 when every check held, 1 otherwise."""
+def run_demo(
+    settings: DemoSettings, console: Console, engine: journal_engine.Engine = "auto"
+) -> int:
+    """Returns 0 when every check held, 1 otherwise. `engine`: what computes the
+    journal-derived figures (staticfleet.demo.engine)."""
     started = time.monotonic()
     started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     output_dir = settings.output_dir
@@ -154,6 +159,7 @@ def run_demo(settings: DemoSettings, console: Console) -> int:
         wall_time_s=time.monotonic() - started,
         started_at=started_at,
         extra={"coordinator_restarts": coordinator_restarts, "logs_dir": str(logs_dir)},
+        engine=engine,
     )
 
 
@@ -188,6 +194,7 @@ def _conclude(
     wall_time_s: float,
     started_at: str,
     extra: dict[str, object],
+    engine: journal_engine.Engine = "auto",
 ) -> int:
     results = [
         report.ScenarioResult(
@@ -201,6 +208,16 @@ def _conclude(
             (JournalEvent.from_row(row) for row in record.journal),
             logs_dir / record.spec.key / "journal.jsonl",
         )
+    if engine != "python":
+        console.print("computing the journal figures with the analytics engine ...")
+    engine_outcome = journal_engine.compute(
+        engine,
+        {r.record.spec.key: _journal_figures(r.metrics) for r in results},
+        logs_dir,
+        [_scenario_windows(r.record) for r in results],
+        {k: v for r in results for k, v in om.member_aliases(r.record.logs).items()},
+    )
+    results = [_with_engine_figures(r, engine_outcome) for r in results]
     outcomes = {
         r.record.spec.key: demo_checks.ScenarioOutcome(
             r.record.spec.number, r.metrics, r.figures, r.record.facts, r.record.error
@@ -208,6 +225,8 @@ def _conclude(
         for r in results
     }
     checks = demo_checks.evaluate(outcomes, settings.session_timeout_ms)
+    if engine_outcome.engine == "spark":
+        checks.append(_engines_agree(engine_outcome))
     timeline.render(
         [
             timeline.TimelinePanel(
@@ -237,7 +256,65 @@ def _conclude(
         checks=checks,
         wall_time_s=wall_time_s,
         started_at=started_at,
-        extra=extra,
+        extra={**extra, "journal_engine": engine_outcome.to_json()},
     )
-    report.print_report(console, results, checks, wall_time_s, settings.output_dir)
+    report.print_report(
+        console, results, checks, wall_time_s, settings.output_dir, engine=engine_outcome
+    )
     return 0 if all(check.ok for check in checks) else 1
+
+
+def _journal_figures(m: metrics.ScenarioMetrics) -> journal_engine.JournalFigures:
+    return journal_engine.JournalFigures(
+        m.rebalances, m.moved, tuple(step.time_to_stable_ms for step in m.steps)
+    )
+
+
+def _scenario_windows(record: ScenarioRecord) -> journal_engine.ScenarioWindows:
+    return journal_engine.ScenarioWindows(
+        key=record.spec.key,
+        group_id=record.spec.group_id,
+        start_ms=record.window_start_ms,
+        end_ms=record.window_end_ms,
+        steps=tuple((step.start_ms, step.end_ms) for step in record.steps),
+    )
+
+
+def _with_engine_figures(
+    result: report.ScenarioResult, outcome: journal_engine.EngineOutcome
+) -> report.ScenarioResult:
+    """The scenario's metrics with the journal-derived figures of the chosen engine."""
+    figures = outcome.figures.get(result.record.spec.key)
+    m = result.metrics
+    if figures is None or len(figures.steps_time_to_stable_ms) != len(m.steps):
+        return result
+    steps = [
+        dataclasses.replace(step, time_to_stable_ms=tts)
+        for step, tts in zip(m.steps, figures.steps_time_to_stable_ms, strict=True)
+    ]
+    tts_values = [step.time_to_stable_ms for step in steps]
+    slowest = (
+        None
+        if any(value is None for value in tts_values)
+        else max((value for value in tts_values if value is not None), default=0)
+    )
+    return dataclasses.replace(
+        result,
+        metrics=dataclasses.replace(
+            m,
+            rebalances=figures.rebalances,
+            moved=figures.moved,
+            time_to_stable_ms=slowest,
+            steps=steps,
+        ),
+    )
+
+
+def _engines_agree(outcome: journal_engine.EngineOutcome) -> demo_checks.Check:
+    return demo_checks.Check(
+        "all",
+        "engines agree",
+        "Spark = Python: rebalances, moved, time to Stable",
+        "; ".join(outcome.differences) or "equal",
+        not outcome.differences,
+    )

@@ -102,3 +102,17 @@ def test_quick_demo_end_to_end(tmp_path):
 
     pixels = imread(output / "timeline.png")
     assert pixels.shape[0] > 500 and pixels.shape[1] > 500
+
+
+def test_engine_flag_reaches_the_runner(monkeypatch):
+    seen: list[str] = []
+
+    def fake_run_demo(settings, console, engine="auto"):
+        seen.append(engine)
+        return 0
+
+    monkeypatch.setattr("staticfleet.demo.runner.run_demo", fake_run_demo)
+    args = parse("--quick", "--engine", "python")
+    assert args.handler(args) == 0
+    assert seen == ["python"]
+    assert parse().engine == "auto"
