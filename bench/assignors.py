@@ -22,13 +22,13 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.child import run_child
 from coordinator.assignors import get_assignor
 from coordinator.protocol import (
     Assignment,
@@ -99,7 +99,7 @@ def run(quick: bool) -> dict[str, Any]:
     """Run every case in a child process; the figures `bench.run` writes to JSON."""
     results: dict[str, Any] = {}
     for case in _cases(quick):
-        results[case.name] = _run_child(case.name, quick)
+        results[case.name] = run_child("bench.assignors", ["--case", case.name], quick, 1800)
         summary = results[case.name].get("seconds_first_plus_rebalance", "error")
         print(f"  {case.name}: first+rebalance {summary} s", flush=True)
     targets = [case for case in _cases(quick) if case.target]
@@ -123,19 +123,6 @@ def run(quick: bool) -> dict[str, Any]:
         },
         "cases": results,
     }
-
-
-def _run_child(name: str, quick: bool) -> dict[str, Any]:
-    command = [sys.executable, "-m", "bench.assignors", "--case", name]
-    if quick:
-        command.append("--quick")
-    completed = subprocess.run(
-        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800, check=False
-    )
-    if completed.returncode != 0:
-        return {"error": completed.stderr.strip().splitlines()[-20:]}
-    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
 
 
 # -- child side ----------------------------------------------------------------------------

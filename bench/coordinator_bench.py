@@ -39,7 +39,6 @@ import json
 import os
 import pstats
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.child import run_child
 from coordinator import (
     CoordinatorConfig,
     ErrorCode,
@@ -504,7 +504,9 @@ def run(quick: bool) -> dict[str, Any]:
     """Each store in its own pinned child process; the figures `bench.run` writes to JSON."""
     cases: dict[str, Any] = {}
     for store_name in STORES:
-        cases[store_name] = _run_child(store_name, quick)
+        cases[store_name] = run_child(
+            "bench.coordinator_bench", ["--store", store_name], quick, 900
+        )
         case = cases[store_name]
         if "error" in case:
             print(f"  {store_name}: error {case['error'][-1:]}", flush=True)
@@ -532,19 +534,6 @@ def run(quick: bool) -> dict[str, Any]:
         },
         "cases": cases,
     }
-
-
-def _run_child(store_name: str, quick: bool) -> dict[str, Any]:
-    command = [sys.executable, "-m", "bench.coordinator_bench", "--store", store_name]
-    if quick:
-        command.append("--quick")
-    completed = subprocess.run(
-        command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False
-    )
-    if completed.returncode != 0:
-        return {"error": completed.stderr.strip().splitlines()[-20:]}
-    result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,7 +58,8 @@ def run_benchmark(name: str, quick: bool) -> Path:
         "results": results,
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+    # Quick runs must never replace the full figures the docs quote.
+    path = RESULTS_DIR / (f"{name}.quick.json" if quick else f"{name}.json")
     path.write_text(json.dumps(document, indent=2) + "\n")
     return path
 
