@@ -250,16 +250,7 @@ def count_steps(items: Iterable[Holding], end_ms: int) -> list[tuple[int, int, i
         if stop > h.start_ms:
             points.append((h.start_ms, 1))
             points.append((stop, -1))
-    points.sort()
-    steps: list[tuple[int, int, int]] = []
-    count = 0
-    previous: int | None = None
-    for ts, delta in points:
-        if previous is not None and ts > previous and count > 0:
-            steps.append((previous, ts, count))
-        count += delta
-        previous = ts
-    return steps
+    return _sweep(points)
 
 
 def unowned_steps(
@@ -272,16 +263,7 @@ def unowned_steps(
         for gap_start, gap_end in _gaps(grouped.get(partition, []), start_ms, end_ms):
             points.append((gap_start, 1))
             points.append((gap_end, -1))
-    points.sort()
-    steps: list[tuple[int, int, int]] = []
-    count = 0
-    previous: int | None = None
-    for ts, delta in points:
-        if previous is not None and ts > previous and count > 0:
-            steps.append((previous, ts, count))
-        count += delta
-        previous = ts
-    return steps
+    return _sweep(points)
 
 
 def revocations(logs: Iterable[MemberLog], start_ms: int, end_ms: int) -> RevocationCounts:
@@ -380,3 +362,17 @@ def process_lifetimes(log: MemberLog, end_ms: int) -> tuple[int, int] | None:
             stop = int(row["ts_ms"])
             break
     return start, stop
+
+
+def _sweep(points: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(start, end, count) stretches with count > 0 from (ts, +1/-1) edges."""
+    points.sort()
+    steps: list[tuple[int, int, int]] = []
+    count = 0
+    previous: int | None = None
+    for ts, delta in points:
+        if previous is not None and ts > previous and count > 0:
+            steps.append((previous, ts, count))
+        count += delta
+        previous = ts
+    return steps
