@@ -359,6 +359,8 @@ class ClassicGroup:
 
     def take_pending_writes(self) -> StoreBatch:
         batch = self.pending_writes
+        if not self.needs_persist and batch.is_empty():
+            return batch  # nothing to write (most heartbeats): keep the empty batch
         if self.needs_persist:
             batch.groups.append(self.to_record())
             self.needs_persist = False
