@@ -114,7 +114,17 @@ class GroupCoordinator(OffsetProtocol):
         return await self._guard(self._fetch_offsets(request), OffsetFetchResponse)
 
     async def describe_groups(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
-        return [self._describe(group_id) for group_id in group_ids]
+        described = []
+        for group_id in group_ids:
+            group = self._groups.get(group_id)
+            if group is None:
+                described.append(self._describe(group_id))
+                continue
+            # Under the group lock, as Kafka: a change is described only once its write is
+            # done, so a caller that acts on a description never acts on unpersisted state.
+            async with group.lock:
+                described.append(self._describe(group_id))
+        return described
 
     async def list_groups(self) -> list[ListedGroup]:
         return [
