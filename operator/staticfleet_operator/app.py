@@ -22,8 +22,10 @@ import kopf
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
 from coordinator.server import AuthConfig, authenticator_of, create_app, start_server
+from coordinator.server.context import CONTEXT
 from staticfleet_operator import handlers
 from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.reconcile import Operator
 
 log = logging.getLogger("staticfleet.operator")
@@ -101,6 +103,8 @@ async def run_operator(
         KubeApi("http://not-logged-in"),
         options.coordinator_url,
         authenticator=authenticator_of(app),
+        # The server's registry: its /metrics shows the operator's series too.
+        metrics=OperatorMetrics(app[CONTEXT].metrics.registry),
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)

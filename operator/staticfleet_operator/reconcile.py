@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from coordinator import (
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.server import AuthConfigError, Authenticator
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
-from staticfleet_operator.identity import SlotAllocator, SlotClaim
+from staticfleet_operator.identity import SlotAllocator, SlotClaim, SlotTable
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.members import (
     GROUP_LABEL,
@@ -40,6 +41,7 @@ from staticfleet_operator.members import (
     member_pod,
     template_hash,
 )
+from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.rollout import (
     Assignors,
     Bounce,
@@ -58,6 +60,7 @@ from staticfleet_operator.status import (
     observed_status,
     read_status,
     rollout_from_status,
+    rollout_phase,
 )
 from staticfleet_operator.tokens import TokenUnavailable, read_member_token
 
@@ -91,6 +94,8 @@ class Operator:
     token_groups: dict[str, str] = field(default_factory=dict)
     # group key -> the last token problem reported (an Event once per problem, not per pass).
     token_problems: dict[str, str] = field(default_factory=dict)
+    # Prometheus series (the process passes the coordinator server's registry in).
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
 
     def recently_admitted(self, pod_key: str, now: datetime) -> bool:
         since = self.admitted.get(pod_key)
@@ -106,11 +111,19 @@ class Operator:
 
 async def reconcile(op: Operator, namespace: str, name: str) -> str:
     """One pass over a ConsumerGroup; returns what it did (for logs and tests)."""
-    async with op.lock(namespace, name):
-        body = await op.kube.get_group(namespace, name)
-        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-            return "gone"
-        return await _reconcile(op, body)
+    started = time.monotonic()
+    try:
+        async with op.lock(namespace, name):
+            body = await op.kube.get_group(namespace, name)
+            if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+                done = "gone"
+            else:
+                done = await _reconcile(op, body)
+    except Exception:
+        op.metrics.reconciled(time.monotonic() - started, ok=False)
+        raise
+    op.metrics.reconciled(time.monotonic() - started, ok=True)
+    return done
 
 
 async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
@@ -149,6 +162,7 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
         done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
     elif retiring:
         await leave_group(op.coordinator, spec.group_id, retiring)
+        op.metrics.batch_left(namespace, name, len(retiring))
         await op.kube.post_event(
             body, "MembersLeft", f"batch LeaveGroup for {', '.join(retiring)} (scale-down)"
         )
@@ -186,6 +200,7 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
         decision = decide(observation, state, now)
         state = decision.state
         done = await _act(op, body, spec, decision, members, view, described, now)
+        _observe_managed(op, namespace, name, replicas, members, state)
         return done
 
     status = observed_status(
@@ -199,7 +214,26 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
         now=now,
     )
     await _write_status(op, body, status.to_patch())
+    _observe_managed(op, namespace, name, replicas, members, state)
     return done
+
+
+def _observe_managed(
+    op: Operator,
+    namespace: str,
+    name: str,
+    replicas: int,
+    members: Sequence[MemberPod],
+    state: RolloutState,
+) -> None:
+    op.metrics.observe_group(
+        namespace,
+        name,
+        desired=replicas,
+        ready=sum(1 for m in members if m.ready and not m.deleting),
+        slots=len({m.slot for m in members}),
+        phase=rollout_phase(state),
+    )
 
 
 # Describe of a group nobody has joined yet answers GROUP_ID_NOT_FOUND: that is an observed
@@ -235,6 +269,9 @@ async def _act(
         log.info("%s", decision.reason)
         await op.kube.post_event(body, decision.event_reason, decision.reason)
         await op.kube.delete_pod(str(metadata["namespace"]), decision.pod_name)
+        op.metrics.bounced(
+            str(metadata["namespace"]), str(metadata["name"]), rollout_phase(decision.state)
+        )
         return f"bounce slot {decision.slot} to {decision.protocol.value}"
     if changed and isinstance(decision, Pause | Done) and decision.state != RolloutState():
         was = rollout_from_status(previous)
@@ -256,25 +293,23 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     view = CoordinatorView.from_described(described)
     await ensure_adopted_table(op, namespace, name, spec, pods, view)
     live_keys = {m.pod_uid for m in members if not m.deleting}
-    for pod_key in live_keys:
-        op.admitted.pop(pod_key, None)  # seen: from now on, its absence means it is gone
     now = op.clock()
     async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
-        for pod_key in list(table.held.values()):
-            if pod_key not in live_keys and not op.recently_admitted(pod_key, now):
-                table.pod_gone(pod_key, now)
-                op.admitted.pop(pod_key, None)
+        release_vanished(op, table, live_keys, now)
         table.expire_vacant(now, spec.effective_replacement_grace_period_seconds)
         listed = {m.instance_id for m in view.members}
         pending = [instance_id for instance_id in table.pending_leave() if instance_id in listed]
         if pending:
             await leave_group(op.coordinator, spec.group_id, pending)
+            op.metrics.batch_left(namespace, name, len(pending))
         table.leave_sent(table.pending_leave())
+        slots_in_use = len(table.held) + len(table.vacant) + len(table.retiring)
     if pending:
         message = (
             f"batch LeaveGroup for {', '.join(pending)} (no replacement within the grace period)"
         )
         await op.kube.post_event(body, "MembersLeft", message)
+    rollout = rollout_from_status(read_status(body))
     status = observed_status(
         read_status(body),
         generation=metadata.get("generation"),
@@ -282,11 +317,31 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
         selected_protocol=described.protocol_data,
         pods=members,
         expected_members=len(live_keys),
-        rollout=rollout_from_status(read_status(body)),
+        rollout=rollout,
         now=now,
     )
     await _write_status(op, body, status.to_patch())
+    op.metrics.observe_group(
+        namespace,
+        name,
+        desired=len(live_keys),
+        ready=sum(1 for m in members if m.ready and not m.deleting),
+        slots=slots_in_use,
+        phase=rollout_phase(rollout),
+    )
     return f"adopted: left {pending}" if pending else "adopted"
+
+
+def release_vanished(op: Operator, table: SlotTable, live_keys: set[str], now: datetime) -> None:
+    """Mark the slots of pods no longer listed vacant, so a replacement takes its
+    predecessor's slot. A pod admitted moments ago may not be listed yet: it keeps its slot
+    for ADMISSION_GRACE_SECONDS. Caller holds the table's lock."""
+    for pod_key in live_keys:
+        op.admitted.pop(pod_key, None)  # seen: from now on, its absence means it is gone
+    for pod_key in list(table.held.values()):
+        if pod_key not in live_keys and not op.recently_admitted(pod_key, now):
+            table.pod_gone(pod_key, now)
+            op.admitted.pop(pod_key, None)
 
 
 async def ensure_adopted_table(
@@ -340,6 +395,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
         problems = validate_spec(body.get("spec") or {})
         if problems:
             forget_member_token(op, namespace, name, None)
+            op.metrics.forget_group(namespace, name)
             return "invalid spec: nothing was created"
         spec = parse_spec(body.get("spec") or {})
         if spec.mode is Mode.MANAGED:
@@ -361,6 +417,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
         op.allocator.forget(group_key(namespace, name))
         op.rebuilt.discard(group_key(namespace, name))
         forget_member_token(op, namespace, name, spec.group_id)
+        op.metrics.forget_group(namespace, name)
         return f"finalized: left {instance_ids}"
 
 

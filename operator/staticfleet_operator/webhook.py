@@ -36,6 +36,7 @@ from staticfleet_operator.reconcile import (
     desired_protocol,
     ensure_adopted_table,
     group_key,
+    release_vanished,
     sync_member_token,
 )
 from staticfleet_operator.rollout import CoordinatorView, protocol_for_new_pod
@@ -79,7 +80,18 @@ def pod_mutation(
 
 async def admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> PodMutation | None:
     """The mutation for a pod labelled with a ConsumerGroup's name; None to leave it be (no
-    such group, an invalid spec, or a managed group: its pods are stamped at creation)."""
+    such group, an invalid spec, or a managed group: its pods are stamped at creation).
+    Raises when the pod cannot be admitted now (Kopf then rejects the admission)."""
+    try:
+        mutation = await _admit_pod(op, namespace, pod)
+    except Exception:
+        op.metrics.admission("rejected")
+        raise
+    op.metrics.admission("skipped" if mutation is None else "stamped")
+    return mutation
+
+
+async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> PodMutation | None:
     metadata = pod.get("metadata") or {}
     name = (metadata.get("labels") or {}).get(GROUP_LABEL)
     if not name:
@@ -105,8 +117,16 @@ async def admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Pod
     siblings = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
     view = CoordinatorView.from_described(await describe(op.coordinator, spec.group_id))
     await ensure_adopted_table(op, namespace, name, spec, siblings, view)
+    # Free the slots of pods gone since the last reconcile pass first: a replacement created
+    # right after its predecessor was deleted must get the freed slot (and with it the
+    # instance id, so it rejoins without a rebalance), not a new one.
+    live_keys = {m.pod_uid for m in (member_pod(p) for p in siblings) if m and not m.deleting}
+    async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
+        release_vanished(op, table, live_keys, op.clock())
     grant = await op.allocator.admit(group_key(namespace, name), spec.instance_id_prefix, pod_key)
     op.admitted[pod_key] = op.clock()
+    if grant.fresh:
+        op.metrics.slot_allocated(namespace, name)
     state = rollout_from_status(read_status(body))
     protocols = [m.protocol for m in (member_pod(p) for p in siblings) if m and not m.deleting]
     protocol = protocol_for_new_pod(state.bounce_protocol, protocols, desired_protocol(spec))

@@ -181,6 +181,9 @@ class Kubelet:
     # Pod names whose env could not be resolved yet (a Secret or key missing).
     waiting: set[str] = field(default_factory=set)
     crashes: list[str] = field(default_factory=list)  # pod names whose member failed
+    # Pod names whose container never starts (an image that cannot be pulled): the pod stays
+    # Pending and not Ready until the name is taken out again.
+    refused: set[str] = field(default_factory=set)
 
     async def run(self) -> None:
         while True:
@@ -207,6 +210,9 @@ class Kubelet:
                 await self._stop(key)
                 await self._release(pod["metadata"]["name"])
             elif key not in self.members:
+                if pod["metadata"]["name"] in self.refused:
+                    self.waiting.add(pod["metadata"]["name"])
+                    continue
                 await self._start(key, pod)
             elif self.members[key].state is MemberState.FATAL:
                 # The process exited (e.g. its token was refused: registered a moment after
@@ -410,6 +416,21 @@ class Cluster:
             last = result
             await asyncio.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """One sample of the operator's metrics (None: no such series)."""
+        return self.operator.metrics.registry.get_sample_value(name, labels)
+
+    def passes_done(self) -> float:
+        return self.metric("staticfleet_operator_reconciles_total", result="ok") or 0.0
+
+    async def passes(self, count: int, timeout: float = 20.0) -> None:  # noqa: ASYNC109
+        """Wait until the operator has finished `count` more reconcile passes (of any group):
+        what it would have done by then, it has done."""
+        target = self.passes_done() + count
+        await self.eventually(
+            lambda: self.passes_done() >= target, timeout, what=f"{count} more passes"
+        )
 
     async def group_settled(self, name: str, replicas: int) -> dict[str, Any] | None:
         body = await self.kube.get_group(NAMESPACE, name)

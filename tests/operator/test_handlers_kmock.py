@@ -93,6 +93,16 @@ async def test_scale_down_sends_one_batch_leave_then_scale_up_sends_none() -> No
             i for i, a in enumerate(actions) if a.verb == "delete"
         )
         assert not [a for a in actions if a.verb == "create"]
+        # The operator's metrics: one batch LeaveGroup naming two members.
+        group = {"namespace": "default", "group": "orders"}
+        assert cluster.metric("staticfleet_operator_batch_leaves_total", **group) == 1
+        assert cluster.metric("staticfleet_operator_batch_leave_members_total", **group) == 2
+        members = "staticfleet_operator_group_members"
+        assert cluster.metric(members, **group, kind="desired") == 2
+        await cluster.eventually(
+            lambda: cluster.metric(members, **group, kind="ready") == 2, what="2 ready in metrics"
+        )
+        assert cluster.metric(members, **group, kind="slots") == 2
 
         # Scale-up: the freed slot is taken again, and nobody is told to leave.
         since = max(e.seq for e in await cluster.journal("orders"))
@@ -105,6 +115,8 @@ async def test_scale_down_sends_one_batch_leave_then_scale_up_sends_none() -> No
             "orders-2",
         ]
         assert "member_left" not in [e.kind for e in await cluster.journal("orders", since)]
+        assert cluster.metric("staticfleet_operator_batch_leaves_total", **group) == 1
+        assert cluster.metric(members, **group, kind="desired") == 3
 
 
 async def test_protocol_change_walks_both_bounces_one_member_at_a_time_leader_last() -> None:
@@ -157,6 +169,19 @@ async def test_protocol_change_walks_both_bounces_one_member_at_a_time_leader_la
         ]
         assert "Bounce1" in phases and "Bounce2" in phases
         assert phases.index("Bounce1") < phases.index("Bounce2")
+        group = {"namespace": "default", "group": "orders"}
+        bounces = "staticfleet_operator_member_bounces_total"
+        assert cluster.metric(bounces, **group, phase="Bounce1") == 3
+        assert cluster.metric(bounces, **group, phase="Bounce2") == 3
+        await cluster.eventually(
+            lambda: (
+                cluster.metric("staticfleet_operator_rollout_phase", **group, phase="Completed")
+                == 1
+            ),
+            what="phase Completed in metrics",
+        )
+        assert cluster.metric("staticfleet_operator_rollout_paused", **group) == 0
+        assert cluster.metric("staticfleet_operator_reconciles_total", result="error") == 0
 
 
 async def test_invalid_spec_is_reported_and_nothing_is_created() -> None:
@@ -188,6 +213,11 @@ async def test_delete_runs_the_finalizer_pods_then_one_leave_then_group_dropped(
         await cluster.create_group("orders", managed_spec(replicas=2))
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
         since = max(e.seq for e in await cluster.journal("orders"))
+        group = {"namespace": "default", "group": "orders"}
+        members = "staticfleet_operator_group_members"
+        await cluster.eventually(
+            lambda: cluster.metric(members, **group, kind="ready") == 2, what="series present"
+        )
         await cluster.delete_group("orders")
 
         async def gone() -> bool:
@@ -202,6 +232,14 @@ async def test_delete_runs_the_finalizer_pods_then_one_leave_then_group_dropped(
         assert events[-1].kind == "group_deleted"
         [described] = await cluster.coordinator.describe_groups(["orders"])
         assert described.error_code.name == "GROUP_ID_NOT_FOUND"
+        # The group's series went with it.
+        registry = cluster.operator.metrics.registry
+        assert [
+            sample
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.labels.get("group") == "orders"
+        ] == []
 
 
 def executor(name: str) -> dict[str, Any]:
@@ -263,6 +301,12 @@ async def test_adopted_pods_get_slots_from_the_webhook_and_a_replacement_reuses_
         stranger["metadata"]["labels"]["staticfleet.dev/group"] = "nobody"
         created = await cluster.admit_and_create(stranger)
         assert "staticfleet.dev/slot" not in (created["metadata"].get("annotations") or {})
+        admissions = "staticfleet_operator_webhook_admissions_total"
+        assert cluster.metric(admissions, result="stamped") == 4
+        assert cluster.metric(admissions, result="skipped") == 1
+        assert cluster.metric(admissions, result="rejected") == 0
+        spark = {"namespace": "default", "group": "spark"}
+        assert cluster.metric("staticfleet_operator_slot_allocations_total", **spark) == 4
         await cluster.eventually(lambda: cluster.group_settled("spark", 3), what="3 again")
 
 
@@ -313,6 +357,7 @@ async def test_operator_process_serves_coordinator_health_and_reconciles() -> No
     import aiohttp
     import kmock
     import kopf
+    from prometheus_client.parser import text_string_to_metric_families
 
     from coordinator.server import AuthConfig
     from staticfleet_operator.app import OperatorOptions, run_operator
@@ -384,6 +429,18 @@ async def test_operator_process_serves_coordinator_health_and_reconciles() -> No
                     headers = {"Authorization": f"Bearer {bearer}"}
                     async with session.post(beat, json=body, headers=headers) as r:
                         assert r.status == expected, await r.text()
+                # One scrape target: the coordinator's /metrics carries the operator's series.
+                async with session.get(f"http://127.0.0.1:{coordinator_port}/metrics") as r:
+                    assert r.status == 200
+                    samples = {
+                        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                        for family in text_string_to_metric_families(await r.text())
+                        for sample in family.samples
+                    }
+                assert samples[("staticfleet_operator_reconciles_total", (("result", "ok"),))] >= 1
+                desired = (("group", "orders"), ("kind", "desired"), ("namespace", NAMESPACE))
+                assert samples[("staticfleet_operator_group_members", desired)] == 1
+                assert ("staticfleet_join_latency_seconds_count", ()) in samples  # the server's
             assert env_of(pods[0])[member_env.COORDINATOR_URL] == "http://members-see-this:9092"
         finally:
             stop.set()

@@ -30,6 +30,7 @@ Persist = Callable[[int, str], Awaitable[None]]
 class SlotGrant:
     slot: int
     instance_id: str
+    fresh: bool = False  # handed out now (not a slot the pod already held)
 
 
 class SlotAllocator:
@@ -65,7 +66,7 @@ class SlotAllocator:
                     # Not written down, so not handed out: the next admission may take it.
                     table.unassign(pod_key, vacant_since)
                     raise
-            return SlotGrant(slot, table.instance_id(slot))
+            return SlotGrant(slot, table.instance_id(slot), fresh=True)
 
     async def claim(
         self, group: str, instance_id_prefix: str, pod_key: str, slot: int

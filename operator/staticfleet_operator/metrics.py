@@ -1,0 +1,169 @@
+"""The operator's Prometheus metrics, in the registry of the embedded coordinator's server.
+
+One class holds every series; the glue (`reconcile`, `webhook`, the handlers) calls it at the
+edges, the pure logic (`rollout/`, `identity/`) never does. Labels are bounded: per
+ConsumerGroup (`namespace`, `group`) at most, never per pod or member, and a group's series
+go when its ConsumerGroup is deleted (`forget_group`).
+
+The registry is passed in: the operator process hands over the coordinator server's, so
+`/metrics` on the coordinator port shows both (one scrape target). Without one (tests, a
+second operator in one process) the metrics get a registry of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from staticfleet_operator.crd import RolloutPhase
+
+PREFIX: Final = "staticfleet_operator"
+RESULTS: Final = ("ok", "error")
+ADMISSION_RESULTS: Final = ("stamped", "skipped", "rejected")
+MEMBER_KINDS: Final = ("desired", "ready", "slots")
+PHASES: Final = tuple(phase.value for phase in RolloutPhase)
+
+# A pass is a few API calls and a describe: milliseconds, seconds when the API server is slow.
+DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.reconciles = Counter(
+            f"{PREFIX}_reconciles",
+            "Reconcile passes over ConsumerGroups, by result (error: the pass raised)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.reconcile_duration = Histogram(
+            f"{PREFIX}_reconcile_duration_seconds",
+            "Time one reconcile pass took (lock wait included)",
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.group_members = Gauge(
+            f"{PREFIX}_group_members",
+            "Member pods per ConsumerGroup: desired (replicas, or live adopted pods), ready "
+            "(live pods Ready), slots (identity slots in use, vacant and retiring included)",
+            ["namespace", "group", "kind"],
+            registry=self.registry,
+        )
+        self.rollout_phase = Gauge(
+            f"{PREFIX}_rollout_phase",
+            "status.rollout.phase per ConsumerGroup: 1 for the phase it is in, 0 for the others",
+            ["namespace", "group", "phase"],
+            registry=self.registry,
+        )
+        self.rollout_paused = Gauge(
+            f"{PREFIX}_rollout_paused",
+            "1 while the ConsumerGroup's rollout is paused (memberReadyTimeoutSeconds passed)",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
+        self.member_bounces = Counter(
+            f"{PREFIX}_member_bounces",
+            "Members recreated by a rollout, by phase (Bounce1, Bounce2, StaticBounce)",
+            ["namespace", "group", "phase"],
+            registry=self.registry,
+        )
+        self.batch_leaves = Counter(
+            f"{PREFIX}_batch_leaves",
+            "Batch LeaveGroup requests sent (scale-down, adopted pods not replaced in time)",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
+        self.batch_leave_members = Counter(
+            f"{PREFIX}_batch_leave_members",
+            "Instance ids named in batch LeaveGroup requests",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
+        self.webhook_admissions = Counter(
+            f"{PREFIX}_webhook_admissions",
+            "Pod admissions by the mutating webhook: stamped (given a slot), skipped (no such "
+            "group, invalid spec, managed group, selector mismatch), rejected (the handler failed)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.slot_allocations = Counter(
+            f"{PREFIX}_slot_allocations",
+            "Identity slots handed out to adopted pods at admission (a re-admission of a pod "
+            "that already holds its slot does not count)",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
+        # Explicit zeros, so `rate()` and absence alerts work before the first event.
+        for result in RESULTS:
+            self.reconciles.labels(result)
+        for admission in ADMISSION_RESULTS:
+            self.webhook_admissions.labels(admission)
+
+    # --- per pass ----------------------------------------------------------------------------
+
+    def reconciled(self, seconds: float, *, ok: bool) -> None:
+        self.reconciles.labels("ok" if ok else "error").inc()
+        self.reconcile_duration.observe(seconds)
+
+    def observe_group(
+        self,
+        namespace: str,
+        group: str,
+        *,
+        desired: int,
+        ready: int,
+        slots: int,
+        phase: RolloutPhase | str,
+    ) -> None:
+        """What one pass saw: member counts and the rollout phase."""
+        for kind, value in zip(MEMBER_KINDS, (desired, ready, slots), strict=True):
+            self.group_members.labels(namespace, group, kind).set(value)
+        current = RolloutPhase(phase).value
+        for name in PHASES:
+            self.rollout_phase.labels(namespace, group, name).set(1 if name == current else 0)
+        self.rollout_paused.labels(namespace, group).set(
+            1 if current == RolloutPhase.PAUSED.value else 0
+        )
+        # Touch the counters so a group shows explicit zeros from its first pass.
+        self.batch_leaves.labels(namespace, group)
+        self.batch_leave_members.labels(namespace, group)
+
+    # --- events ------------------------------------------------------------------------------
+
+    def bounced(self, namespace: str, group: str, phase: RolloutPhase | str) -> None:
+        self.member_bounces.labels(namespace, group, RolloutPhase(phase).value).inc()
+
+    def batch_left(self, namespace: str, group: str, members: int) -> None:
+        self.batch_leaves.labels(namespace, group).inc()
+        self.batch_leave_members.labels(namespace, group).inc(members)
+
+    def admission(self, result: str) -> None:
+        if result not in ADMISSION_RESULTS:
+            raise ValueError(f"unknown admission result {result!r}")
+        self.webhook_admissions.labels(result).inc()
+
+    def slot_allocated(self, namespace: str, group: str) -> None:
+        self.slot_allocations.labels(namespace, group).inc()
+
+    # --- the ConsumerGroup is gone -------------------------------------------------------------
+
+    def forget_group(self, namespace: str, group: str) -> None:
+        """Remove every series of the group (after its finalizer ran)."""
+        for kind in MEMBER_KINDS:
+            with contextlib.suppress(KeyError):
+                self.group_members.remove(namespace, group, kind)
+        for name in PHASES:
+            with contextlib.suppress(KeyError):
+                self.rollout_phase.remove(namespace, group, name)
+            with contextlib.suppress(KeyError):
+                self.member_bounces.remove(namespace, group, name)
+        for metric in (
+            self.rollout_paused,
+            self.batch_leaves,
+            self.batch_leave_members,
+            self.slot_allocations,
+        ):
+            with contextlib.suppress(KeyError):
+                metric.remove(namespace, group)
