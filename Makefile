@@ -27,7 +27,7 @@ test-fast: install
 lint: install chart-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts pipeline operator/staticfleet_operator
+	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts pipeline e2e operator/staticfleet_operator
 
 # crds/ is a directory too: phony, or make would call it up to date.
 .PHONY: crds
@@ -64,3 +64,22 @@ chart-lint: install helm
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(PY) scripts/check_manifests.py --profile full
+
+# --- End to end (e2e/) ---------------------------------------------------------------------
+# A real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) built once from
+# the Go module proxy into build/e2e/bin, the node agent in place of a kubelet, the chart
+# installed with the helm above. See e2e/README.md.
+E2E_PYTEST := $(PY) -m pytest -q -o testpaths=e2e --timeout 1500 -p no:cacheprovider
+
+.PHONY: e2e e2e-build e2e-kind
+
+e2e-build: helm
+	@e2e/build.sh
+
+e2e: install e2e-build
+	$(E2E_PYTEST) e2e
+
+# The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
+# Docker engine; kind itself is built from its Go module).
+e2e-kind: install helm
+	@e2e/kind.sh $(E2E_PYTEST) e2e

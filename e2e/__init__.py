@@ -1,0 +1,1 @@
+"""End-to-end test harness: a real Kubernetes control plane on loopback."""

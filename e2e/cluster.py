@@ -1,0 +1,391 @@
+"""The cluster a scenario runs against, and the only part that differs between bootstraps.
+
+`LocalCluster` (make e2e): etcd, kube-apiserver and kube-controller-manager built from their
+Go modules and started on loopback, plus e2e/node_agent.py standing in for the kubelet.
+`KindCluster` (make e2e-kind): an existing kind cluster with the image built from the
+Dockerfile. The scenarios use only what both offer: `kubectl`, `helm`, the coordinator over
+HTTP, the member containers' logs and a way to crash a container.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from e2e.fleet import GROUP_LABEL, CoordinatorAdmin, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+E2E_BIN = BUILD / "e2e" / "bin"
+HELM = BUILD / "bin" / "helm"
+CHART = ROOT / "charts" / "staticfleet"
+
+RELEASE = "sf"
+OPERATOR_NAMESPACE = "staticfleet-system"
+FULLNAME = f"{RELEASE}-staticfleet"
+COORDINATOR_PORT = 9092
+
+
+class Cluster(ABC):
+    name: str
+
+    def __init__(self, kubeconfig: Path, kubectl_bin: Path, helm_bin: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.kubectl_bin = kubectl_bin
+        self.helm_bin = helm_bin
+
+    # --- the tools a user has -------------------------------------------------------------
+
+    @property
+    def kubectl_command(self) -> list[str]:
+        return [str(self.kubectl_bin), "--kubeconfig", str(self.kubeconfig)]
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*self.kubectl_command, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
+            )
+        return result
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def helm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.helm_bin), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    # --- what differs per bootstrap ---------------------------------------------------------
+
+    @abstractmethod
+    def chart_values(self) -> list[str]:
+        """`helm install` flags this cluster needs (image, how members reach the coordinator)."""
+
+    @abstractmethod
+    def coordinator_base_url(self) -> str:
+        """Where the test process reaches the operator's embedded coordinator."""
+
+    @abstractmethod
+    def container_log(self, namespace: str, pod: str, container: str) -> str:
+        """Everything every incarnation of this pod name's container wrote, in order."""
+
+    @abstractmethod
+    def crash_operator(self) -> None:
+        """Kill the operator process without warning (SIGKILL), as a crash would."""
+
+    def close(self) -> None:  # noqa: B027 (most bootstraps start nothing to stop)
+        """Stop what the bootstrap started for the tests (not the cluster itself)."""
+
+    # --- conveniences shared by the scenarios -------------------------------------------------
+
+    def admin(self) -> CoordinatorAdmin:
+        secret = self.get_json("-n", OPERATOR_NAMESPACE, "get", "secret", f"{FULLNAME}-admin-token")
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        return CoordinatorAdmin(self.coordinator_base_url(), token)
+
+    def operator_pod(self) -> dict[str, Any] | None:
+        pods = self.get_json(
+            "-n",
+            OPERATOR_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            f"app.kubernetes.io/instance={RELEASE}",
+        )["items"]
+        live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+        return live[0] if live else None
+
+    def member_pods(self, namespace: str, group: str) -> list[dict[str, Any]]:
+        pods: list[dict[str, Any]] = self.get_json(
+            "-n", namespace, "get", "pods", "-l", f"{GROUP_LABEL}={group}"
+        )["items"]
+        return pods
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+# --- the local control plane (make e2e) ------------------------------------------------------
+
+
+class LocalCluster(Cluster):
+    """Our own control plane on loopback, and the node agent running pods as processes.
+
+    Every pod shares the node's network (there is no container runtime), so the chart is
+    installed with the coordinator URL members are told set to loopback; there is no
+    cluster DNS to resolve the Service name.
+    """
+
+    name = "local"
+
+    def __init__(self, kubeconfig: Path, node_workdir: Path) -> None:
+        super().__init__(kubeconfig, E2E_BIN / "kubectl", HELM)
+        self.node_workdir = node_workdir
+
+    def chart_values(self) -> list[str]:
+        return [
+            "--set",
+            "image.repository=staticfleet",
+            "--set",
+            "image.tag=e2e",
+            "--set",
+            f"coordinator.advertisedUrl=http://127.0.0.1:{COORDINATOR_PORT}",
+        ]
+
+    def coordinator_base_url(self) -> str:
+        return f"http://127.0.0.1:{COORDINATOR_PORT}"
+
+    def _container_dir(self, namespace: str, pod: str) -> Path:
+        return self.node_workdir / "pods" / namespace / pod
+
+    def container_log(self, namespace: str, pod: str, container: str) -> str:
+        path = self._container_dir(namespace, pod) / f"{container}.log"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    def crash_operator(self) -> None:
+        pod = self.operator_pod()
+        assert pod is not None, "no operator pod"
+        pid_file = self._container_dir(OPERATOR_NAMESPACE, pod["metadata"]["name"]) / "operator.pid"
+        pid = int(pid_file.read_text().strip())
+        os.killpg(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def local_cluster(workdir: Path) -> Iterator[LocalCluster]:
+    """Build (cached) and start the control plane and the node agent; stop both after."""
+    from e2e.controlplane import running_control_plane
+
+    subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True)
+    with running_control_plane(workdir / "control-plane", E2E_BIN) as plane:
+        node_dir = workdir / "node"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        log = (workdir / "node-agent.log").open("ab")
+        agent = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "e2e.node_agent",
+                "--kubeconfig",
+                str(plane.kubeconfig),
+                "--workdir",
+                str(node_dir),
+                "--node-ip",
+                plane.node_ip,
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        cluster = LocalCluster(plane.kubeconfig, node_dir)
+        try:
+            wait_for(
+                "the node agent's Node to be Ready",
+                lambda: _node_ready(cluster),
+                timeout_s=60,
+                describe=lambda: _tail(workdir / "node-agent.log"),
+            )
+            yield cluster
+        finally:
+            cluster.close()
+            # The agent stops its pods' processes on SIGTERM, as a drained kubelet would.
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait(timeout=10)
+            log.close()
+
+
+def _node_ready(cluster: Cluster) -> bool:
+    nodes = cluster.get_json("get", "nodes")["items"]
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for node in nodes
+        for c in node["status"].get("conditions") or []
+    )
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    if not path.exists():
+        return f"({path} does not exist)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --- kind (make e2e-kind) -------------------------------------------------------------------------
+
+
+class KindCluster(Cluster):
+    """A kind cluster made by e2e/kind.sh, with the image loaded as staticfleet:e2e.
+
+    Pods are real containers here, so their logs come from the API (followed from the
+    moment each pod appears, because a bounced pod's logs go with it), the coordinator is
+    reached through `kubectl port-forward`, and a crash is a forced pod deletion (the
+    chart is installed with persistence, so the coordinator's SQLite file survives it).
+    """
+
+    name = "kind"
+
+    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
+        kubectl = Path(os.environ.get("KUBECTL", "kubectl"))
+        super().__init__(kubeconfig, kubectl, HELM)
+        self.log_dir = log_dir
+        self._followers: dict[str, subprocess.Popen[bytes]] = {}
+        self._forward: subprocess.Popen[bytes] | None = None
+        self._forward_port = _free_port()
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._follow_logs, daemon=True)
+        self._watcher.start()
+
+    def chart_values(self) -> list[str]:
+        return [
+            "--set",
+            "image.repository=staticfleet",
+            "--set",
+            "image.tag=e2e",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "store.persistence.enabled=true",
+        ]
+
+    def coordinator_base_url(self) -> str:
+        if self._forward is None or self._forward.poll() is not None:
+            self._forward = subprocess.Popen(
+                [
+                    *self.kubectl_command,
+                    "-n",
+                    OPERATOR_NAMESPACE,
+                    "port-forward",
+                    f"svc/{FULLNAME}-coordinator",
+                    f"{self._forward_port}:{COORDINATOR_PORT}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            wait_for("kubectl port-forward", lambda: _port_open(self._forward_port), timeout_s=30)
+        return f"http://127.0.0.1:{self._forward_port}"
+
+    def container_log(self, namespace: str, pod: str, container: str) -> str:
+        paths = sorted(self.log_dir.glob(f"{namespace}__{pod}__*__{container}.log"))
+        return "".join(path.read_text(errors="replace") for path in paths)
+
+    def crash_operator(self) -> None:
+        pod = self.operator_pod()
+        assert pod is not None, "no operator pod"
+        self.kubectl(
+            "-n",
+            OPERATOR_NAMESPACE,
+            "delete",
+            "pod",
+            pod["metadata"]["name"],
+            "--grace-period=0",
+            "--force",
+        )
+
+    def close(self) -> None:
+        self._stop.set()
+        for process in [*self._followers.values(), self._forward]:
+            if process is not None and process.poll() is None:
+                process.terminate()
+
+    def _follow_logs(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                pods = self.get_json("get", "pods", "-A", "-l", GROUP_LABEL)["items"]
+                for pod in pods:
+                    meta = pod["metadata"]
+                    running = (pod.get("status") or {}).get("phase") == "Running"
+                    if meta["uid"] in self._followers or not running:
+                        continue
+                    for container in pod["spec"]["containers"]:
+                        name = f"{meta['namespace']}__{meta['name']}__{time.time_ns()}__"
+                        path = self.log_dir / f"{name}{container['name']}.log"
+                        self._followers[meta["uid"]] = subprocess.Popen(
+                            [
+                                *self.kubectl_command,
+                                "-n",
+                                meta["namespace"],
+                                "logs",
+                                "-f",
+                                meta["name"],
+                                "-c",
+                                container["name"],
+                            ],
+                            stdout=path.open("wb"),
+                            stderr=subprocess.DEVNULL,
+                        )
+            self._stop.wait(0.5)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def kind_cluster(workdir: Path) -> Iterator[KindCluster]:
+    kubeconfig = Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config"))
+    cluster = KindCluster(kubeconfig, workdir / "logs")
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def cluster_for(kind: str, workdir: Path) -> contextlib.AbstractContextManager[Cluster]:
+    if kind == "local":
+        return local_cluster(workdir)
+    if kind == "kind":
+        return kind_cluster(workdir)
+    raise ValueError(f"unknown STATICFLEET_E2E_CLUSTER {kind!r}: local or kind")
+
+
+def members_of(pods: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """pod name -> the group.instance.id the member in it runs as (from its env)."""
+    found: dict[str, str] = {}
+    for pod in pods:
+        for container in pod["spec"]["containers"]:
+            for variable in container.get("env") or []:
+                if variable["name"] == "STATICFLEET_INSTANCE_ID" and "value" in variable:
+                    found[pod["metadata"]["name"]] = variable["value"]
+    return found
