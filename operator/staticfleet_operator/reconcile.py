@@ -70,6 +70,8 @@ LEAVE_REASON = "removed by the staticfleet operator"
 # How long an admitted pod may take to appear in a listing (the API server's admission
 # timeout is at most 30 s).
 ADMISSION_GRACE_SECONDS = 30.0
+# Vacant adopted slots expiring within this many seconds of each other leave in one batch.
+LEAVE_BATCH_WINDOW_SECONDS = 6.0
 
 
 @dataclass
@@ -296,7 +298,8 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     now = op.clock()
     async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
         release_vanished(op, table, live_keys, now)
-        table.expire_vacant(now, spec.effective_replacement_grace_period_seconds)
+        grace = spec.effective_replacement_grace_period_seconds
+        table.expire_vacant(now, grace, batch_window_seconds=leave_batch_window(grace))
         listed = {m.instance_id for m in view.members}
         pending = [instance_id for instance_id in table.pending_leave() if instance_id in listed]
         if pending:
@@ -330,6 +333,13 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
         phase=rollout_phase(rollout),
     )
     return f"adopted: left {pending}" if pending else "adopted"
+
+
+def leave_batch_window(grace_seconds: float) -> float:
+    """How early a vacant slot may retire to join another's batch LeaveGroup: a few passes
+    of the operator (pods released together are seen gone a pass or two apart), never more
+    than a tenth of the grace period a replacement is owed."""
+    return min(LEAVE_BATCH_WINDOW_SECONDS, grace_seconds / 10)
 
 
 def release_vanished(op: Operator, table: SlotTable, live_keys: set[str], now: datetime) -> None:

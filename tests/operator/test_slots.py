@@ -101,6 +101,19 @@ def test_scale_down_frees_slots_only_after_the_leave_was_sent() -> None:
     assert table.assign("f") == 2
 
 
+def test_vacant_slots_expiring_close_together_retire_in_one_batch() -> None:
+    table = table_with("exec-a", "exec-b", "exec-c", "exec-d")
+    table.pod_gone("exec-a", T0)
+    table.pod_gone("exec-b", T0 + timedelta(seconds=2))  # seen gone one pass later
+    table.pod_gone("exec-c", T0 + timedelta(seconds=30))
+    # Nothing expired yet: the window alone never retires a slot.
+    assert table.expire_vacant(T0 + timedelta(seconds=59), 60, batch_window_seconds=5) == []
+    # Slot 0 expires; slot 1 would expire 2 s later and goes in the same batch; slot 2 not.
+    assert table.expire_vacant(T0 + timedelta(seconds=61), 60, batch_window_seconds=5) == [0, 1]
+    assert table.pending_leave() == ["orders-0", "orders-1"]
+    assert table.expire_vacant(T0 + timedelta(seconds=91), 60, batch_window_seconds=5) == [2]
+
+
 def test_adopted_pods_that_vanish_are_released_after_the_grace_period() -> None:
     table = table_with("exec-a", "exec-b", "exec-c")
     table.pod_gone("exec-b", T0)

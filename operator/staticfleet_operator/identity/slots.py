@@ -163,13 +163,22 @@ class SlotTable:
             self._retiring.add(slot)
             self._vacant_since.pop(slot, None)
 
-    def expire_vacant(self, now: datetime, grace_seconds: float) -> list[int]:
+    def expire_vacant(
+        self, now: datetime, grace_seconds: float, batch_window_seconds: float = 0.0
+    ) -> list[int]:
         """Adopted mode: slots vacant for longer than the grace period start retiring (their
-        pods vanished and no replacement came)."""
+        pods vanished and no replacement came).
+
+        When one expires, slots that would expire within `batch_window_seconds` go with it:
+        executors released together are seen gone a pass or two apart, and one batch
+        LeaveGroup (one rebalance) is what batch leave is for."""
+        waited = {slot: (now - since).total_seconds() for slot, since in self._vacant_since.items()}
+        if not any(seconds > grace_seconds for seconds in waited.values()):
+            return []
         expired = sorted(
             slot
-            for slot, since in self._vacant_since.items()
-            if (now - since).total_seconds() > grace_seconds
+            for slot, seconds in waited.items()
+            if seconds > grace_seconds - batch_window_seconds
         )
         self.retire(expired)
         return expired
