@@ -1,7 +1,7 @@
 """The cluster a scenario runs against, and the only part that differs between bootstraps.
 
 `LocalCluster` (make e2e): etcd, kube-apiserver and kube-controller-manager built from their
-Go modules and started on loopback, plus e2e/node_agent.py standing in for the kubelet.
+Go modules and started on loopback, plus e2e/node_agent/ standing in for the kubelet.
 `KindCluster` (make e2e-kind): an existing kind cluster with the image built from the
 Dockerfile. The scenarios use only what both offer: `kubectl`, `helm`, the coordinator over
 HTTP, the member containers' logs and a way to crash a container.

@@ -3,7 +3,7 @@
 Starts etcd, kube-apiserver and kube-controller-manager (binaries from e2e/build.sh, in
 build/e2e/bin) with fresh certificates (e2e/certs.py), each in its own process group with
 its log in <workdir>/logs/, on free loopback ports. There is no scheduler, kubelet or
-kube-proxy: the node agent (e2e/node_agent.py) binds and runs pods. Admission webhooks
+kube-proxy: the node agent (e2e/node_agent/) binds and runs pods. Admission webhooks
 that name a Service are called at its EndpointSlice address (--enable-aggregator-routing).
 
     with running_control_plane(workdir, bin_dir) as cp:
