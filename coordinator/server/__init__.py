@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.server.app import authenticator_of, create_app
+from coordinator.server.app import add_readiness_gate, authenticator_of, create_app
 from coordinator.server.auth import (
     ENV_ADMIN_TOKEN,
     ENV_GROUP_ID,
@@ -28,6 +28,7 @@ __all__ = [
     "Principal",
     "Role",
     "RunningServer",
+    "add_readiness_gate",
     "authenticator_of",
     "build_openapi",
     "create_app",

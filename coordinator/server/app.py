@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
@@ -81,6 +81,12 @@ def create_app(
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     return app
+
+
+def add_readiness_gate(app: web.Application, gate: Callable[[], bool]) -> None:
+    """Make /readyz (and request admission) also depend on `gate()`: an embedding process
+    uses it to keep a standby replica out of its Service's endpoints."""
+    app[CONTEXT].readiness_gates.append(gate)
 
 
 def authenticator_of(app: web.Application) -> Authenticator:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,11 +25,19 @@ class ServerContext:
     # True from app startup until shutdown begins.
     serving: bool = False
     operations: dict[web.AbstractRoute, Operation] = field(default_factory=dict)
+    # Extra conditions for readiness, set by whoever embeds the server (the operator: "this
+    # replica is the active one"). All must hold.
+    readiness_gates: list[Callable[[], bool]] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
-        """Serving, and the coordinator is started with its store open (not yet closed)."""
-        return self.serving and self.coordinator.is_ready
+        """Serving, the coordinator started with its store open (not yet closed), and every
+        readiness gate open."""
+        return (
+            self.serving
+            and self.coordinator.is_ready
+            and all(gate() for gate in self.readiness_gates)
+        )
 
     def operation_for(self, request: web.Request) -> Operation | None:
         route = request.match_info.route

@@ -11,22 +11,33 @@ closed coordinator; members keep their sessions across a Kopf restart of the ope
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import random
+import socket
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
-from coordinator.server import AuthConfig, authenticator_of, create_app, start_server
+from coordinator.server import (
+    AuthConfig,
+    add_readiness_gate,
+    authenticator_of,
+    create_app,
+    start_server,
+)
 from coordinator.server.context import CONTEXT
 from staticfleet_operator import handlers
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.reconcile import Operator
+from staticfleet_operator.standby import StandbyGate, watch_peering
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -108,19 +119,44 @@ async def run_operator(
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)
+    operator_settings = settings or kopf_settings(options)
+    # With peering, only the active replica is ready (Kopf's rule, see standby.py), so the
+    # coordinator and webhook Services route to it alone; a standby also refuses members.
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    gate: StandbyGate | None = None
+    watcher: asyncio.Task[None] | None = None
+    if options.peering:
+        gate = StandbyGate()
+        add_readiness_gate(app, gate)
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        nonlocal watcher
         info = credentials or _default_login(**kwargs)
         if info is not None:
             await operator.kube.close()
             operator.kube = KubeApi.from_credentials(info)
+            if gate is not None and watcher is None:
+                # Only once logged in: before that there is no API to ask.
+                watcher = asyncio.create_task(
+                    watch_peering(
+                        lambda: operator.kube,
+                        gate,
+                        name=options.peering or "",
+                        namespaces=list(options.namespaces),
+                        identity=identity,
+                        priority=operator_settings.peering.priority,
+                    ),
+                    name="staticfleet-standby",
+                )
         return info
 
     try:
         await kopf.operator(
             registry=registry,
-            settings=settings or kopf_settings(options),
+            settings=operator_settings,
+            # Kopf's Identity is a str NewType in a private module; the value is a str.
+            identity=cast(Any, identity),
             standalone=options.peering is None,
             peering_name=options.peering,
             clusterwide=not options.namespaces,
@@ -133,6 +169,10 @@ async def run_operator(
             ready_flag=ready_flag,
         )
     finally:
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
         await server.stop()
         await coordinator.close()
         await operator.kube.close()

@@ -152,6 +152,15 @@ class KubeApi:
         self.actions.append(Action("create", "Secret", str(secret["metadata"]["name"])))
         return await self._request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=secret)
 
+    async def get_path(self, path: str) -> dict[str, Any] | None:
+        """Any object by its API path (None when it does not exist)."""
+        try:
+            return await self._request("GET", path)
+        except KubeError as error:
+            if error.status == 404:
+                return None
+            raise
+
     # --- consumer groups ---------------------------------------------------------------------
 
     def _group_path(self, namespace: str, name: str) -> str:

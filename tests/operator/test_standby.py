@@ -1,0 +1,126 @@
+"""Only the active replica is ready: Kopf's peering rule as a pure function, the poller
+that feeds the readiness gate, and the gate on the coordinator server's /readyz."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
+from coordinator.server import AuthConfig, add_readiness_gate, create_app
+from staticfleet_operator.kube import KubeApi, KubeError
+from staticfleet_operator.standby import (
+    StandbyGate,
+    is_active,
+    peering_paths,
+    peers_of,
+    watch_peering,
+)
+
+NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def entry(priority: int, seen_ago_s: float = 5, lifetime: int = 60) -> dict[str, Any]:
+    # Kopf writes lastseen as an ISO timestamp; older versions without a zone (UTC).
+    lastseen = (NOW - timedelta(seconds=seen_ago_s)).replace(tzinfo=None).isoformat()
+    return {"priority": priority, "lastseen": lastseen, "lifetime": lifetime}
+
+
+def test_the_highest_live_priority_is_active_and_the_others_stand_by() -> None:
+    status = {"a": entry(10), "b": entry(20)}
+    assert is_active(status, "b", 20, NOW)
+    assert not is_active(status, "a", 10, NOW)
+
+
+def test_equal_priorities_pause_each_other_as_in_kopf() -> None:
+    status = {"a": entry(10), "b": entry(10)}
+    assert not is_active(status, "a", 10, NOW)
+    assert not is_active(status, "b", 10, NOW)
+
+
+def test_dead_peers_do_not_count_and_an_unregistered_replica_is_not_active() -> None:
+    status = {"a": entry(10), "b": entry(99, seen_ago_s=61)}  # b's lifetime ran out
+    assert is_active(status, "a", 10, NOW)
+    assert not is_active(status, "c", 50, NOW)  # not in the object yet
+    assert not is_active({"a": entry(10, seen_ago_s=70)}, "a", 10, NOW)  # ourselves expired
+
+
+def test_unreadable_entries_are_skipped() -> None:
+    status: dict[str, Any] = {"a": entry(10), "junk": "x", "bad": {"priority": 1}}
+    assert [peer.identity for peer in peers_of(status)] == ["a"]
+
+
+def test_peering_objects_cluster_wide_or_per_namespace() -> None:
+    assert peering_paths("p", []) == ["/apis/kopf.dev/v1/clusterkopfpeerings/p"]
+    assert peering_paths("p", ["a", "b"]) == [
+        "/apis/kopf.dev/v1/namespaces/a/kopfpeerings/p",
+        "/apis/kopf.dev/v1/namespaces/b/kopfpeerings/p",
+    ]
+
+
+class FakePeeringApi(KubeApi):
+    """Answers get_path from a dict; a missing path raises as an unreachable server would."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        super().__init__("http://unused")
+        self.objects = objects
+
+    async def get_path(self, path: str) -> dict[str, Any] | None:
+        if path not in self.objects:
+            raise KubeError(403, "forbidden")
+        body: dict[str, Any] = self.objects[path]
+        return body
+
+
+async def _until(predicate: Any) -> None:
+    for _ in range(400):  # polls the poller's effect: 2 s at most
+        if predicate():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition never held")
+
+
+async def test_the_poller_opens_and_closes_the_gate() -> None:
+    path = "/apis/kopf.dev/v1/clusterkopfpeerings/p"
+    api = FakePeeringApi({path: {"status": {"me": entry(10)}}})
+    gate = StandbyGate()
+    task = asyncio.create_task(
+        watch_peering(
+            lambda: api,
+            gate,
+            name="p",
+            namespaces=[],
+            identity="me",
+            priority=10,
+            interval=0.01,
+            clock=lambda: NOW,
+        )
+    )
+    try:
+        await _until(lambda: gate.active)
+        api.objects[path] = {"status": {"me": entry(10), "other": entry(11)}}
+        await _until(lambda: not gate.active)
+        api.objects[path] = {"status": {"me": entry(10)}}
+        await _until(lambda: gate.active)
+        del api.objects[path]  # cannot read it: fail safe, stand by
+        await _until(lambda: not gate.active)
+    finally:
+        task.cancel()
+
+
+async def test_a_closed_gate_makes_the_server_unready_and_refuse_members() -> None:
+    coordinator = GroupCoordinator(CoordinatorConfig(), SystemClock(), MemoryStore())
+    app = create_app(coordinator, AuthConfig(admin_tokens=frozenset({"t"})))
+    gate = StandbyGate()
+    add_readiness_gate(app, gate)
+    async with TestClient(TestServer(app)) as client:
+        headers = {"Authorization": "Bearer t"}
+        assert (await client.get("/readyz")).status == 503
+        assert (await client.get("/v1/groups", headers=headers)).status == 503
+        gate.active = True
+        assert (await client.get("/readyz")).status == 200
+        assert (await client.get("/v1/groups", headers=headers)).status == 200
+        assert (await client.get("/healthz")).status == 200
