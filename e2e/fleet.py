@@ -93,6 +93,17 @@ class CoordinatorAdmin:
             return text
 
 
+def static_rejoins(
+    journal: Iterable[dict[str, Any]], instance_id: str, since_ms: int
+) -> list[dict[str, Any]]:
+    """The coordinator's record of `instance_id` coming back as the same static member."""
+    return [
+        r
+        for r in rows_of(journal, "static_rejoin", since_ms)
+        if r["group_instance_id"] == instance_id
+    ]
+
+
 def rows_of(
     journal: Iterable[dict[str, Any]], kind: str, since_ms: int = 0
 ) -> list[dict[str, Any]]:

@@ -141,3 +141,39 @@ def wait_stable(
         interval_s=1.0,
         describe=describe,
     )
+
+
+def patch_spec(cluster: Cluster, namespace_name: str, name: str, spec: dict[str, Any]) -> None:
+    """`kubectl patch cg NAME --type merge -p '{"spec": ...}'`, as a user changes a group."""
+    cluster.kubectl(
+        "-n",
+        namespace_name,
+        "patch",
+        "consumergroup",
+        name,
+        "--type",
+        "merge",
+        "-p",
+        json.dumps({"spec": spec}),
+    )
+
+
+def wait_rollout_completed(
+    cluster: Cluster, namespace_name: str, name: str, protocol: str, *, timeout_s: float = 600
+) -> None:
+    """status.rollout Completed with the fleet running `protocol`."""
+
+    def completed() -> bool:
+        status = group_status(cluster, namespace_name, name)
+        return (
+            status.get("effectiveRebalanceProtocol") == protocol
+            and (status.get("rollout") or {}).get("phase") == "Completed"
+        )
+
+    wait_for(
+        f"the rollout to complete on {protocol}",
+        completed,
+        timeout_s=timeout_s,
+        interval_s=2,
+        describe=lambda: str(group_status(cluster, namespace_name, name).get("rollout")),
+    )

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from e2e.cluster import Cluster, members_of
-from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, wait_for
+from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
 from staticfleet.demo.journal_metrics import partition_moves
 
@@ -56,21 +56,12 @@ def test_managed_group_keeps_instance_ids_across_pod_replacement(
         )
         after = wait_stable(cluster, ns, GROUP, 6)
         # The member rejoined: the coordinator saw the static rejoin.
-        wait_for(
+        rejoins = wait_for(
             "the replacement's static rejoin in the journal",
-            lambda: [
-                r
-                for r in rows_of(admin.journal(GROUP), "static_rejoin", deleted_at_ms)
-                if r["group_instance_id"] == victim_id
-            ],
+            lambda: static_rejoins(admin.journal(GROUP), victim_id, deleted_at_ms),
             timeout_s=60,
         )
         journal = admin.journal(GROUP)
-        rejoins = [
-            r
-            for r in rows_of(journal, "static_rejoin", deleted_at_ms)
-            if r["group_instance_id"] == victim_id
-        ]
         record("replacement_rejoined_s", round(time.monotonic() - started, 1))
 
         assert replacement["metadata"]["name"] == victim["metadata"]["name"]

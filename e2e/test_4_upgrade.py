@@ -7,8 +7,15 @@ from __future__ import annotations
 import time
 
 from e2e.cluster import Cluster
-from e2e.fleet import PodRecorder, Record, rows_of, wait_for
-from e2e.groups import apply, group_status, managed_group, namespace, wait_stable
+from e2e.fleet import PodRecorder, Record, rows_of
+from e2e.groups import (
+    apply,
+    managed_group,
+    namespace,
+    patch_spec,
+    wait_rollout_completed,
+    wait_stable,
+)
 from e2e.rollouts import PhaseWatcher, bounces_per_slot, doubly_assigned, member_logs, ownership
 from staticfleet.demo.journal_metrics import partition_moves
 
@@ -29,28 +36,8 @@ def test_eager_to_cooperative_upgrade_in_two_bounces(
             time.sleep(1)  # the recorder's initial listing predates the rollout
             since = time.time()
             since_ms = int(since * 1000)
-            cluster.kubectl(
-                "-n",
-                ns,
-                "patch",
-                "consumergroup",
-                GROUP,
-                "--type",
-                "merge",
-                "-p",
-                '{"spec":{"rebalance":{"protocol":"cooperative"}}}',
-            )
-            wait_for(
-                "the rollout to complete on cooperative",
-                lambda: (
-                    (status := group_status(cluster, ns, GROUP)).get("effectiveRebalanceProtocol")
-                    == "cooperative"
-                    and (status.get("rollout") or {}).get("phase") == "Completed"
-                ),
-                timeout_s=600,
-                interval_s=2,
-                describe=lambda: str(group_status(cluster, ns, GROUP).get("rollout")),
-            )
+            patch_spec(cluster, ns, GROUP, {"rebalance": {"protocol": "cooperative"}})
+            wait_rollout_completed(cluster, ns, GROUP, "cooperative")
             described = wait_stable(cluster, ns, GROUP, REPLICAS)
             duration = time.time() - since
         finally:

@@ -8,7 +8,14 @@ import time
 
 from e2e.cluster import Cluster
 from e2e.fleet import Record, rows_of, wait_for
-from e2e.groups import SESSION_TIMEOUT_MS, apply, managed_group, namespace, wait_stable
+from e2e.groups import (
+    SESSION_TIMEOUT_MS,
+    apply,
+    managed_group,
+    namespace,
+    patch_spec,
+    wait_stable,
+)
 from staticfleet.demo.journal_metrics import generation_assignments, partition_moves
 
 GROUP = "shrink"
@@ -22,17 +29,7 @@ def test_scale_down_sends_one_batch_leave(
         before = wait_stable(cluster, ns, GROUP, 6)
         admin = cluster.admin()
         since_ms = int(time.time() * 1000)
-        cluster.kubectl(
-            "-n",
-            ns,
-            "patch",
-            "consumergroup",
-            GROUP,
-            "--type",
-            "merge",
-            "-p",
-            '{"spec":{"replicas":4}}',
-        )
+        patch_spec(cluster, ns, GROUP, {"replicas": 4})
         after = wait_stable(cluster, ns, GROUP, 4, timeout_s=120)
         pods_gone_ms = int(time.time() * 1000)
 

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from e2e.cluster import Cluster, members_of
-from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, wait_for
+from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
 from e2e.groups import IMAGE, TOPIC, adopted_group, apply, namespace, wait_stable
 
 GROUP = "clicks"
@@ -83,11 +83,7 @@ def test_adopted_executors_get_ids_and_a_replacement_takes_the_freed_one(
         admin = cluster.admin()
         wait_for(
             "the replacement's static rejoin",
-            lambda: [
-                r
-                for r in rows_of(admin.journal(GROUP), "static_rejoin", since_ms)
-                if r["group_instance_id"] == freed
-            ],
+            lambda: static_rejoins(admin.journal(GROUP), freed, since_ms),
             timeout_s=60,
         )
         journal = admin.journal(GROUP)

@@ -8,7 +8,15 @@ import time
 
 from e2e.cluster import Cluster
 from e2e.fleet import PodRecorder, Record, wait_for
-from e2e.groups import apply, group_status, managed_group, namespace, wait_stable
+from e2e.groups import (
+    apply,
+    group_status,
+    managed_group,
+    namespace,
+    patch_spec,
+    wait_rollout_completed,
+    wait_stable,
+)
 from e2e.rollouts import bounces_per_slot, doubly_assigned, member_logs, ownership
 
 GROUP = "resume"
@@ -26,17 +34,7 @@ def test_operator_killed_mid_rollout_resumes_without_repeating_a_member(
             time.sleep(1)
             since = time.time()
             # A downgrade walks back the same way: compatible, then eager.
-            cluster.kubectl(
-                "-n",
-                ns,
-                "patch",
-                "consumergroup",
-                GROUP,
-                "--type",
-                "merge",
-                "-p",
-                '{"spec":{"rebalance":{"protocol":"eager"}}}',
-            )
+            patch_spec(cluster, ns, GROUP, {"rebalance": {"protocol": "eager"}})
             wait_for(
                 "two members bounced in the first phase",
                 lambda: len(bounces_per_slot(recorder.sightings(), since)) >= 2,
@@ -63,17 +61,7 @@ def test_operator_killed_mid_rollout_resumes_without_repeating_a_member(
                 timeout_s=120,
             )
             record("operator_back_s", round(time.time() - crashed_at, 1))
-            wait_for(
-                "the rollout to complete on eager",
-                lambda: (
-                    (status := group_status(cluster, ns, GROUP)).get("effectiveRebalanceProtocol")
-                    == "eager"
-                    and (status.get("rollout") or {}).get("phase") == "Completed"
-                ),
-                timeout_s=600,
-                interval_s=2,
-                describe=lambda: str(group_status(cluster, ns, GROUP).get("rollout")),
-            )
+            wait_rollout_completed(cluster, ns, GROUP, "eager")
             wait_stable(cluster, ns, GROUP, REPLICAS)
             record("rollout_s", round(time.time() - since, 1))
         finally:
