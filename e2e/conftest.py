@@ -120,12 +120,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     build_times_file = BUILD / "e2e" / "build-times.json"
     build = json.loads(build_times_file.read_text()) if build_times_file.exists() else {}
+    # The first build from empty Go caches, measured once (see e2e/README.md, "Time").
+    cold_file = ROOT / "e2e" / "cold-build.json"
+    cold = json.loads(cold_file.read_text()) if cold_file.exists() else None
     results = {
         "cluster": CLUSTER_KIND,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "session_seconds": round(time.time() - _started, 1),
         "build": build,
+        "first_build_cold": cold,
         "session": _figures.get("_session", {}),
         "scenarios": {
             name: {**outcome, **_figures.get(name, {})}
