@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import socket
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ class OperatorOptions:
     webhook_key: Path | None = None
     webhook_host: str = "0.0.0.0"
     peering: str | None = None  # none: standalone (one replica only!)
-    priority: int | None = None  # none: random, so two replicas never tie
+    priority: int | None = None  # none: by start time (newest wins), see default_priority
     health_port: int | None = None
     interval: float = handlers.DEFAULT_INTERVAL_SECONDS
     initial_rebalance_delay_ms: int = 3000
@@ -76,10 +77,23 @@ def kopf_settings(options: OperatorOptions) -> kopf.OperatorSettings:
     if options.peering:
         settings.peering.name = options.peering
         settings.peering.priority = (
-            options.priority if options.priority is not None else random.randint(1, 1_000_000)
+            options.priority if options.priority is not None else default_priority()
         )
         settings.peering.mandatory = True
     return settings
+
+
+def default_priority(now: float | None = None) -> int:
+    """A Kopf peering priority that grows with the start time (milliseconds, plus a random
+    tie-breaker below them).
+
+    A container restarted after a crash must not wait for its own ghost: the dead process's
+    peering entry stays "alive" until its lifetime (60 s) runs out, and a lower or equal
+    priority would keep the new process paused (and unready) that long. Newest wins: a
+    newer replica takes over, and two replicas never tie.
+    """
+    started_ms = int((time.time() if now is None else now) * 1000)
+    return started_ms * 1000 + random.randint(0, 999)
 
 
 async def run_operator(

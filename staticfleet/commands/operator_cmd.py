@@ -61,7 +61,9 @@ def register(subparsers: Any) -> None:
     run.add_argument("--webhook-cert", type=Path, help="TLS certificate of the webhook (PEM)")
     run.add_argument("--webhook-key", type=Path, help="TLS key of the webhook (PEM)")
     run.add_argument("--peering", help="Kopf peering object name; none: standalone")
-    run.add_argument("--priority", type=int, help="peering priority (default: random)")
+    run.add_argument(
+        "--priority", type=int, help="peering priority (default: by start time, newest wins)"
+    )
     run.add_argument("--health-port", type=int, help="serve Kopf's /healthz on this port")
     run.add_argument(
         "--interval",

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
 from coordinator.server import AuthConfig, add_readiness_gate, create_app
+from staticfleet_operator.app import default_priority
 from staticfleet_operator.kube import KubeApi, KubeError
 from staticfleet_operator.standby import (
     StandbyGate,
@@ -124,3 +125,14 @@ async def test_a_closed_gate_makes_the_server_unready_and_refuse_members() -> No
         assert (await client.get("/readyz")).status == 200
         assert (await client.get("/v1/groups", headers=headers)).status == 200
         assert (await client.get("/healthz")).status == 200
+
+
+def test_a_restarted_operator_outranks_its_own_ghost() -> None:
+    """The default priority grows with the start time, so a container restarted after a
+    crash is active at once, while its dead predecessor's entry has not expired yet."""
+    ghost = default_priority(now=1_000.0)
+    restarted = default_priority(now=1_000.5)
+    assert restarted > ghost
+    status = {"ghost": entry(ghost, seen_ago_s=10), "new": entry(restarted, seen_ago_s=1)}
+    assert is_active(status, "new", restarted, NOW)
+    assert not is_active(status, "ghost", ghost, NOW)
