@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -210,3 +210,8 @@ def member_pod(pod: Mapping[str, Any]) -> MemberPod | None:
         deleting=is_deleting(pod),
         pod_uid=annotations.get(POD_KEY_ANNOTATION) or str(metadata.get("uid", "")),
     )
+
+
+def members_of(pods: Iterable[Mapping[str, Any]]) -> list[MemberPod]:
+    """The orchestrator's view of the pods that carry a member identity."""
+    return [member for member in (member_pod(pod) for pod in pods) if member is not None]

@@ -39,6 +39,7 @@ from staticfleet_operator.members import (
     MemberSettings,
     managed_pod,
     member_pod,
+    members_of,
     template_hash,
 )
 from staticfleet_operator.metrics import OperatorMetrics
@@ -148,7 +149,7 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
 
     replicas = spec.replicas or 0
     pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
-    members = [m for m in (member_pod(p) for p in pods) if m is not None]
+    members = members_of(pods)
     described = await describe(op.coordinator, spec.group_id)
     view = CoordinatorView.from_described(described)
     state = rollout_from_status(previous)
@@ -290,7 +291,7 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
-    members = [m for m in (member_pod(p) for p in pods) if m is not None]
+    members = members_of(pods)
     described = await describe(op.coordinator, spec.group_id)
     view = CoordinatorView.from_described(described)
     await ensure_adopted_table(op, namespace, name, spec, pods, view)

@@ -26,7 +26,7 @@ from staticfleet_operator.members import (
     MemberSettings,
     identity_annotations,
     member_env,
-    member_pod,
+    members_of,
     template_hash,
     with_member_env,
 )
@@ -120,15 +120,16 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     # Free the slots of pods gone since the last reconcile pass first: a replacement created
     # right after its predecessor was deleted must get the freed slot (and with it the
     # instance id, so it rejoins without a rebalance), not a new one.
-    live_keys = {m.pod_uid for m in (member_pod(p) for p in siblings) if m and not m.deleting}
+    live = [member for member in members_of(siblings) if not member.deleting]
+    now = op.clock()
     async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
-        release_vanished(op, table, live_keys, op.clock())
+        release_vanished(op, table, {member.pod_uid for member in live}, now)
     grant = await op.allocator.admit(group_key(namespace, name), spec.instance_id_prefix, pod_key)
-    op.admitted[pod_key] = op.clock()
+    op.admitted[pod_key] = now
     if grant.fresh:
         op.metrics.slot_allocated(namespace, name)
     state = rollout_from_status(read_status(body))
-    protocols = [m.protocol for m in (member_pod(p) for p in siblings) if m and not m.deleting]
+    protocols = [member.protocol for member in live]
     protocol = protocol_for_new_pod(state.bounce_protocol, protocols, desired_protocol(spec))
     return pod_mutation(
         pod, spec, op.settings(name), slot=grant.slot, protocol=protocol, pod_key=pod_key
