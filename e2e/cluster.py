@@ -36,6 +36,10 @@ RELEASE = "sf"
 OPERATOR_NAMESPACE = "staticfleet-system"
 FULLNAME = f"{RELEASE}-staticfleet"
 COORDINATOR_PORT = 9092
+# The image every pod runs: the node agent runs it as local processes, kind loads it.
+IMAGE_REPOSITORY = "staticfleet"
+IMAGE_TAG = "e2e"
+IMAGE_VALUES = ["--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={IMAGE_TAG}"]
 
 
 class Cluster(ABC):
@@ -153,10 +157,7 @@ class LocalCluster(Cluster):
 
     def chart_values(self) -> list[str]:
         return [
-            "--set",
-            "image.repository=staticfleet",
-            "--set",
-            "image.tag=e2e",
+            *IMAGE_VALUES,
             "--set",
             f"coordinator.advertisedUrl=http://127.0.0.1:{COORDINATOR_PORT}",
         ]
@@ -269,10 +270,7 @@ class KindCluster(Cluster):
 
     def chart_values(self) -> list[str]:
         return [
-            "--set",
-            "image.repository=staticfleet",
-            "--set",
-            "image.tag=e2e",
+            *IMAGE_VALUES,
             "--set",
             "image.pullPolicy=Never",
             "--set",
@@ -380,7 +378,7 @@ def cluster_for(kind: str, workdir: Path) -> contextlib.AbstractContextManager[C
     raise ValueError(f"unknown STATICFLEET_E2E_CLUSTER {kind!r}: local or kind")
 
 
-def members_of(pods: Sequence[dict[str, Any]]) -> dict[str, str]:
+def instance_ids_from_env(pods: Sequence[dict[str, Any]]) -> dict[str, str]:
     """pod name -> the group.instance.id the member in it runs as (from its env)."""
     found: dict[str, str] = {}
     for pod in pods:

@@ -8,13 +8,36 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from e2e.cluster import Cluster, pod_ready
+from e2e.cluster import IMAGE_REPOSITORY, IMAGE_TAG, Cluster, pod_ready
 from e2e.fleet import wait_for
 
-IMAGE = "staticfleet:e2e"
+IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
 TOPIC = "orders"
 PARTITIONS = 24
 SESSION_TIMEOUT_MS = 30_000
+
+
+def member_container() -> dict[str, Any]:
+    """The member process every scenario runs (the image's entrypoint is `staticfleet`)."""
+    return {
+        "name": "member",
+        "image": IMAGE,
+        "args": ["member", "run", "--topics", TOPIC, "--records-per-second", "5"],
+    }
+
+
+def consumer_group(name: str, mode_spec: dict[str, Any]) -> dict[str, Any]:
+    """A ConsumerGroup over the scenarios' topic, group id = name; `mode_spec` adds the rest."""
+    return {
+        "apiVersion": "staticfleet.dev/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "groupId": name,
+            "topics": [{"name": TOPIC, "partitions": PARTITIONS}],
+            **mode_spec,
+        },
+    }
 
 
 def managed_group(
@@ -24,49 +47,25 @@ def managed_group(
     protocol: str = "eager",
     session_timeout_ms: int = SESSION_TIMEOUT_MS,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "staticfleet.dev/v1alpha1",
-        "kind": "ConsumerGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "groupId": name,
-            "topics": [{"name": TOPIC, "partitions": PARTITIONS}],
+    return consumer_group(
+        name,
+        {
             "replicas": replicas,
             "membership": {"instanceIdPrefix": name, "sessionTimeoutMs": session_timeout_ms},
             "rebalance": {"protocol": protocol},
             "rollout": {"memberReadyTimeoutSeconds": 180},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": f"{name}-consumer"}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 10,
-                    "containers": [
-                        {
-                            "name": "member",
-                            "image": IMAGE,
-                            "args": [
-                                "member",
-                                "run",
-                                "--topics",
-                                TOPIC,
-                                "--records-per-second",
-                                "5",
-                            ],
-                        }
-                    ],
-                },
+                "spec": {"terminationGracePeriodSeconds": 10, "containers": [member_container()]},
             },
         },
-    }
+    )
 
 
 def adopted_group(name: str, app: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "staticfleet.dev/v1alpha1",
-        "kind": "ConsumerGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "groupId": name,
-            "topics": [{"name": TOPIC, "partitions": PARTITIONS}],
+    return consumer_group(
+        name,
+        {
             "selector": {
                 "matchLabels": {
                     "staticfleet.dev/group": name,
@@ -78,7 +77,7 @@ def adopted_group(name: str, app: str) -> dict[str, Any]:
             "membership": {"instanceIdPrefix": name, "sessionTimeoutMs": SESSION_TIMEOUT_MS},
             "rebalance": {"protocol": "cooperative", "cooperativeAssignor": "static-sticky"},
         },
-    }
+    )
 
 
 @contextlib.contextmanager

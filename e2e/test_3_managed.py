@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from e2e.cluster import Cluster, members_of
+from e2e.cluster import Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
 from staticfleet.demo.journal_metrics import partition_moves
@@ -28,7 +28,7 @@ def test_managed_group_keeps_instance_ids_across_pod_replacement(
         ids = {pod["metadata"]["annotations"][INSTANCE_ANNOTATION] for pod in pods}
         assert ids == {f"{GROUP}-{slot}" for slot in range(6)}
         # The id the pod carries is the one its member runs with and the coordinator knows.
-        env_ids = members_of(pods)
+        env_ids = instance_ids_from_env(pods)
         assert sorted(env_ids.values()) == sorted(ids)
         assert {m["group_instance_id"] for m in described["members"]} == ids
         generation = described["generation_id"]

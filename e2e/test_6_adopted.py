@@ -9,9 +9,9 @@ import json
 import time
 from typing import Any
 
-from e2e.cluster import Cluster, members_of
+from e2e.cluster import Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
-from e2e.groups import IMAGE, TOPIC, adopted_group, apply, namespace, wait_stable
+from e2e.groups import adopted_group, apply, member_container, namespace, wait_stable
 
 GROUP = "clicks"
 APP = "clickstream"
@@ -35,13 +35,7 @@ def executor_pod(number: int) -> dict[str, Any]:
         "spec": {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 10,
-            "containers": [
-                {
-                    "name": "member",
-                    "image": IMAGE,
-                    "args": ["member", "run", "--topics", TOPIC, "--records-per-second", "5"],
-                }
-            ],
+            "containers": [member_container()],
         },
     }
 
@@ -60,7 +54,7 @@ def test_adopted_executors_get_ids_and_a_replacement_takes_the_freed_one(
         }
         # Stamped at admission: distinct ids, the lowest slots, in the annotation and the env.
         assert sorted(ids.values()) == [f"{GROUP}-{slot}" for slot in range(4)]
-        assert members_of(list(pods.values())) == ids
+        assert instance_ids_from_env(list(pods.values())) == ids
         generation = described["generation_id"]
 
         lost = f"{APP}-exec-2"
