@@ -526,6 +526,23 @@ def session(master: str | None, app: str = "staticfleet-analytics") -> SparkSess
     return builder.getOrCreate()
 
 
+def small_local_session(app: str) -> SparkSession:
+    """A local[2] session sized for small journals (the demo's report, the tests): two
+    shuffle partitions instead of 200, no UI, quiet logs."""
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = options.analytics_parser().parse_args(argv)
     return run_args(args)

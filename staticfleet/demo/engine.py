@@ -237,23 +237,12 @@ def _child(spec_path: Path, result_path: Path) -> int:
     """The child process: run the analytics job's tables in local[2] and write the
     per-window rows as JSON (a few dozen rows)."""
     import pyspark
-    from pyspark.sql import SparkSession
 
     from pipeline import analytics
     from pipeline.reference import Window
 
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("staticfleet-demo-report")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = analytics.small_local_session("staticfleet-demo-report")
     try:
         windows = [
             Window(w["label"], int(w["start_ms"]), int(w["end_ms"]), w["group_id"])

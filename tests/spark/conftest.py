@@ -7,19 +7,11 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from pipeline.analytics import small_local_session
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("staticfleet-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = small_local_session("staticfleet-tests")
     yield session
     session.stop()
