@@ -37,6 +37,7 @@ from coordinator.offsets import OffsetProtocol
 from coordinator.records import StoreBatch
 from coordinator.state import GroupState
 from coordinator.store import StoreError
+from coordinator.subscriptions import changed_topics, group_topics
 
 log = logging.getLogger("coordinator")
 
@@ -155,7 +156,42 @@ class GroupCoordinator(OffsetProtocol):
                 else:
                     topics[topic] = count
             await self.store.write(StoreBatch(topics=topics))
+            changes = changed_topics(self._topics, topics)
             self._topics = topics
+            if changes:
+                # Under the topics lock: two metadata changes start their rebalances in order.
+                await self._rebalance_groups_consuming(changes)
+
+    async def _rebalance_groups_consuming(self, changes: Mapping[str, tuple[int, int]]) -> None:
+        """Kafka's consumer leader rejoins when a subscribed topic's partition count changes;
+        here the metadata lives in the coordinator, so it starts that rebalance itself. Only
+        Stable and CompletingRebalance groups: in PreparingRebalance the leader reads the
+        metadata after the join phase anyway, and an Empty group has nobody to assign to."""
+        for group in list(self._groups.values()):
+            async with group.lock:
+                if not group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+                    continue
+                consumed = group_topics(
+                    group.protocol_type,
+                    group.protocol_name,
+                    (member.protocols for member in group.members.values()),
+                )
+                affected = {t: change for t, change in changes.items() if t in consumed}
+                if not affected:
+                    continue
+                self._journal(
+                    group,
+                    JournalKind.TOPIC_METADATA_CHANGED,
+                    None,
+                    topics={t: list(change) for t, change in affected.items()},
+                )
+                described = ", ".join(f"{t} {old}->{new}" for t, (old, new) in affected.items())
+                self._prepare_rebalance(group, f"topic metadata changed: {described}")
+                try:
+                    await self._flush(group)
+                except StoreError:
+                    # The rebalance has started in memory; members learn of it regardless.
+                    log.exception("group %s: cannot write the metadata rebalance", group.group_id)
 
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None

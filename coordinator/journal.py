@@ -25,6 +25,9 @@ class JournalKind(StrEnum):
     ASSIGNMENT = "assignment"  # one member's assignment for a generation (detail.partitions)
     STABLE = "stable"  # every member has its assignment
     STATIC_REJOIN = "static_rejoin"  # a static member came back without a rebalance
+    # A subscribed topic's partition count changed (detail.topics: {topic: [old, new]}); a
+    # rebalance_started follows in the same write.
+    TOPIC_METADATA_CHANGED = "topic_metadata_changed"
     GROUP_EMPTY = "group_empty"
     GROUP_DELETED = "group_deleted"
 

@@ -32,6 +32,7 @@ from coordinator.messages import (
 from coordinator.runtime import CoordinatorRuntime
 from coordinator.state import GroupState
 from coordinator.store import StoreError
+from coordinator.subscriptions import subscription_changed
 
 log = logging.getLogger("coordinator")
 
@@ -229,10 +230,15 @@ class MembershipProtocol(CoordinatorRuntime):
         self._journal(group, JournalKind.MEMBER_REPLACED, member, old_member_id=old_member_id)
 
         if group.is_in(GroupState.STABLE):
-            if group.select_protocol() != group.protocol_name:
+            # Beyond Kafka: a changed topic set rebalances too (coordinator.subscriptions).
+            resubscribed = subscription_changed(
+                group.protocol_type, group.protocol_name, previous[0], protocols
+            )
+            if group.select_protocol() != group.protocol_name or resubscribed:
                 future = self._park_join(member)
+                change = "different topics" if resubscribed else "a protocol change"
                 self._maybe_prepare_rebalance(
-                    group, f"static member {instance_id} rejoined with a protocol change"
+                    group, f"static member {instance_id} rejoined with {change}"
                 )
                 return future
             # No rebalance: persist the new member id, then serve the current generation.
