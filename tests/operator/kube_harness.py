@@ -42,6 +42,7 @@ from coordinator.client import (
     InProcessTransport,
     MemberConfig,
     MemberState,
+    RebalanceListener,
 )
 from coordinator.client import env as member_env
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
@@ -184,6 +185,8 @@ class Kubelet:
     # Pod names whose container never starts (an image that cannot be pulled): the pod stays
     # Pending and not Ready until the name is taken out again.
     refused: set[str] = field(default_factory=set)
+    # Set: each member gets the listener this makes from its pod name (ownership checks).
+    listener_for: Callable[[str], RebalanceListener] | None = None
 
     async def run(self) -> None:
         while True:
@@ -259,12 +262,13 @@ class Kubelet:
             cooperative_assignor=values[member_env.COOPERATIVE_ASSIGNOR],
             client_id=pod["metadata"]["name"],
         )
+        listener = self.listener_for(pod["metadata"]["name"]) if self.listener_for else None
         if self.server_url is not None:
             transport = HttpTransport(self.server_url, token=values.get(member_env.TOKEN))
             self.transports[key] = transport
-            member = GroupMember(transport, config)
+            member = GroupMember(transport, config, listener)
         else:
-            member = GroupMember(InProcessTransport(self.coordinator), config)
+            member = GroupMember(InProcessTransport(self.coordinator), config, listener)
         # Hold the pod object until its "container" has stopped, as a real kubelet does.
         await self.kube._request(
             "PATCH",
