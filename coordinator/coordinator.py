@@ -37,7 +37,7 @@ from coordinator.offsets import OffsetProtocol
 from coordinator.records import StoreBatch
 from coordinator.state import GroupState
 from coordinator.store import StoreError
-from coordinator.subscriptions import changed_topics, group_topics
+from coordinator.subscriptions import changed_topics, topic_counts
 
 log = logging.getLogger("coordinator")
 
@@ -62,6 +62,7 @@ class GroupCoordinator(OffsetProtocol):
             # Members must heartbeat within a session timeout of the restart, as in Kafka.
             for member in group.members.values():
                 self._schedule_session_timeout(group, member)
+        await self._rebalance_stale_groups()
         self._started = True
         log.info("coordinator started with %d group(s)", len(self._groups))
 
@@ -171,27 +172,44 @@ class GroupCoordinator(OffsetProtocol):
             async with group.lock:
                 if not group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     continue
-                consumed = group_topics(
-                    group.protocol_type,
-                    group.protocol_name,
-                    (member.protocols for member in group.members.values()),
-                )
+                consumed = group.consumed_topics()
                 affected = {t: change for t, change in changes.items() if t in consumed}
-                if not affected:
+                if affected:
+                    await self._rebalance_for_metadata(group, affected)
+
+    async def _rebalance_stale_groups(self) -> None:
+        """After a restart: a Stable group whose assignment was made with other partition
+        counts than the stored metadata (the change was written, the coordinator stopped
+        before the group's new generation) rebalances now instead of never."""
+        for group in list(self._groups.values()):
+            async with group.lock:
+                if not group.is_in(GroupState.STABLE) or not group.assigned_topics:
                     continue
-                self._journal(
-                    group,
-                    JournalKind.TOPIC_METADATA_CHANGED,
-                    None,
-                    topics={t: list(change) for t, change in affected.items()},
-                )
-                described = ", ".join(f"{t} {old}->{new}" for t, (old, new) in affected.items())
-                self._prepare_rebalance(group, f"topic metadata changed: {described}")
-                try:
-                    await self._flush(group)
-                except StoreError:
-                    # The rebalance has started in memory; members learn of it regardless.
-                    log.exception("group %s: cannot write the metadata rebalance", group.group_id)
+                current = topic_counts(group.assigned_topics, self._topics)
+                affected = {
+                    t: (count, current[t])
+                    for t, count in group.assigned_topics.items()
+                    if count != current[t]
+                }
+                if affected:
+                    await self._rebalance_for_metadata(group, affected)
+
+    async def _rebalance_for_metadata(
+        self, group: ClassicGroup, affected: Mapping[str, tuple[int, int]]
+    ) -> None:
+        self._journal(
+            group,
+            JournalKind.TOPIC_METADATA_CHANGED,
+            None,
+            topics={t: list(change) for t, change in affected.items()},
+        )
+        described = ", ".join(f"{t} {old}->{new}" for t, (old, new) in affected.items())
+        self._prepare_rebalance(group, f"topic metadata changed: {described}")
+        try:
+            await self._flush(group)
+        except StoreError:
+            # The rebalance has started in memory; members learn of it regardless.
+            log.exception("group %s: cannot write the metadata rebalance", group.group_id)
 
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None

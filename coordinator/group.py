@@ -15,6 +15,7 @@ from coordinator.errors import ErrorCode
 from coordinator.messages import JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
 from coordinator.records import GroupRecord, MemberRecord, StoreBatch
 from coordinator.state import GroupState, assert_valid_transition
+from coordinator.subscriptions import group_topics
 
 
 @dataclass(eq=False, slots=True)
@@ -128,6 +129,8 @@ class ClassicGroup:
     # Members of this generation that have not sent SyncGroup yet.
     pending_sync_members: set[str] = field(default_factory=set)
     last_assignment_by_instance: dict[str, bytes] = field(default_factory=dict)
+    # Partition counts of the subscribed topics the stored assignment was made with.
+    assigned_topics: dict[str, int] = field(default_factory=dict)
     join_timer: TimerHandle | None = None
     sync_timer: TimerHandle | None = None
     # Initial rebalance delay bookkeeping (Kafka's InitialDelayedJoin).
@@ -302,6 +305,15 @@ class ClassicGroup:
             for member in self.members.values()
         ]
 
+    def consumed_topics(self) -> frozenset[str]:
+        """Every topic some member subscribes to with the selected protocol (consumer groups
+        only; other protocol types' metadata is opaque)."""
+        return group_topics(
+            self.protocol_type,
+            self.protocol_name,
+            (member.protocols for member in self.members.values()),
+        )
+
     def last_assignment_for(self, member: ClassicMember) -> bytes:
         if member.assignment:
             return member.assignment
@@ -322,6 +334,7 @@ class ClassicGroup:
             leader=self.leader_id,
             members=tuple(member.to_record() for member in self.members.values()),
             last_assignment_by_instance=dict(self.last_assignment_by_instance),
+            assigned_topics=dict(self.assigned_topics),
         )
 
     @classmethod
@@ -331,6 +344,7 @@ class ClassicGroup:
         group.protocol_type = record.protocol_type
         group.protocol_name = record.protocol_name
         group.last_assignment_by_instance = dict(record.last_assignment_by_instance)
+        group.assigned_topics = dict(record.assigned_topics)
         for member_record in record.members:
             group.add(ClassicMember.from_record(member_record, record.protocol_type or ""))
         group.leader_id = record.leader if record.leader in group.members else group.leader_id

@@ -32,7 +32,7 @@ from coordinator.messages import (
 from coordinator.runtime import CoordinatorRuntime
 from coordinator.state import GroupState
 from coordinator.store import StoreError
-from coordinator.subscriptions import subscription_changed
+from coordinator.subscriptions import subscription_changed, topic_counts
 
 log = logging.getLogger("coordinator")
 
@@ -612,6 +612,7 @@ class MembershipProtocol(CoordinatorRuntime):
         previous = {m.member_id: m.assignment for m in group.members.values()}
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
+        group.assigned_topics = topic_counts(group.consumed_topics(), self._topics)
         group.needs_persist = True
         for member in group.members.values():
             if member.group_instance_id is not None:

@@ -69,6 +69,9 @@ class GroupRecord:
     members: tuple[MemberRecord, ...]
     # Last assignment per static instance id, kept after the member is gone (static-sticky).
     last_assignment_by_instance: dict[str, bytes] = field(default_factory=dict)
+    # Partition counts of the subscribed topics when the assignment was stored: a restart
+    # finding other counts rebalances (empty: not known, as in records from before).
+    assigned_topics: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,7 @@ class GroupRecord:
             "last_assignment_by_instance": {
                 instance: _b64(data) for instance, data in self.last_assignment_by_instance.items()
             },
+            "assigned_topics": dict(self.assigned_topics),
         }
 
     @classmethod
@@ -97,6 +101,9 @@ class GroupRecord:
             last_assignment_by_instance={
                 instance: _unb64(text)
                 for instance, text in data.get("last_assignment_by_instance", {}).items()
+            },
+            assigned_topics={
+                str(topic): int(count) for topic, count in data.get("assigned_topics", {}).items()
             },
         )
 

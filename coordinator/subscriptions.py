@@ -42,6 +42,11 @@ def subscribed_topics(protocol_type: str | None, metadata: bytes) -> frozenset[s
         return None
 
 
+def topic_counts(topics: Iterable[str], metadata: Mapping[str, int]) -> dict[str, int]:
+    """Each topic's partition count in `metadata` (0: unknown), sorted by topic."""
+    return {topic: metadata.get(topic, 0) for topic in sorted(topics)}
+
+
 def group_topics(
     protocol_type: str | None, protocol_name: str | None, members: Iterable[Protocols]
 ) -> frozenset[str]:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from coordinator import (
     ErrorCode,
     JoinGroupResponse,
+    SqliteStore,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
 )
@@ -238,3 +240,32 @@ async def test_static_restart_with_same_topics_but_new_owned_partitions_does_not
     assert rejoin.error_code == ErrorCode.NONE
     assert rejoin.generation_id == 1
     assert await harness.state() == "Stable"
+
+
+@pytest.mark.parametrize("raised", [True, False])
+async def test_restart_after_a_metadata_change_rebalances_a_group_assigned_with_old_counts(
+    tmp_path: Path, raised: bool
+) -> None:
+    # The change was written, then the coordinator died before the group's new generation:
+    # the stored group is Stable with an assignment made for 6 partitions. Kafka's leader
+    # would notice on its next metadata refresh; ours notices when it loads the group.
+    path = tmp_path / "coordinator.db"
+    first = await Harness(store=SqliteStore(path)).start()
+    await first.coordinator.set_topic_metadata({TOPIC: 6})
+    await form(first, ["i-0", "i-1"])
+    if raised:
+        await first.coordinator.set_topic_metadata({TOPIC: 9})
+    # No close(): the process "dies" here; a new coordinator opens the same file.
+    second = await Harness(store=SqliteStore(path)).start()
+    try:
+        if not raised:
+            assert await second.state() == "Stable"
+            return
+        assert await second.state() == "PreparingRebalance"
+        rows = await second.coordinator.journal_rows(GROUP)
+        changed = [e for e in rows if e.kind == "topic_metadata_changed"]
+        # One row from the first coordinator (its rebalance), one from the restart.
+        assert [e.detail for e in changed] == [{"topics": {TOPIC: [6, 9]}}] * 2
+        assert rows[-1].kind == "rebalance_started"
+    finally:
+        await second.coordinator.close()
