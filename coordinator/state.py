@@ -48,7 +48,8 @@ class GroupState(StrEnum):
     leave: remove the member and start a new rebalance
     commit: REBALANCE_IN_PROGRESS
     -> Stable when the leader's assignment is stored; -> PreparingRebalance on a membership
-       change or a sync timeout; -> Empty / Dead
+       change, a sync timeout, or a partition count change of a subscribed topic (the
+       leader may have read the old one); -> Empty / Dead
     """
 
     STABLE = "Stable"
@@ -57,12 +58,13 @@ class GroupState(StrEnum):
     join: the leader, a member with changed metadata, or a new member starts a rebalance;
           a follower with unchanged metadata gets the current generation; a static member
           rejoining with a new member id is served the cached assignment with no rebalance
-          when the selected protocol would not change (KIP-345, KIP-814)
+          when the selected protocol and its topics would not change (KIP-345, KIP-814)
     sync: the member's current assignment
     heartbeat: NONE
     leave: remove the member and start a rebalance
     commit: allowed for the current generation
-    -> PreparingRebalance; -> Empty / Dead
+    -> PreparingRebalance (a membership change, or a partition count change of a subscribed
+       topic: docs/coordinator.md); -> Empty / Dead
     """
 
     DEAD = "Dead"

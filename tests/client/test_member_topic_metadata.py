@@ -26,8 +26,8 @@ async def start_static(
     instance_id: str,
     **config: object,
 ) -> GroupMember:
-    config_ = member_config(instance_id, **config)
-    member = GroupMember(transport, config_, ledger.listener(instance_id))
+    settings = member_config(instance_id, **config)
+    member = GroupMember(transport, settings, ledger.listener(instance_id))
     members.append(member)
     await member.start()
     return member
