@@ -129,7 +129,8 @@ class ClassicGroup:
     # Members of this generation that have not sent SyncGroup yet.
     pending_sync_members: set[str] = field(default_factory=set)
     last_assignment_by_instance: dict[str, bytes] = field(default_factory=dict)
-    # Partition counts of the subscribed topics the stored assignment was made with.
+    # Partition counts of the subscribed topics when the join phase ended: the leader
+    # assigned with these (a later change starts another rebalance).
     assigned_topics: dict[str, int] = field(default_factory=dict)
     join_timer: TimerHandle | None = None
     sync_timer: TimerHandle | None = None

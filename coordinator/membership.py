@@ -404,6 +404,8 @@ class MembershipProtocol(CoordinatorRuntime):
             self._journal(group, JournalKind.GROUP_EMPTY, None)
             return
         group.protocol_name = group.select_protocol()
+        # The leader reads the metadata after this; a change from here on rebalances again.
+        group.assigned_topics = topic_counts(group.consumed_topics(), self._topics)
         group.transition_to(GroupState.COMPLETING_REBALANCE)
         self._journal(
             group,
@@ -612,7 +614,6 @@ class MembershipProtocol(CoordinatorRuntime):
         previous = {m.member_id: m.assignment for m in group.members.values()}
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
-        group.assigned_topics = topic_counts(group.consumed_topics(), self._topics)
         group.needs_persist = True
         for member in group.members.values():
             if member.group_instance_id is not None:

@@ -69,7 +69,7 @@ class GroupRecord:
     members: tuple[MemberRecord, ...]
     # Last assignment per static instance id, kept after the member is gone (static-sticky).
     last_assignment_by_instance: dict[str, bytes] = field(default_factory=dict)
-    # Partition counts of the subscribed topics when the assignment was stored: a restart
+    # Partition counts of the subscribed topics the assignment was made with: a restart
     # finding other counts rebalances (empty: not known, as in records from before).
     assigned_topics: dict[str, int] = field(default_factory=dict)
 
