@@ -286,6 +286,14 @@ def decode_subscription(data: bytes) -> Subscription:
     )
 
 
+def decode_subscription_topics(data: bytes) -> tuple[str, ...]:
+    """Only a subscription's topics (they come first in every version): what the coordinator
+    reads, without the cost of owned partitions and user data."""
+    reader = _Reader(data, "subscription")
+    reader.version()
+    return tuple(reader.strings("topics"))
+
+
 def decode_assignment(data: bytes) -> Assignment:
     """Parse an assignment; all versions share one format, newer ones may append fields."""
     reader = _Reader(data, "assignment")

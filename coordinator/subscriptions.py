@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from coordinator.protocol import ProtocolError, decode_subscription
+from coordinator.protocol import ProtocolError, decode_subscription_topics
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -37,7 +37,7 @@ def subscribed_topics(protocol_type: str | None, metadata: bytes) -> frozenset[s
     if protocol_type != CONSUMER_PROTOCOL_TYPE or not metadata:
         return None
     try:
-        return frozenset(decode_subscription(metadata).topics)
+        return frozenset(decode_subscription_topics(metadata))
     except ProtocolError:
         return None
 

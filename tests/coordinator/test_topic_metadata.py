@@ -25,6 +25,7 @@ from coordinator import (
 )
 from coordinator.clock import settle
 from coordinator.protocol import Subscription, TopicPartition, encode_subscription
+from coordinator.subscriptions import changed_topics, subscribed_topics, subscription_changed
 from tests.coordinator.harness import GROUP, Harness, join_request
 
 TOPIC = "orders"
@@ -269,3 +270,37 @@ async def test_restart_after_a_metadata_change_rebalances_a_group_assigned_with_
         assert rows[-1].kind == "rebalance_started"
     finally:
         await second.coordinator.close()
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_subscribed_topics_reads_only_the_topics_of_every_subscription_version(
+    version: int,
+) -> None:
+    data = encode_subscription(
+        Subscription(
+            topics=("orders", "audit"),
+            user_data=b"u",
+            owned_partitions=(TopicPartition("orders", 1),),
+            generation_id=4,
+            rack_id="r",
+        ),
+        version,
+    )
+    assert subscribed_topics("consumer", data) == frozenset({"orders", "audit"})
+    assert subscribed_topics("connect", data) is None  # another protocol type: opaque
+    assert subscribed_topics("consumer", b"range") is None  # not a subscription
+    assert subscribed_topics("consumer", data[:5]) is None  # truncated
+
+
+def test_only_topics_count_as_a_subscription_change() -> None:
+    before = (("range", subscription(TOPIC)),)
+    assert not subscription_changed(
+        "consumer", "range", before, (("range", subscription(TOPIC, generation=7)),)
+    )
+    assert subscription_changed("consumer", "range", before, (("range", subscription("x")),))
+    # Unreadable on either side: nothing is inferred (Kafka's rule applies).
+    assert not subscription_changed("consumer", "range", before, (("range", b"?"),))
+    assert changed_topics({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 1}) == {
+        "b": (2, 3),
+        "c": (0, 1),
+    }
