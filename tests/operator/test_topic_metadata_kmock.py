@@ -5,6 +5,8 @@ ends up owned, never by two members at once, after exactly one rebalance."""
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.protocol import TopicPartition
 from tests.client.helpers import Ledger
 from tests.operator.kube_harness import Cluster, managed_spec, running_cluster
@@ -28,13 +30,14 @@ def owned_once(cluster: Cluster, count: int) -> bool:
     return len(owned) == len(set(owned)) and set(owned) == partitions(count)
 
 
-async def test_raising_partitions_in_the_spec_gets_every_new_partition_owned_in_one_rebalance() -> (
-    None
-):
+@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
+async def test_raising_partitions_in_the_spec_gets_every_new_partition_owned_in_one_rebalance(
+    protocol: str,
+) -> None:
     ledger = Ledger()
     async with running_cluster() as cluster:
         cluster.kubelet.listener_for = ledger.listener
-        spec = managed_spec(replicas=3)
+        spec = managed_spec(replicas=3, rebalance={"protocol": protocol})
         assert spec["topics"] == [{"name": TOPIC, "partitions": 6}]
         await cluster.create_group("orders", spec)
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
@@ -59,3 +62,4 @@ async def test_raising_partitions_in_the_spec_gets_every_new_partition_owned_in_
         assert set(ledger.owner) == partitions(9)
         # Partition counts are not in the pod template: no member was restarted for it.
         assert [e.verb for e in cluster.kubelet.history] == ["started"] * 3
+        assert {e.protocol for e in cluster.kubelet.history} == {protocol}
