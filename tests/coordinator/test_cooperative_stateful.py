@@ -1,12 +1,14 @@
 """Hypothesis stateful test: the coordinator plus members following the cooperative protocol.
 
-Random static members start, restart (a new process with the same instance id), leave, stop
-heartbeating, the clock jumps and the coordinator itself restarts on its store. After every
+Random static members start, restart (a new process with the same instance id, possibly
+subscribing to one more topic), leave, stop heartbeating, the clock jumps, the topic's
+partition count is raised and the coordinator itself restarts on its store. After every
 step:
 - no partition is owned by two members that have synced the group's current generation;
 - a replaced member id (fenced) never gets a request through;
 - the generation never goes down.
-At the end, once traffic stops, every partition is owned by exactly one member.
+At the end, once traffic stops, every partition of every subscribed topic, at its current
+count, is owned by exactly one member.
 
 Members are a small deterministic model of the consumer side (KIP-429): they keep owned
 partitions across a rebalance, revoke only what they lost and rejoin at once when they
@@ -60,18 +62,20 @@ from coordinator.protocol import (
 
 GROUP = "stateful"
 TOPIC = "events"
+EXTRA = "clicks"  # the topic a restarted member may subscribe to as well
 PARTITIONS = 12
+MAX_PARTITIONS = 30
 INSTANCES = [f"i-{n}" for n in range(5)]
 SESSION_MS = 10_000
 REBALANCE_MS = 20_000
 ASSIGNOR = "cooperative-sticky"
 T = TypeVar("T")
-ALL_PARTITIONS = frozenset(TopicPartition(TOPIC, p) for p in range(PARTITIONS))
 
 
 @dataclass(eq=False)
 class ModelMember:
     instance_id: str
+    topics: tuple[str, ...] = (TOPIC,)
     member_id: str = ""
     generation: int = -1
     synced_generation: int = -1
@@ -89,6 +93,8 @@ class CooperativeFleet(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.coordinator = self._new_coordinator()
         self.loop.run_until_complete(self.coordinator.start())
+        self.partitions = PARTITIONS
+        self.run(self.coordinator.set_topic_metadata({TOPIC: PARTITIONS, EXTRA: 4}))
         self.members: dict[str, ModelMember] = {}
         self.zombies: list[tuple[str, str]] = []  # (instance id, replaced member id)
         self.max_generation = -1  # no group yet
@@ -106,8 +112,8 @@ class CooperativeFleet(RuleBasedStateMachine):
     def _join(self, member: ModelMember) -> None:
         assignor = get_assignor(ASSIGNOR)
         subscription = Subscription(
-            (TOPIC,),
-            assignor.subscription_user_data([TOPIC]),
+            member.topics,
+            assignor.subscription_user_data(member.topics),
             tuple(sorted(member.owned)),
             member.generation,
         )
@@ -159,7 +165,9 @@ class CooperativeFleet(RuleBasedStateMachine):
                     decoded.generation_id,
                     group_instance_id=entry.group_instance_id,
                 )
-            result = get_assignor(ASSIGNOR).assign({TOPIC: PARTITIONS}, subscriptions)
+            # As a real leader: the coordinator's metadata as it is now.
+            metadata = self.coordinator.topic_metadata()
+            result = get_assignor(ASSIGNOR).assign(metadata, subscriptions)
             assignments = [
                 SyncGroupRequestAssignment(member_id, encode_assignment(assignment))
                 for member_id, assignment in result.items()
@@ -236,17 +244,21 @@ class CooperativeFleet(RuleBasedStateMachine):
     # --- rules --------------------------------------------------------------------------
 
     @rule(instance=st.sampled_from(INSTANCES))
-    def start_member(self, instance: str) -> None:
+    def start_member(self, instance: str, topics: tuple[str, ...] = (TOPIC,)) -> None:
         if instance in self.members:
             return
-        member = ModelMember(instance)
+        member = ModelMember(instance, topics)
         self.members[instance] = member
         self._join(member)
         self._pump()
 
-    @rule(instance=st.sampled_from(INSTANCES))
-    def restart_member(self, instance: str) -> None:
-        """The process dies without LeaveGroup; a new one with the same instance id starts."""
+    @rule(
+        instance=st.sampled_from(INSTANCES),
+        topics=st.sampled_from([(TOPIC,), (TOPIC, EXTRA)]),
+    )
+    def restart_member(self, instance: str, topics: tuple[str, ...]) -> None:
+        """The process dies without LeaveGroup; a new one with the same instance id starts,
+        subscribing to `topics` (another topic set must rebalance: docs/coordinator.md)."""
         old = self.members.get(instance)
         if old is None:
             return
@@ -255,7 +267,7 @@ class CooperativeFleet(RuleBasedStateMachine):
         if old.member_id:
             self.zombies.append((instance, old.member_id))
         del self.members[instance]
-        self.start_member(instance)
+        self.start_member(instance, topics)
 
     @rule(instance=st.sampled_from(INSTANCES))
     def leave_member(self, instance: str) -> None:
@@ -288,6 +300,14 @@ class CooperativeFleet(RuleBasedStateMachine):
     def clock_jump(self, ms: int) -> None:
         self._heartbeats()
         self.run(self.clock.advance(ms))
+        self._pump()
+
+    @precondition(lambda self: self.partitions < MAX_PARTITIONS)
+    @rule(extra=st.integers(min_value=1, max_value=6))
+    def raise_partitions(self, extra: int) -> None:
+        """An admin raises the topic's partition count (the operator does, from the spec)."""
+        self.partitions += extra
+        self.run(self.coordinator.set_topic_metadata({TOPIC: self.partitions}))
         self._pump()
 
     @rule()
@@ -404,7 +424,11 @@ class CooperativeFleet(RuleBasedStateMachine):
             raise AssertionError("the group did not converge once traffic stopped")
         owned = [p for m in self.members.values() for p in m.owned]
         assert len(owned) == len(set(owned)), "a partition has two owners at the end"
-        assert set(owned) == ALL_PARTITIONS, "every partition is owned once traffic stops"
+        metadata = self.coordinator.topic_metadata()
+        assert metadata[TOPIC] == self.partitions
+        subscribed = {topic for m in self.members.values() for topic in m.topics}
+        expected = {TopicPartition(t, p) for t in subscribed for p in range(metadata[t])}
+        assert set(owned) == expected, "every partition is owned once traffic stops"
 
 
 CooperativeFleet.TestCase.settings = settings(
