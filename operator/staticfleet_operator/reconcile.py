@@ -543,10 +543,17 @@ async def leave_group(
 
 
 async def _sync_topics(coordinator: GroupCoordinator, spec: ConsumerGroupSpec) -> None:
-    wanted = spec.partitions_per_topic
-    known = coordinator.topic_metadata()
-    if any(known.get(topic) != count for topic, count in wanted.items()):
-        await coordinator.set_topic_metadata(wanted)
+    raised = topics_to_raise(coordinator.topic_metadata(), spec.partitions_per_topic)
+    if raised:
+        # Each change rebalances the groups consuming the topic (docs/coordinator.md).
+        await coordinator.set_topic_metadata(raised)
+
+
+def topics_to_raise(known: Mapping[str, int], wanted: Mapping[str, int]) -> dict[str, int]:
+    """The spec's partition counts that are above the coordinator's. Only raised, never
+    lowered: a Kafka topic's partitions never shrink, and two ConsumerGroups naming one topic
+    with different counts must not flip the metadata (and rebalance) on every pass."""
+    return {topic: count for topic, count in wanted.items() if count > known.get(topic, 0)}
 
 
 async def _write_status(op: Operator, body: Mapping[str, Any], patch: dict[str, Any]) -> bool:
