@@ -21,7 +21,7 @@ demo: install
 test: install java-assignors
 	$(PY) -m pytest -q
 
-test-fast: install
+test-fast: install java-assignors
 	$(PY) -m pytest -q -m "not slow and not crash"
 
 lint: install chart-lint

@@ -21,8 +21,12 @@ member `a` to member `b` lowers it exactly when `(2*count_b + 1) / weight_b <
    move, but A->B in t1 and B->C in t2 gives 2/2/2). We also apply such chains (augmenting
    paths) while one lowers the potential. With no improving path left the potential is at
    its minimum: the assignment is as balanced as the subscriptions allow.
+5. Of the assignments that balanced, the one that keeps the most partitions with the member
+   that held them after step 1 (see `fewest_moves`): steps 2-4 are greedy and can move an
+   owned partition where placing an unowned one differently would have spared the move.
 
-Every move strictly lowers the potential, so all loops end.
+Every move in steps 3-4 strictly lowers the potential, and every change in step 5 lowers the
+potential or the moves, so all loops end.
 """
 
 from __future__ import annotations
