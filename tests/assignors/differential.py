@@ -271,6 +271,8 @@ class Outcome:
     moves: int
     rounds: int
     stale_handovers: int
+    # Problems of the intermediate cooperative rounds (a partition twice, to a non-subscriber).
+    round_problems: tuple[str, ...] = ()
 
 
 def revocations(held: Result, result: Result) -> int:
@@ -298,12 +300,14 @@ def cooperative_outcome(group: Group, assign: Callable[[Group], Result]) -> Outc
     generation = max((m.generation for m in group.members), default=-1)
     moves = 0
     stale = 0
+    round_problems: list[str] = []
     current = group
     rounds = 0
     while rounds < MAX_COOPERATIVE_ROUNDS:
         rounds += 1
         result = assign(current)
         stale += len(stale_handovers(current, owners, result))
+        round_problems += [f"round {rounds}: {p}" for p in problems(group, result, complete=False)]
         moves += revocations(held, result)
         held = {m: tuple(parts) for m, parts in result.items()}
         if {tp for parts in result.values() for tp in parts} >= everything:
@@ -317,7 +321,7 @@ def cooperative_outcome(group: Group, assign: Callable[[Group], Result]) -> Outc
             ),
         )
         owners = {tp: m for m, parts in held.items() for tp in parts}
-    return Outcome(held, moves, rounds, stale)
+    return Outcome(held, moves, rounds, stale, tuple(round_problems))
 
 
 # -- comparison -----------------------------------------------------------------------------
@@ -446,7 +450,7 @@ def _compare_sticky(
         else:
             theirs = sticky_outcome(group, kafka_answer)
 
-    invalid = problems(group, ours.final, complete=True)
+    invalid = [*ours.round_problems, *problems(group, ours.final, complete=True)]
     if invalid:
         f.ours_invalid.append(f"{label}: {invalid}")
     if unsubscribed_handouts(group, ours.final):
