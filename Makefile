@@ -35,7 +35,7 @@ crds: install
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install
+bench: install java-assignors
 	$(PY) -m bench.run
 
 clean:

@@ -34,10 +34,11 @@ class Group:
     partitions_per_topic: dict[str, int]
     members: tuple[Member, ...]
 
-    def to_json(self, assignors: Sequence[str]) -> str:
+    def to_json(self, assignors: Sequence[str], repeat: int | None = None) -> str:
         return json.dumps(
             {
                 "assignors": list(assignors),
+                "repeat": repeat,
                 "topics": self.partitions_per_topic,
                 "members": [
                     {
@@ -76,15 +77,30 @@ class KafkaAssignors:
         )
 
     def assign(self, group: Group, assignors: Sequence[str]) -> KafkaAnswer:
+        return self._ask(group, assignors, None)[0]
+
+    def timed_assign(
+        self, group: Group, assignor: str, repeat: int
+    ) -> tuple[KafkaAnswer, list[int]]:
+        """Kafka's answer and the nanoseconds of each of `repeat` `assign` calls (measured in
+        the JVM, around `assign` only)."""
+        answer, nanos = self._ask(group, [assignor], repeat)
+        return answer, nanos[assignor]
+
+    def _ask(
+        self, group: Group, assignors: Sequence[str], repeat: int | None
+    ) -> tuple[KafkaAnswer, dict[str, list[int]]]:
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None
-        stdin.write(group.to_json(assignors) + "\n")
+        stdin.write(group.to_json(assignors, repeat) + "\n")
         stdin.flush()
         line = stdout.readline()
         if not line:
             raise RuntimeError(f"assignor harness exited with {self._process.wait()}")
+        document = json.loads(line)
+        nanos: dict[str, list[int]] = document.pop("nanos", {})
         answer: KafkaAnswer = {}
-        for name, result in json.loads(line).items():
+        for name, result in document.items():
             if "error" in result and not isinstance(result["error"], list):
                 answer[name] = str(result["error"])
             else:
@@ -92,7 +108,7 @@ class KafkaAssignors:
                     member_id: tuple(TopicPartition(t, p) for t, p in partitions)
                     for member_id, partitions in result.items()
                 }
-        return answer
+        return answer, nanos
 
     def close(self) -> None:
         if self._process.stdin is not None:

@@ -43,7 +43,8 @@ import org.apache.kafka.common.TopicPartition;
  * "topics": ["t"], "owned": [["t", 0]], "generation": 2}]}. The answer maps each assignor name
  * (range, roundrobin, sticky, cooperative-sticky; only those listed in an optional "assignors"
  * array) to {member id: [[topic, partition], ...]}, or to {"error": message} when Kafka's
- * assignor throws.
+ * assignor throws. With "repeat": n each assignor runs n times and the answer adds
+ * "nanos": {assignor: [nanoseconds of each assign call]} (the benchmark's side-by-side).
  *
  * <p>Each member's subscription is built the way Kafka's consumer builds it: the instance id
  * set; for sticky (eager) no owned partitions and the user data of a StickyAssignor that was
@@ -84,19 +85,28 @@ public final class Harness {
         } else {
             only.forEach(name -> wanted.add(name.asText()));
         }
+        JsonNode repeatNode = group.get("repeat");
+        int repeat = repeatNode == null || repeatNode.isNull() ? 1 : Math.max(1, repeatNode.asInt());
         ObjectNode answer = JSON.createObjectNode();
+        ObjectNode nanos = JSON.createObjectNode();
         if (wanted.contains("range")) {
-            answer.set("range", run(new RangeAssignor(), cluster, members, Member::plain));
+            answer.set("range", run(new RangeAssignor(), cluster, members, Member::plain, repeat,
+                nanos.putArray("range")));
         }
         if (wanted.contains("roundrobin")) {
-            answer.set("roundrobin", run(new RoundRobinAssignor(), cluster, members, Member::plain));
+            answer.set("roundrobin", run(new RoundRobinAssignor(), cluster, members, Member::plain, repeat,
+                nanos.putArray("roundrobin")));
         }
         if (wanted.contains("sticky")) {
-            answer.set("sticky", run(new StickyAssignor(), cluster, members, Member::sticky));
+            answer.set("sticky", run(new StickyAssignor(), cluster, members, Member::sticky, repeat,
+                nanos.putArray("sticky")));
         }
         if (wanted.contains("cooperative-sticky")) {
-            answer.set("cooperative-sticky",
-                run(new CooperativeStickyAssignor(), cluster, members, Member::cooperativeSticky));
+            answer.set("cooperative-sticky", run(new CooperativeStickyAssignor(), cluster, members,
+                Member::cooperativeSticky, repeat, nanos.putArray("cooperative-sticky")));
+        }
+        if (repeatNode != null && !repeatNode.isNull()) {
+            answer.set("nanos", nanos);
         }
         return answer;
     }
@@ -118,17 +128,25 @@ public final class Harness {
         Subscription of(Member member);
     }
 
+    /** Kafka's answer; with `repeat` above one the assignment is computed that many times
+     * (subscriptions rebuilt each time, not timed) and each `assign` call's nanoseconds are
+     * added to `nanos`, for the benchmark. */
     private static JsonNode run(ConsumerPartitionAssignor assignor, Cluster cluster, List<Member> members,
-                                SubscriptionOf subscriptionOf) {
-        Map<String, Subscription> subscriptions = new HashMap<>();
-        for (Member member : members) {
-            Subscription subscription = subscriptionOf.of(member);
-            subscription.setGroupInstanceId(member.instanceId);
-            subscriptions.put(member.id, subscription);
-        }
-        Map<String, Assignment> assignments;
+                                SubscriptionOf subscriptionOf, int repeat, ArrayNode nanos) {
+        Map<String, Assignment> assignments = null;
         try {
-            assignments = assignor.assign(cluster, new GroupSubscription(subscriptions)).groupAssignment();
+            for (int i = 0; i < repeat; i++) {
+                Map<String, Subscription> subscriptions = new HashMap<>();
+                for (Member member : members) {
+                    Subscription subscription = subscriptionOf.of(member);
+                    subscription.setGroupInstanceId(member.instanceId);
+                    subscriptions.put(member.id, subscription);
+                }
+                GroupSubscription groupSubscription = new GroupSubscription(subscriptions);
+                long start = System.nanoTime();
+                assignments = assignor.assign(cluster, groupSubscription).groupAssignment();
+                nanos.add(System.nanoTime() - start);
+            }
         } catch (RuntimeException e) {
             ObjectNode error = JSON.createObjectNode();
             error.put("error", e.getClass().getSimpleName() + ": " + e.getMessage());
