@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/staticfleet demo
 
-test: install
+test: install java-assignors
 	$(PY) -m pytest -q
 
-test-fast: install
+test-fast: install java-assignors
 	$(PY) -m pytest -q -m "not slow and not crash"
 
 lint: install chart-lint
@@ -35,7 +35,7 @@ crds: install
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install
+bench: install java-assignors
 	$(PY) -m bench.run
 
 clean:
@@ -83,3 +83,20 @@ e2e: install e2e-build
 # Docker engine; kind itself is built from its Go module).
 e2e-kind: install helm
 	@e2e/kind.sh $(E2E_PYTEST) e2e
+
+# --- Kafka's own assignors (java/assignors) ------------------------------------------------
+# A harness jar around kafka-clients' assignors, built by Maven from java/assignors/pom.xml
+# into build/java/assignors; tests/assignors/test_java_differential.py compares ours with it.
+# Needs a JDK (17+) and Maven on PATH, as the Spark tests need Java.
+JAVA_ASSIGNORS_JAR := build/java/assignors/assignor-harness.jar
+JAVA_ASSIGNORS_SOURCES := java/assignors/pom.xml $(shell find java/assignors/src -name '*.java' 2>/dev/null)
+
+.PHONY: java-assignors
+java-assignors: $(JAVA_ASSIGNORS_JAR)
+
+$(JAVA_ASSIGNORS_JAR): $(JAVA_ASSIGNORS_SOURCES)
+	@echo "java-assignors: mvn package (kafka-clients assignors harness) -> build/java/assignors"
+	@mkdir -p build/java
+	@mvn -q -B --no-transfer-progress -Dstyle.color=never -f java/assignors/pom.xml package \
+		>build/java/assignors-build.log 2>&1 || { cat build/java/assignors-build.log; exit 1; }
+	@touch $@

@@ -21,8 +21,12 @@ member `a` to member `b` lowers it exactly when `(2*count_b + 1) / weight_b <
    move, but A->B in t1 and B->C in t2 gives 2/2/2). We also apply such chains (augmenting
    paths) while one lowers the potential. With no improving path left the potential is at
    its minimum: the assignment is as balanced as the subscriptions allow.
+5. Of the assignments that balanced, the one that keeps the most partitions with the member
+   that held them after step 1 (see `fewest_moves`): steps 2-4 are greedy and can move an
+   owned partition where placing an unowned one differently would have spared the move.
 
-Every move strictly lowers the potential, so all loops end.
+Every move in steps 3-4 strictly lowers the potential, and every change in step 5 lowers the
+potential or the moves, so all loops end.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
+from coordinator.assignors.fewest_moves import fewest_moves
 from coordinator.assignors.ownership import NO_OWNER
 from coordinator.assignors.partition_space import PartitionSpace
 
@@ -54,6 +59,7 @@ def general_assign(
     newly_assigned = balancer.assign_unassigned()
     balancer.move_single_partitions(newly_assigned)
     balancer.move_along_paths()
+    balancer.keep_most_owned()
     return balancer.assignment()
 
 
@@ -145,6 +151,30 @@ class _Balancer:
             for giver, receiver, topic in path:
                 self._move(giver, receiver, topic, NO_OWNER)
 
+    def keep_most_owned(self) -> None:
+        """Step 5: the counts that keep most partitions where they were (see
+        `fewest_moves`), then the partitions themselves: each member first what it held
+        before balancing, then what it holds now, then what it held in an older generation."""
+        member_count = len(self.counts)
+        held = [
+            {t: len(pool) for t, pool in self.held[m].items() if pool} for m in range(member_count)
+        ]
+        owned: list[dict[int, int]] = [{} for _ in range(member_count)]
+        for number, member in enumerate(self.origin):
+            if member != NO_OWNER:
+                topic = self.topic_of[number]
+                owned[member][topic] = owned[member].get(topic, 0) + 1
+        target = fewest_moves(held, owned, self.receivers, self.weights)
+        kept = self._kept_counts()
+        for topic in range(len(self.space.topics)):
+            members = self.receivers[topic]
+            if any(
+                target[m].get(topic, 0) != held[m].get(topic, 0)
+                or kept[m].get(topic, 0) < min(held[m].get(topic, 0), owned[m].get(topic, 0))
+                for m in members
+            ):
+                self._place_topic(topic, [target[m].get(topic, 0) for m in range(member_count)])
+
     def assignment(self) -> list[list[int]]:
         result: list[list[int]] = [[] for _ in self.counts]
         for number, member in enumerate(self.holder):
@@ -153,6 +183,49 @@ class _Balancer:
         return result
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def _kept_counts(self) -> list[dict[int, int]]:
+        """Per member and topic: how many partitions it holds that it held before balancing."""
+        kept: list[dict[int, int]] = [{} for _ in self.counts]
+        for number, member in enumerate(self.holder):
+            if member != NO_OWNER and self.origin[number] == member:
+                topic = self.topic_of[number]
+                kept[member][topic] = kept[member].get(topic, 0) + 1
+        return kept
+
+    def _place_topic(self, topic: int, wanted: Sequence[int]) -> None:
+        """Hand out the topic's partitions so that member m gets `wanted[m]`, keeping as
+        many partitions with the member that held them before balancing as possible."""
+        numbers = self.space.ids_of_topic(topic)
+        current = {n: self.holder[n] for n in numbers}
+        for member in {m for m in current.values() if m != NO_OWNER}:
+            self.counts[member] -= len(self.held[member].get(topic, ()))
+            self.held[member][topic] = set()
+        room = list(wanted)
+        placed: dict[int, int] = {}
+        origin, previous_owner = self.origin, self.previous_owner
+
+        def preferred(number: int, round_: int) -> int:
+            if round_ == 0:  # still where it was before balancing
+                return origin[number] if current[number] == origin[number] else NO_OWNER
+            if round_ == 1:  # back to where it was before balancing
+                return origin[number]
+            if round_ == 2:  # where balancing put it
+                return current[number]
+            return previous_owner.get(number, NO_OWNER)  # its owner in an older generation
+
+        for round_ in range(4):
+            for number in numbers:
+                member = preferred(number, round_)
+                if number not in placed and member != NO_OWNER and room[member] > 0:
+                    placed[number] = member
+                    room[member] -= 1
+        members_with_room = (m for m in range(len(room)) for _ in range(room[m]))
+        for number in numbers:
+            if number not in placed:
+                placed[number] = next(members_with_room)
+        for number, member in placed.items():
+            self._take(number, member)
 
     def _improves(self, giver: int, receiver: int) -> bool:
         """Whether moving one partition from giver to receiver lowers the potential."""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from fractions import Fraction
+from itertools import product
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coordinator.assignors.constrained import round_robin_fill
+from coordinator.assignors.fewest_moves import fewest_moves
 from coordinator.assignors.ownership import CONTESTED, NO_OWNER, Claim, resolve_ownership
 from coordinator.assignors.partition_space import PartitionSpace
 from coordinator.protocol import TopicPartition
@@ -144,3 +147,75 @@ def test_same_result_in_processes_with_different_hash_seeds() -> None:
         )
         outputs.add(completed.stdout)
     assert len(outputs) == 1
+
+
+@st.composite
+def count_problems(
+    draw: st.DrawFn,
+) -> tuple[list[dict[int, int]], list[dict[int, int]], list[list[int]], list[int]]:
+    """Tiny general-path states: per topic its receivers, a current distribution of its
+    partitions over them, and how many each owned before (at most the topic's count)."""
+    members = draw(st.integers(1, 3))
+    topics = draw(st.integers(1, 3))
+    weights = [draw(st.sampled_from((1, 1, 2, 3))) for _ in range(members)]
+    receivers = [
+        sorted(draw(st.sets(st.integers(0, members - 1), min_size=1))) for _ in range(topics)
+    ]
+    held: list[dict[int, int]] = [{} for _ in range(members)]
+    owned: list[dict[int, int]] = [{} for _ in range(members)]
+    for topic, who in enumerate(receivers):
+        for _ in range(draw(st.integers(0, 4))):
+            member = draw(st.sampled_from(who))
+            held[member][topic] = held[member].get(topic, 0) + 1
+            if draw(st.booleans()):
+                owner = draw(st.sampled_from(who))
+                owned[owner][topic] = owned[owner].get(topic, 0) + 1
+    return held, owned, receivers, weights
+
+
+def _splits(total: int, parts: int) -> list[tuple[int, ...]]:
+    if parts == 1:
+        return [(total,)]
+    return [(k, *rest) for k in range(total + 1) for rest in _splits(total - k, parts - 1)]
+
+
+def _cost(
+    counts: list[dict[int, int]], owned: list[dict[int, int]], weights: list[int]
+) -> tuple[Fraction, int]:
+    potential = sum(
+        (Fraction(sum(c.values()) ** 2, w) for c, w in zip(counts, weights, strict=True)),
+        Fraction(0),
+    )
+    moves = sum(
+        had - min(counts[m].get(t, 0), had)
+        for m, per_topic in enumerate(owned)
+        for t, had in per_topic.items()
+    )
+    return potential, moves
+
+
+@settings(max_examples=300, deadline=None)
+@given(count_problems())
+def test_fewest_moves_finds_the_most_balanced_counts_that_move_least(
+    problem: tuple[list[dict[int, int]], list[dict[int, int]], list[list[int]], list[int]],
+) -> None:
+    held, owned, receivers, weights = problem
+    result = fewest_moves(held, owned, receivers, weights)
+    # Same partitions per topic, only to its receivers.
+    for topic, who in enumerate(receivers):
+        assert sum(result[m].get(topic, 0) for m in range(len(held))) == sum(
+            held[m].get(topic, 0) for m in range(len(held))
+        )
+        assert all(result[m].get(topic, 0) == 0 for m in range(len(held)) if m not in who)
+    # Optimal against every distribution of every topic over its receivers.
+    best: tuple[Fraction, int] | None = None
+    totals = [sum(held[m].get(t, 0) for m in range(len(held))) for t in range(len(receivers))]
+    for choice in product(*(_splits(totals[t], len(receivers[t])) for t in range(len(totals)))):
+        counts: list[dict[int, int]] = [{} for _ in held]
+        for topic, split in enumerate(choice):
+            for member, count in zip(receivers[topic], split, strict=True):
+                if count:
+                    counts[member][topic] = count
+        cost = _cost(counts, owned, weights)
+        best = cost if best is None else min(best, cost)
+    assert _cost(result, owned, weights) == best
