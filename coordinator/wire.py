@@ -13,9 +13,10 @@ import dataclasses
 import types
 import typing
 from enum import IntEnum
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from coordinator.errors import ErrorCode
+from coordinator.messages import IntRange
 
 T = TypeVar("T")
 
@@ -51,7 +52,7 @@ _HINTS_CACHE: dict[type, dict[str, Any]] = {}
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS_CACHE.get(cls)
     if hints is None:
-        hints = get_type_hints(cls)
+        hints = get_type_hints(cls, include_extras=True)
         _HINTS_CACHE[cls] = hints
     return hints
 
@@ -64,6 +65,16 @@ def from_json(cls: type[T], data: Any, path: str = "$") -> T:
 
 def _convert(tp: Any, data: Any, path: str) -> Any:
     origin = get_origin(tp)
+    if origin is Annotated:
+        base, *extras = get_args(tp)
+        value = _convert(base, data, path)
+        for extra in extras:
+            if isinstance(extra, IntRange) and not extra.minimum <= value <= extra.maximum:
+                raise WireError(
+                    f"{path}: {value} is outside the {extra.format} range "
+                    f"{extra.minimum}..{extra.maximum}"
+                )
+        return value
     if origin in (typing.Union, types.UnionType):
         options = get_args(tp)
         if data is None and type(None) in options:

@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from coordinator.errors import ErrorCode
-from coordinator.server.auth import bearer_token
+from coordinator.server.auth import bearer_token, is_well_formed
 from coordinator.server.bodies import too_large
 from coordinator.server.context import context_of, principal_of
 from coordinator.server.http_errors import ApiError, error_response, forbidden
@@ -64,12 +64,21 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if operation.access is not Access.PUBLIC:
         principal = principal_of(request)
         if principal is None:
-            if bearer_token(request.headers.get("Authorization")) is None:
+            token = bearer_token(request.headers.get("Authorization"))
+            if token is None:
                 raise ApiError(
                     401,
                     ErrorCode.GROUP_AUTHORIZATION_FAILED,
                     "missing bearer token (Authorization: Bearer <token>)",
                     {"WWW-Authenticate": 'Bearer realm="staticfleet"'},
+                )
+            if not is_well_formed(token):
+                # RFC 6750 "invalid_token": not a token at all (e.g. non-ASCII characters).
+                raise ApiError(
+                    401,
+                    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    "malformed bearer token: only A-Z a-z 0-9 - . _ ~ + / = are allowed",
+                    {"WWW-Authenticate": 'Bearer realm="staticfleet", error="invalid_token"'},
                 )
             raise forbidden("the token is not valid")
         if operation.access is Access.ADMIN and not principal.is_admin:

@@ -110,7 +110,8 @@ async def run_operator(
     coordinator = GroupCoordinator(
         CoordinatorConfig(group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms),
         SystemClock(),
-        open_store(options.store),
+        # Only the default path's directory is created; a mistyped --store fails loudly.
+        open_store(options.store, create_dirs=options.store == OperatorOptions.store),
     )
     await coordinator.start()
     app = create_app(coordinator, auth, manage_coordinator=False)

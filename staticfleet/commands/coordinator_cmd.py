@@ -46,6 +46,12 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_STORE,
         help="memory://, sqlite:///abs/path.db or sqlite://relative.db (default: %(default)s)",
     )
+    serve.add_argument(
+        "--create",
+        action="store_true",
+        help="create the SQLite store's missing directories (otherwise a missing one is an "
+        "error, so a mistyped path cannot start an empty coordinator)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     serve.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (default: %(default)s)"
@@ -171,6 +177,7 @@ def _auth_config(args: argparse.Namespace) -> AuthConfig:
 
 async def _serve(args: argparse.Namespace) -> int:
     from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
+    from coordinator.store import SqliteStore, StoreError
     from coordinator.server import AuthConfigError, create_app, start_server
     from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 
@@ -183,7 +190,9 @@ async def _serve(args: argparse.Namespace) -> int:
             group_initial_rebalance_delay_ms=args.initial_rebalance_delay_ms,
             group_max_size=args.group_max_size,
         )
-        store = open_store(args.store)
+        store = open_store(args.store, create_dirs=args.create or args.store == DEFAULT_STORE)
+        if isinstance(store, SqliteStore):
+            store.check_path()
         coordinator = GroupCoordinator(config=config, clock=SystemClock(), store=store)
         app = create_app(
             coordinator,
@@ -191,7 +200,7 @@ async def _serve(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
             initial_topics=topics,
         )
-    except (AuthConfigError, ValueError) as error:
+    except (AuthConfigError, ValueError, StoreError) as error:
         print(f"staticfleet coordinator serve: {error}", file=sys.stderr)
         return 2
 
