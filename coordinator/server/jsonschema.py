@@ -55,9 +55,7 @@ class SchemaBuilder:
             schema = dict(self.schema(base))
             for extra in extras:
                 if isinstance(extra, IntRange):
-                    schema.update(
-                        format=extra.format, minimum=extra.minimum, maximum=extra.maximum
-                    )
+                    schema.update(format=extra.format, minimum=extra.minimum, maximum=extra.maximum)
             return schema
         if origin in (typing.Union, types.UnionType):
             options = [self.schema(option) for option in get_args(tp) if option is not type(None)]

@@ -43,10 +43,13 @@ from staticfleet_operator.standby import StandbyGate, watch_peering
 log = logging.getLogger("staticfleet.operator")
 
 
+DEFAULT_STORE = "sqlite:///data/coordinator.db"
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorOptions:
     namespaces: tuple[str, ...] = ()  # none: every namespace
-    store: str = "sqlite:///data/coordinator.db"
+    store: str = DEFAULT_STORE
     coordinator_host: str = "0.0.0.0"
     coordinator_port: int = 9092
     coordinator_url: str = "http://127.0.0.1:9092"  # what members are told
@@ -111,7 +114,7 @@ async def run_operator(
         CoordinatorConfig(group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms),
         SystemClock(),
         # Only the default path's directory is created; a mistyped --store fails loudly.
-        open_store(options.store, create_dirs=options.store == OperatorOptions.store),
+        open_store(options.store, create_dirs=options.store == DEFAULT_STORE),
     )
     await coordinator.start()
     app = create_app(coordinator, auth, manage_coordinator=False)

@@ -100,7 +100,9 @@ async def test_offset_metadata_over_the_limit_is_refused_per_partition(harness: 
         ErrorCode.OFFSET_METADATA_TOO_LARGE,
     ]
     assert int(ErrorCode.OFFSET_METADATA_TOO_LARGE) == 12
-    fetched = await harness.coordinator.fetch_offsets(OffsetFetchRequest(GROUP, [("t", 0), ("t", 1)]))
+    fetched = await harness.coordinator.fetch_offsets(
+        OffsetFetchRequest(GROUP, [("t", 0), ("t", 1)])
+    )
     assert [p.committed_offset for p in fetched.partitions] == [5, -1]
 
 
