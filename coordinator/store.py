@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -46,6 +47,11 @@ class Store(ABC):
     ) -> list[JournalEvent]: ...
 
     @abstractmethod
+    async def instance_secret(self) -> bytes:
+        """32 random bytes that belong to this store and outlive restarts when the store
+        does (the HTTP server derives members' leave keys from it). Call after `open`."""
+
+    @abstractmethod
     async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
         """Delete journal rows with `ts_ms < older_than_ts_ms` and all but the newest
         `keep_rows` (None: no bound of that kind); returns how many were deleted. Sequence
@@ -60,9 +66,13 @@ class MemoryStore(Store):
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._journal: list[JournalEvent] = []
         self._topics: dict[str, int] = {}
+        self._secret = secrets.token_bytes(32)
 
     async def open(self) -> None:
         return None
+
+    async def instance_secret(self) -> bytes:
+        return self._secret
 
     async def close(self) -> None:
         return None
@@ -136,13 +146,18 @@ CREATE TABLE IF NOT EXISTS topics (
     topic TEXT PRIMARY KEY,
     partitions INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
 """
 
 
 # SQLite's header field for "which application owns this file" ('SFLT'): a store refuses
 # to open another program's database, or to write its tables into one.
 APPLICATION_ID = 0x53464C54
-_OUR_TABLES = frozenset({"groups", "offsets", "journal", "topics"})
+# The tables of a store written before the application id (and the meta table) existed.
+_LEGACY_TABLES = frozenset({"groups", "offsets", "journal", "topics"})
 
 
 def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
@@ -158,7 +173,7 @@ def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
     }
     # An empty database is new; a file with exactly our tables was written before the
     # application id existed. Anything else belongs to someone else.
-    if application_id != 0 or not tables <= _OUR_TABLES or (tables and tables != _OUR_TABLES):
+    if application_id != 0 or (tables and tables != _LEGACY_TABLES):
         raise StoreError(
             f"{path} is not a staticfleet store (another application's SQLite database); "
             "give the path of a staticfleet store, or a new file"
@@ -381,6 +396,19 @@ class SqliteStore(Store):
             return deleted
 
         return await self._run(prune)
+
+    async def instance_secret(self) -> bytes:
+        def read_or_create(connection: sqlite3.Connection) -> bytes:
+            fresh = secrets.token_bytes(32)
+            connection.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance_secret', ?)", (fresh,)
+            )
+            (value,) = connection.execute(
+                "SELECT value FROM meta WHERE key = 'instance_secret'"
+            ).fetchone()
+            return bytes(value)
+
+        return await self._run(read_or_create)
 
 
 def open_store(url: str, *, create_dirs: bool = False) -> Store:

@@ -20,6 +20,10 @@ from coordinator.messages import IntRange
 
 T = TypeVar("T")
 
+# The HTTP header of a JoinGroup answer that carries the member's leave key, which a member
+# token's LeaveGroup must send back (coordinator.server.member_keys).
+MEMBER_KEY_HEADER = "Staticfleet-Member-Key"
+
 
 class WireError(ValueError):
     """JSON that does not match a message's shape."""

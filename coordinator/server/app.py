@@ -13,6 +13,7 @@ from coordinator.server.auth import AuthConfig, Authenticator
 from coordinator.server.auth import describe as describe_auth
 from coordinator.server.context import CONTEXT, ServerContext
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
 from coordinator.server.routes import OPERATIONS
 
@@ -69,6 +70,7 @@ def create_app(
             await coordinator.start()
             if topics:
                 await coordinator.set_topic_metadata(topics)
+        context.member_keys = MemberKeys(await coordinator.store.instance_secret())
         context.serving = True
 
     async def on_shutdown(app: web.Application) -> None:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from coordinator import GroupCoordinator
 from coordinator.server.auth import ADMIN, Authenticator, Principal, bearer_token
+from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ class ServerContext:
     max_body_bytes: int
     # True from app startup until shutdown begins.
     serving: bool = False
+    # Set at startup, from the store's secret (see member_keys.py).
+    member_keys: MemberKeys | None = None
     operations: dict[web.AbstractRoute, Operation] = field(default_factory=dict)
     # Extra conditions for readiness, set by whoever embeds the server (the operator: "this
     # replica is the active one"). All must hold.

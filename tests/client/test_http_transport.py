@@ -12,7 +12,7 @@ import pytest
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SqliteStore, SystemClock
 from coordinator.client import GroupMember, HttpTransport, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
-from coordinator.messages import HeartbeatRequest
+from coordinator.messages import HeartbeatRequest, LeaveGroupRequest, LeaveGroupResponse
 from coordinator.server import AuthConfig, create_app, start_server
 
 from .helpers import GROUP, TOPIC, Ledger, all_partitions, member_config, settled, wait_until
@@ -145,3 +145,25 @@ async def test_members_ride_out_a_coordinator_restart(tmp_path, members):
             assert not [
                 entry for entry in ledger.log if entry[0] == name and entry[1] != "assigned"
             ]
+
+
+class _RecordingTransport(HttpTransport):
+    left: LeaveGroupResponse | None = None
+
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        self.left = await super().leave_group(request)
+        return self.left
+
+
+async def test_a_member_token_leave_carries_the_members_key(url, members):
+    """A member leaves itself with a member token: the server demands the key of its join
+    answer (docs/server.md), and the transport sends it back."""
+    transport = _RecordingTransport(url, MEMBER_TOKEN)
+    member = GroupMember(transport, member_config(), Ledger().listener("m-0"))
+    members.append(member)
+    await member.start()
+    await wait_until(lambda: settled([member], PARTITIONS))
+    await member.close(leave=True)
+    assert transport.left is not None
+    assert transport.left.error_code == ErrorCode.NONE
+    assert [m.error_code for m in transport.left.members] == [ErrorCode.NONE]
