@@ -13,7 +13,7 @@ from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, Sqlite
 from coordinator.client import GroupMember, HttpTransport, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import HeartbeatRequest, LeaveGroupRequest, LeaveGroupResponse
-from coordinator.server import AuthConfig, create_app, start_server
+from coordinator.server import AuthConfig, authenticator_of, create_app, start_server
 
 from .helpers import GROUP, TOPIC, Ledger, all_partitions, member_config, settled, wait_until
 
@@ -98,11 +98,37 @@ async def test_static_restart_over_http_causes_no_rebalance(url, members):
     assert b.generation_id == generation
 
 
-async def test_wrong_token_is_fatal_with_the_servers_error_code(url, members):
-    member = await start_member(url, members, Ledger(), "x", token="not-a-token")
+async def test_a_token_refused_for_longer_than_the_retry_window_is_fatal(url, members):
+    member = await start_member(
+        url, members, Ledger(), "x", token="not-a-token", authorization_retry_ms=300
+    )
+    started = asyncio.get_running_loop().time()
     with pytest.raises(CoordinatorError) as failure:
         await asyncio.wait_for(member.run(), 5)
     assert failure.value.code is ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert asyncio.get_running_loop().time() - started >= 0.3
+
+
+async def test_a_member_survives_a_coordinator_that_does_not_know_its_token_yet(members):
+    """An operator restart: its embedded coordinator answers 403 until the group's first
+    reconcile registers the member token again. The member retries instead of exiting."""
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
+    )
+    app = create_app(
+        coordinator,
+        AuthConfig(admin_tokens=frozenset({ADMIN_TOKEN})),
+        initial_topics={TOPIC: 12},
+    )
+    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
+    try:
+        member = await start_member(running.url, members, Ledger(), "m-0")
+        await asyncio.sleep(1.0)  # refused (403) all this time
+        assert member.error is None
+        authenticator_of(app).set_member_tokens(GROUP, [MEMBER_TOKEN])
+        await wait_until(lambda: settled([member], PARTITIONS))
+    finally:
+        await running.stop()
 
 
 async def test_unreachable_server_is_a_transport_error():
