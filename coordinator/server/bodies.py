@@ -6,6 +6,7 @@ can reach the coordinator (and its store) at all.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from decimal import Decimal
@@ -76,22 +77,32 @@ def _check_text(text: str, where: str) -> None:
         raise bad_request(f"{where}: string is not valid Unicode (lone surrogate)") from None
 
 
-async def read_json(request: web.Request, max_bytes: int) -> Any:
+async def read_json(request: web.Request, max_bytes: int, timeout_s: float | None = None) -> Any:
     length = request.content_length
     if length is not None and length > max_bytes:
         raise too_large(max_bytes)
     try:
-        raw = await request.read()
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise too_large(max_bytes) from None
+    except TimeoutError:
+        # The client is too slow (or stalling on purpose); it gets 408 and the connection
+        # is closed so that its unread bytes cannot start another request.
+        request.protocol.keep_alive(False)
+        raise ApiError(
+            408, ErrorCode.INVALID_REQUEST, f"request body not received within {timeout_s:g} s"
+        ) from None
     if not raw:
         raise bad_request("request body is empty; a JSON object is required")
     return parse_json(raw)
 
 
-async def read_message(request: web.Request, cls: type[T], max_bytes: int) -> T:
+async def read_message(
+    request: web.Request, cls: type[T], max_bytes: int, timeout_s: float | None = None
+) -> T:
     """The body as `cls`, decoded with the wire mapping (unknown/missing fields refused)."""
-    data = await read_json(request, max_bytes)
+    data = await read_json(request, max_bytes, timeout_s)
     try:
         return from_json(cls, data)
     except WireError as error:

@@ -39,7 +39,7 @@ M = TypeVar("M", bound=_GroupMessage)
 
 async def read_group_message(request: web.Request, cls: type[M]) -> tuple[ServerContext, M]:
     context = context_of(request)
-    message = await read_message(request, cls, context.max_body_bytes)
+    message = await read_message(request, cls, context.max_body_bytes, context.body_timeout_s)
     path_group = request.match_info["group_id"]
     if message.group_id != path_group:
         raise bad_request(

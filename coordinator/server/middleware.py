@@ -27,6 +27,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     context = context_of(request)
     operation = context.operation_for(request)
     name = operation.operation_id if operation else _UNMATCHED
+    guard = context.connection_guard
+    guard.request_started(request.transport)
     try:
         return await handler(request)
     except ApiError as error:
@@ -52,6 +54,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(
             500, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; see the coordinator's log"
         )
+    finally:
+        guard.request_finished(request.transport)
 
 
 @web.middleware
