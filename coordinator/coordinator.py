@@ -200,6 +200,11 @@ class GroupCoordinator(OffsetProtocol):
         group = self._groups.get(group_id)
         return None if group is None else group.state
 
+    def group_size(self, group_id: str) -> int:
+        """Members plus members still joining (0 for an unknown group)."""
+        group = self._groups.get(group_id)
+        return 0 if group is None else group.size
+
     def generation_of(self, group_id: str) -> int:
         group = self._groups.get(group_id)
         return NO_GENERATION if group is None else group.generation_id

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from coordinator.client.transport import TransportError
+from coordinator.client.transport import RequestTooLargeError, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
@@ -175,6 +175,13 @@ class HttpTransport:
         if status >= 500 or status == 429:
             raise TransportError(f"{method} {path}: HTTP {status}: {text[:200]}")
         data = _parse_json(text)
+        if status == 413:
+            size = len(json.dumps(payload, separators=(",", ":"))) if payload is not None else 0
+            raise RequestTooLargeError(
+                f"{method} {path}: the coordinator refused a {size}-byte body as too large "
+                f"(HTTP 413: {_message(data, text)}); raise its body limit "
+                "(coordinator serve / operator run --max-body-bytes)"
+            )
         if status >= 400:
             raise _refusal(method, path, status, data, text)
         if data is None:
@@ -194,6 +201,12 @@ def _parse_json(text: str) -> Any:
         return json.loads(text) if text else None
     except ValueError:
         return None
+
+
+def _message(data: Any, text: str) -> str:
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])
+    return text[:200]
 
 
 def _refusal(method: str, path: str, status: int, data: Any, text: str) -> CoordinatorError:

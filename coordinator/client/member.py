@@ -31,7 +31,7 @@ from coordinator.client.leader import assign
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
 from coordinator.client.probing import rejoin_reason
 from coordinator.client.strategy import PROTOCOL_TYPE, AssignorFactory, build_strategy
-from coordinator.client.transport import Transport, TransportError
+from coordinator.client.transport import RequestTooLargeError, Transport, TransportError
 from coordinator.client.validation import assignment_problem
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
@@ -436,6 +436,8 @@ class GroupMember:
         except TransportError as error:
             logger.warning("member %s: join failed, will retry: %s", self._label(), error)
             return _Step.RETRY_LATER
+        except RequestTooLargeError as error:
+            return self._too_large(error, "join")
         except CoordinatorError as error:
             return self._on_join_error(error.code, None, error.detail)
         self._note_contact()
@@ -510,6 +512,8 @@ class GroupMember:
         except TransportError as error:
             logger.warning("member %s: sync failed, will rejoin: %s", self._label(), error)
             return _Step.RETRY_LATER
+        except RequestTooLargeError as error:
+            return self._too_large(error, "sync")
         except CoordinatorError as error:
             return self._on_group_error(error.code, "sync", error.detail)
         self._note_contact()
@@ -577,6 +581,12 @@ class GroupMember:
             self._generation_id,
             len(self._owned),
         )
+
+    def _too_large(self, error: RequestTooLargeError, what: str) -> _Step:
+        # Exiting would only restart the process into the same refusal (a crash loop);
+        # staying up keeps the member's identity and says what to change.
+        logger.error("member %s: %s refused, will retry: %s", self._label(), what, error)
+        return _Step.RETRY_LATER
 
     def _on_group_error(self, code: ErrorCode, what: str, detail: str) -> _Step:
         """Errors JoinGroup and SyncGroup share with the heartbeat."""

@@ -13,7 +13,7 @@ from coordinator.server.auth import AuthConfig, Authenticator
 from coordinator.server.auth import describe as describe_auth
 from coordinator.server.connections import ConnectionGuard, ConnectionLimits
 from coordinator.server.context import CONTEXT, ServerContext
-from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES, MAX_DERIVED_BODY_BYTES
 from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
 from coordinator.server.routes import OPERATIONS
@@ -55,7 +55,9 @@ def create_app(
         connection_guard=ConnectionGuard(connection_limits or ConnectionLimits()),
     )
     app = web.Application(
-        client_max_size=max_body_bytes,
+        # Bodies are read by bodies.read_json under a per-request limit (a group's grows
+        # with its size); this is only aiohttp's own ceiling.
+        client_max_size=max(max_body_bytes, MAX_DERIVED_BODY_BYTES),
         middlewares=[middleware.errors, middleware.guard],
     )
     app[CONTEXT] = context

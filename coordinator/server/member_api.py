@@ -24,6 +24,7 @@ from coordinator.messages import (
 from coordinator.server.bodies import read_message
 from coordinator.server.context import ServerContext, context_of, principal_of
 from coordinator.server.http_errors import bad_request, forbidden
+from coordinator.server.limits import group_body_limit
 from coordinator.server.member_keys import MEMBER_KEY_HEADER
 from coordinator.server.models import TopicMetadata
 from coordinator.server.replies import reply
@@ -39,8 +40,13 @@ M = TypeVar("M", bound=_GroupMessage)
 
 async def read_group_message(request: web.Request, cls: type[M]) -> tuple[ServerContext, M]:
     context = context_of(request)
-    message = await read_message(request, cls, context.max_body_bytes, context.body_timeout_s)
     path_group = request.match_info["group_id"]
+    limit = group_body_limit(
+        context.max_body_bytes,
+        context.coordinator.group_size(path_group),
+        context.coordinator.topic_metadata(),
+    )
+    message = await read_message(request, cls, limit, context.body_timeout_s)
     if message.group_id != path_group:
         raise bad_request(
             f"group_id in the body ({message.group_id!r}) differs from the path ({path_group!r})"

@@ -193,3 +193,22 @@ async def test_a_member_token_leave_carries_the_members_key(url, members):
     assert transport.left is not None
     assert transport.left.error_code == ErrorCode.NONE
     assert [m.error_code for m in transport.left.members] == [ErrorCode.NONE]
+
+
+async def test_a_413_is_a_clear_error_and_the_member_keeps_retrying(members, caplog):
+    """A body over the coordinator's limit: the member says what to change and stays up
+    (exiting would restart it into the same refusal)."""
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
+    )
+    app = create_app(coordinator, auth(), max_body_bytes=64)  # smaller than any join
+    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
+    try:
+        member = await start_member(running.url, members, Ledger(), "m-0")
+        await asyncio.sleep(0.5)
+        assert member.error is None
+        refusals = [r.getMessage() for r in caplog.records if "too large" in r.getMessage()]
+        assert len(refusals) >= 2, "refused, retried, refused"
+        assert "--max-body-bytes" in refusals[0] and "413" in refusals[0]
+    finally:
+        await running.stop()
