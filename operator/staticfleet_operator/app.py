@@ -34,6 +34,7 @@ from coordinator.server import (
     start_server,
 )
 from coordinator.server.context import CONTEXT
+from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from staticfleet_operator import handlers
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
@@ -61,6 +62,9 @@ class OperatorOptions:
     priority: int | None = None  # none: by start time (newest wins), see default_priority
     health_port: int | None = None
     interval: float = handlers.DEFAULT_INTERVAL_SECONDS
+    # The coordinator server's request body limit (a group's requests may need more, and
+    # get it: coordinator.server.limits.group_body_limit).
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     initial_rebalance_delay_ms: int = 3000
 
 
@@ -117,7 +121,9 @@ async def run_operator(
         open_store(options.store, create_dirs=options.store == DEFAULT_STORE),
     )
     await coordinator.start()
-    app = create_app(coordinator, auth, manage_coordinator=False)
+    app = create_app(
+        coordinator, auth, manage_coordinator=False, max_body_bytes=options.max_body_bytes
+    )
     server = await start_server(
         app,
         options.coordinator_host,
