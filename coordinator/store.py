@@ -173,7 +173,7 @@ def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
     }
     # An empty database is new; a file with exactly our tables was written before the
     # application id existed. Anything else belongs to someone else.
-    if application_id != 0 or (tables and tables != _LEGACY_TABLES):
+    if application_id != 0 or (tables and tables - {"meta"} != _LEGACY_TABLES):
         raise StoreError(
             f"{path} is not a staticfleet store (another application's SQLite database); "
             "give the path of a staticfleet store, or a new file"

@@ -55,6 +55,7 @@ async def test_a_store_from_before_the_application_id_is_adopted(tmp_path: Path)
     await store.close()
     connection = sqlite3.connect(path)
     connection.execute("PRAGMA application_id=0")
+    connection.execute("DROP TABLE meta")  # as an older version wrote it
     connection.commit()
     connection.close()
     await SqliteStore(path).open()
