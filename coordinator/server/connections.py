@@ -167,9 +167,13 @@ class _GuardedProtocol(asyncio.Protocol):
         if self.busy or self.transport is None:
             return
         self._guard.closed_slow += 1
-        log.info(
-            "closing a connection from %s: no complete request head within %.0f s",
-            self._address,
-            self._guard.limits.header_timeout_s,
-        )
+        closed = self._guard.closed_slow
+        if closed == 1 or closed % 100 == 0:  # a flood of slow clients must not flood the log
+            log.info(
+                "closing a connection from %s: no complete request head within %.0f s "
+                "(%d closed so far)",
+                self._address,
+                self._guard.limits.header_timeout_s,
+                closed,
+            )
         self.transport.abort()
