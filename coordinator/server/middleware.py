@@ -49,7 +49,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
     except Exception:
         # The coordinator (or we) failed on this request; the server keeps serving.
-        log.exception("%s %s failed (%s)", request.method, request.path, name)
+        # The raw (percent-encoded) path: a decoded one could carry a newline into the log.
+        log.exception("%s %s failed (%s)", request.method, request.raw_path, name)
         context.metrics.observe_error(name, ErrorCode.UNKNOWN_SERVER_ERROR)
         return error_response(
             500, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; see the coordinator's log"

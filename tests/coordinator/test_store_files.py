@@ -86,3 +86,33 @@ def test_serve_with_a_missing_directory_exits_2_with_one_line(tmp_path: Path) ->
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "does not exist" in lines[0] and "--create" in lines[0]
     assert not (tmp_path / "nonexistent").exists()
+
+
+def test_serve_on_another_applications_database_exits_1_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE users (id INTEGER PRIMARY KEY)")
+    connection.commit()
+    connection.close()
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "staticfleet.cli",
+            "coordinator",
+            "serve",
+            "--insecure",
+            "--port",
+            "0",
+            "--store",
+            f"sqlite:///{path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "not a staticfleet store" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
