@@ -21,7 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS: tuple[str, ...] = ("assignors", "kafka_assignors", "coordinator", "http", "spark")
+BENCHMARKS: tuple[str, ...] = (
+    "assignors",
+    "kafka_assignors",
+    "coordinator",
+    "http",
+    "spark",
+    "slow_clients",
+)
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
     "coordinator": "coordinator_bench",

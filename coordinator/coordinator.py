@@ -64,6 +64,7 @@ class GroupCoordinator(OffsetProtocol):
                 self._schedule_session_timeout(group, member)
         await self._rebalance_stale_groups()
         self._started = True
+        self._schedule_journal_prune()
         log.info("coordinator started with %d group(s)", len(self._groups))
 
     async def close(self) -> None:
@@ -71,6 +72,8 @@ class GroupCoordinator(OffsetProtocol):
         if self._closed:
             return
         self._closed = True
+        if self._journal_prune_timer is not None:
+            self._journal_prune_timer.cancel()
         for group in self._groups.values():
             async with group.lock:
                 self._cancel_group_timers(group)
@@ -216,9 +219,45 @@ class GroupCoordinator(OffsetProtocol):
     ) -> list[JournalEvent]:
         return await self.store.journal_rows(group_id, since_seq, limit)
 
+    async def prune_journal(self) -> int:
+        """Apply the journal retention now (it also runs every journal_prune_interval_ms);
+        returns how many rows were deleted."""
+        config = self.config
+        older_than = (
+            None
+            if config.journal_retention_ms is None
+            else self.clock.now_ms() - config.journal_retention_ms
+        )
+        if older_than is None and config.journal_retention_rows is None:
+            return 0
+        deleted = await self.store.prune_journal(older_than, config.journal_retention_rows)
+        if deleted:
+            log.info("journal retention: deleted %d row(s)", deleted)
+        return deleted
+
+    def _schedule_journal_prune(self) -> None:
+        async def prune_and_reschedule() -> None:
+            if self._closed:
+                return
+            try:
+                await self.prune_journal()
+            except StoreError:
+                log.exception("journal retention failed; trying again next interval")
+            if not self._closed:
+                self._schedule_journal_prune()
+
+        self._journal_prune_timer = self.clock.call_later(
+            self.config.journal_prune_interval_ms, prune_and_reschedule
+        )
+
     def group_state(self, group_id: str) -> GroupState | None:
         group = self._groups.get(group_id)
         return None if group is None else group.state
+
+    def group_size(self, group_id: str) -> int:
+        """Members plus members still joining (0 for an unknown group)."""
+        group = self._groups.get(group_id)
+        return 0 if group is None else group.size
 
     def generation_of(self, group_id: str) -> int:
         group = self._groups.get(group_id)

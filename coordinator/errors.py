@@ -8,6 +8,7 @@ from enum import IntEnum
 class ErrorCode(IntEnum):
     NONE = 0
     UNKNOWN_SERVER_ERROR = -1
+    OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     ILLEGAL_GENERATION = 22
@@ -30,6 +31,10 @@ class ErrorCode(IntEnum):
 ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.NONE: "no error",
     ErrorCode.UNKNOWN_SERVER_ERROR: "the coordinator hit an unexpected error; see its log",
+    ErrorCode.OFFSET_METADATA_TOO_LARGE: (
+        "the commit's metadata string is longer than the coordinator's limit "
+        "(offset_metadata_max_bytes)"
+    ),
     ErrorCode.COORDINATOR_NOT_AVAILABLE: "the coordinator is not available; retry shortly",
     ErrorCode.NOT_COORDINATOR: "this coordinator does not own the group; look it up again",
     ErrorCode.ILLEGAL_GENERATION: (

@@ -15,6 +15,7 @@ from typing import Any
 
 from coordinator.errors import ErrorCode
 from coordinator.group import ClassicGroup, ClassicMember
+from coordinator.identifiers import valid_id
 from coordinator.journal import JournalKind
 from coordinator.messages import (
     UNKNOWN_MEMBER_ID,
@@ -41,7 +42,7 @@ class MembershipProtocol(CoordinatorRuntime):
     # --- JoinGroup ----------------------------------------------------------------------
 
     def _validate_join(self, request: JoinGroupRequest) -> ErrorCode:
-        if not request.group_id:
+        if not request.group_id or not valid_id(request.group_id):
             return ErrorCode.INVALID_GROUP_ID
         if request.group_instance_id == "":
             return ErrorCode.INVALID_REQUEST
@@ -51,7 +52,12 @@ class MembershipProtocol(CoordinatorRuntime):
             <= self.config.group_max_session_timeout_ms
         ):
             return ErrorCode.INVALID_SESSION_TIMEOUT
-        if request.rebalance_timeout_ms <= 0:
+        if not 0 < request.rebalance_timeout_ms <= self.config.group_max_rebalance_timeout_ms:
+            return ErrorCode.INVALID_REQUEST
+        if not valid_id(request.group_instance_id) or not valid_id(request.member_id):
+            return ErrorCode.INVALID_REQUEST
+        metadata_bytes = sum(len(protocol.metadata) for protocol in request.protocols)
+        if metadata_bytes > self.config.group_max_member_metadata_bytes:
             return ErrorCode.INVALID_REQUEST
         if not request.protocol_type or not request.protocols:
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL

@@ -7,11 +7,26 @@ only members and their assignors decode them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from coordinator.errors import ErrorCode
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
+
+
+@dataclass(frozen=True, slots=True)
+class IntRange:
+    """Bounds of an integer field on the wire (`coordinator.wire` refuses values outside)."""
+
+    minimum: int
+    maximum: int
+    format: str
+
+
+# Kafka's INT32 fields (timeouts, generations, partitions): a wider value is a malformed
+# request, as it could not even be encoded in Kafka's protocol.
+Int32 = Annotated[int, IntRange(-(2**31), 2**31 - 1, "int32")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +38,8 @@ class JoinGroupProtocol:
 @dataclass(frozen=True, slots=True)
 class JoinGroupRequest:
     group_id: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
+    session_timeout_ms: Int32
+    rebalance_timeout_ms: Int32
     member_id: str
     group_instance_id: str | None
     protocol_type: str
@@ -48,7 +63,7 @@ class JoinGroupResponseMember:
 @dataclass(frozen=True, slots=True)
 class JoinGroupResponse:
     error_code: ErrorCode
-    generation_id: int = NO_GENERATION
+    generation_id: Int32 = NO_GENERATION
     protocol_type: str | None = None
     protocol_name: str | None = None
     leader: str = ""
@@ -66,7 +81,7 @@ class SyncGroupRequestAssignment:
 @dataclass(frozen=True, slots=True)
 class SyncGroupRequest:
     group_id: str
-    generation_id: int
+    generation_id: Int32
     member_id: str
     group_instance_id: str | None
     protocol_type: str | None
@@ -85,7 +100,7 @@ class SyncGroupResponse:
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
     group_id: str
-    generation_id: int
+    generation_id: Int32
     member_id: str
     group_instance_id: str | None = None
 
@@ -124,7 +139,7 @@ class LeaveGroupResponse:
 @dataclass(frozen=True, slots=True)
 class OffsetCommitPartition:
     topic: str
-    partition: int
+    partition: Int32
     committed_offset: int
     committed_metadata: str | None = None
 
@@ -132,7 +147,7 @@ class OffsetCommitPartition:
 @dataclass(frozen=True, slots=True)
 class OffsetCommitRequest:
     group_id: str
-    generation_id: int
+    generation_id: Int32
     member_id: str
     group_instance_id: str | None
     partitions: list[OffsetCommitPartition]
@@ -141,7 +156,7 @@ class OffsetCommitRequest:
 @dataclass(frozen=True, slots=True)
 class OffsetCommitPartitionResponse:
     topic: str
-    partition: int
+    partition: Int32
     error_code: ErrorCode
 
 
@@ -155,16 +170,16 @@ class OffsetCommitResponse:
 class OffsetFetchRequest:
     group_id: str
     # None fetches every committed partition of the group (Kafka's "all partitions").
-    partitions: list[tuple[str, int]] | None = None
+    partitions: list[tuple[str, Int32]] | None = None
     member_id: str | None = None
-    generation_id: int = NO_GENERATION
+    generation_id: Int32 = NO_GENERATION
     group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchPartition:
     topic: str
-    partition: int
+    partition: Int32
     committed_offset: int
     metadata: str | None
     error_code: ErrorCode = ErrorCode.NONE
@@ -196,7 +211,7 @@ class DescribedGroup:
     protocol_type: str
     protocol_data: str
     members: list[DescribedGroupMember] = field(default_factory=list)
-    generation_id: int = NO_GENERATION
+    generation_id: Int32 = NO_GENERATION
     leader: str = ""
 
 

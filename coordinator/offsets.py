@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coordinator.errors import ErrorCode
 from coordinator.group import ClassicGroup
+from coordinator.identifiers import valid_id
 from coordinator.membership import MembershipProtocol
 from coordinator.messages import (
     OffsetCommitPartitionResponse,
@@ -30,7 +31,7 @@ class OffsetProtocol(MembershipProtocol):
                 ],
             )
 
-        if not request.group_id:
+        if not request.group_id or not valid_id(request.group_id):
             return everywhere(ErrorCode.INVALID_GROUP_ID)
         group = self._groups.get(request.group_id)
         if group is None:
@@ -60,6 +61,17 @@ class OffsetProtocol(MembershipProtocol):
                     results.append(
                         OffsetCommitPartitionResponse(
                             partition.topic, partition.partition, ErrorCode.INVALID_REQUEST
+                        )
+                    )
+                    continue
+                if _metadata_bytes(partition.committed_metadata) > (
+                    self.config.offset_metadata_max_bytes
+                ):
+                    results.append(
+                        OffsetCommitPartitionResponse(
+                            partition.topic,
+                            partition.partition,
+                            ErrorCode.OFFSET_METADATA_TOO_LARGE,
                         )
                     )
                     continue
@@ -137,3 +149,8 @@ class OffsetProtocol(MembershipProtocol):
         if request.generation_id >= 0 and request.generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
+
+
+def _metadata_bytes(metadata: str | None) -> int:
+    # Kafka measures the string's length; we measure what the store keeps: UTF-8 bytes.
+    return 0 if metadata is None else len(metadata.encode("utf-8", "surrogatepass"))

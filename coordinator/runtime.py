@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from coordinator.clock import Clock, SystemClock
+from coordinator.clock import Clock, SystemClock, TimerHandle
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ErrorCode
 from coordinator.group import ClassicGroup, ClassicMember
@@ -42,6 +42,7 @@ class CoordinatorRuntime:
         self._journal_listeners: list[JournalListener] = []
         self._started = False
         self._closed = False
+        self._journal_prune_timer: TimerHandle | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
@@ -45,6 +46,17 @@ class Store(ABC):
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None
     ) -> list[JournalEvent]: ...
 
+    @abstractmethod
+    async def instance_secret(self) -> bytes:
+        """32 random bytes that belong to this store and outlive restarts when the store
+        does (the HTTP server derives members' leave keys from it). Call after `open`."""
+
+    @abstractmethod
+    async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
+        """Delete journal rows with `ts_ms < older_than_ts_ms` and all but the newest
+        `keep_rows` (None: no bound of that kind); returns how many were deleted. Sequence
+        numbers are never reused: the newest row always stays."""
+
 
 class MemoryStore(Store):
     """Keeps everything in this process; what a restart on it loses is what tests want lost."""
@@ -54,9 +66,13 @@ class MemoryStore(Store):
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._journal: list[JournalEvent] = []
         self._topics: dict[str, int] = {}
+        self._secret = secrets.token_bytes(32)
 
     async def open(self) -> None:
         return None
+
+    async def instance_secret(self) -> bytes:
+        return self._secret
 
     async def close(self) -> None:
         return None
@@ -91,6 +107,15 @@ class MemoryStore(Store):
         ]
         return rows[:limit] if limit is not None else rows
 
+    async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
+        before = len(self._journal)
+        kept = self._journal[-1:]
+        if older_than_ts_ms is not None:
+            self._journal = [e for e in self._journal[:-1] if e.ts_ms >= older_than_ts_ms] + kept
+        if keep_rows is not None and len(self._journal) > keep_rows:
+            self._journal = self._journal[-keep_rows:]
+        return before - len(self._journal)
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS groups (
@@ -121,7 +146,39 @@ CREATE TABLE IF NOT EXISTS topics (
     topic TEXT PRIMARY KEY,
     partitions INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
 """
+
+
+# SQLite's header field for "which application owns this file" ('SFLT'): a store refuses
+# to open another program's database, or to write its tables into one.
+APPLICATION_ID = 0x53464C54
+# The tables of a store written before the application id (and the meta table) existed.
+_LEGACY_TABLES = frozenset({"groups", "offsets", "journal", "topics"})
+
+
+def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
+    """Make sure `path` is (or becomes) a staticfleet store; raise StoreError otherwise."""
+    (application_id,) = connection.execute("PRAGMA application_id").fetchone()
+    if application_id == APPLICATION_ID:
+        return
+    tables = {
+        name
+        for (name,) in connection.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    # An empty database is new; a file with exactly our tables was written before the
+    # application id existed. Anything else belongs to someone else.
+    if application_id != 0 or (tables and tables - {"meta"} != _LEGACY_TABLES):
+        raise StoreError(
+            f"{path} is not a staticfleet store (another application's SQLite database); "
+            "give the path of a staticfleet store, or a new file"
+        )
+    connection.execute(f"PRAGMA application_id={APPLICATION_ID}")
 
 
 class SqliteStore(Store):
@@ -129,10 +186,17 @@ class SqliteStore(Store):
 
     All SQLite calls run on one dedicated thread, in order, so the event loop never blocks
     on disk and writes keep the order the coordinator issued them in.
+
+    The file's directory must exist unless `create_dirs` is set: a mistyped path must fail
+    loudly rather than start a new, empty coordinator. A file that is not a staticfleet
+    store (not SQLite, or another application's database) is refused.
     """
 
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "FULL", create_dirs: bool = False
+    ) -> None:
         self.path = Path(path)
+        self.create_dirs = create_dirs
         # FULL survives power loss; NORMAL (WAL) survives process crashes only.
         self._synchronous = synchronous
         self._connection: sqlite3.Connection | None = None
@@ -156,25 +220,48 @@ class SqliteStore(Store):
     async def open(self) -> None:
         if self._connection is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.check_path()
+        if self.create_dirs:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
 
         def connect() -> sqlite3.Connection:
             connection = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute(f"PRAGMA synchronous={self._synchronous}")
-            connection.execute("PRAGMA busy_timeout=5000")
-            connection.executescript(_SCHEMA)
+            try:
+                connection.execute("PRAGMA busy_timeout=5000")
+                _claim_file(connection, self.path)
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute(f"PRAGMA synchronous={self._synchronous}")
+                connection.executescript(_SCHEMA)
+            except BaseException:
+                connection.close()
+                raise
             return connection
 
         try:
             self._connection = await asyncio.get_running_loop().run_in_executor(
                 self._executor, connect
             )
-        except sqlite3.Error as error:
+        except (sqlite3.Error, StoreError) as error:
             self._executor.shutdown(wait=False)
             self._executor = None
+            if isinstance(error, StoreError):
+                raise
+            if isinstance(error, sqlite3.DatabaseError) and "not a database" in str(error):
+                raise StoreError(
+                    f"{self.path} is not a staticfleet store (not a SQLite database)"
+                ) from error
             raise StoreError(f"cannot open SQLite store {self.path}: {error}") from error
+
+    def check_path(self) -> None:
+        """Raise StoreError when the file's directory is missing and may not be created."""
+        parent = self.path.parent
+        if self.create_dirs or parent.is_dir():
+            return
+        raise StoreError(
+            f"directory {parent} of the SQLite store does not exist; create it, fix the "
+            "path, or pass --create to create it"
+        )
 
     async def close(self) -> None:
         if self._connection is None or self._executor is None:
@@ -293,14 +380,45 @@ class SqliteStore(Store):
 
         return await self._run(read)
 
+    async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
+        def prune(connection: sqlite3.Connection) -> int:
+            deleted = 0
+            # The newest row stays whatever its age: load() numbers new rows after it.
+            (newest,) = connection.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()
+            if older_than_ts_ms is not None:
+                deleted += connection.execute(
+                    "DELETE FROM journal WHERE ts_ms < ? AND seq < ?", (older_than_ts_ms, newest)
+                ).rowcount
+            if keep_rows is not None:
+                deleted += connection.execute(
+                    "DELETE FROM journal WHERE seq <= ?", (newest - keep_rows,)
+                ).rowcount
+            return deleted
 
-def open_store(url: str) -> Store:
-    """A store from a URL: `memory://`, `sqlite:///abs/path.db` or `sqlite://relative.db`."""
+        return await self._run(prune)
+
+    async def instance_secret(self) -> bytes:
+        def read_or_create(connection: sqlite3.Connection) -> bytes:
+            fresh = secrets.token_bytes(32)
+            connection.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance_secret', ?)", (fresh,)
+            )
+            (value,) = connection.execute(
+                "SELECT value FROM meta WHERE key = 'instance_secret'"
+            ).fetchone()
+            return bytes(value)
+
+        return await self._run(read_or_create)
+
+
+def open_store(url: str, *, create_dirs: bool = False) -> Store:
+    """A store from a URL: `memory://`, `sqlite:///abs/path.db` or `sqlite://relative.db`.
+    `create_dirs`: create the SQLite file's missing directories (otherwise refused)."""
     if url == "memory://" or url == "memory":
         return MemoryStore()
     if url.startswith("sqlite://"):
         path = url.removeprefix("sqlite://")
         if not path:
             raise ValueError("sqlite store URL needs a path: sqlite:///var/lib/staticfleet/db")
-        return SqliteStore(path)
+        return SqliteStore(path, create_dirs=create_dirs)
     raise ValueError(f"unknown store URL {url!r}: use memory:// or sqlite:///path/to/file.db")

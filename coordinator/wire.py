@@ -13,11 +13,16 @@ import dataclasses
 import types
 import typing
 from enum import IntEnum
-from typing import Any, TypeVar, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 from coordinator.errors import ErrorCode
+from coordinator.messages import IntRange
 
 T = TypeVar("T")
+
+# The HTTP header of a JoinGroup answer that carries the member's leave key, which a member
+# token's LeaveGroup must send back (coordinator.server.member_keys).
+MEMBER_KEY_HEADER = "Staticfleet-Member-Key"
 
 
 class WireError(ValueError):
@@ -51,7 +56,7 @@ _HINTS_CACHE: dict[type, dict[str, Any]] = {}
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS_CACHE.get(cls)
     if hints is None:
-        hints = get_type_hints(cls)
+        hints = get_type_hints(cls, include_extras=True)
         _HINTS_CACHE[cls] = hints
     return hints
 
@@ -64,6 +69,16 @@ def from_json(cls: type[T], data: Any, path: str = "$") -> T:
 
 def _convert(tp: Any, data: Any, path: str) -> Any:
     origin = get_origin(tp)
+    if origin is Annotated:
+        base, *extras = get_args(tp)
+        value = _convert(base, data, path)
+        for extra in extras:
+            if isinstance(extra, IntRange) and not extra.minimum <= value <= extra.maximum:
+                raise WireError(
+                    f"{path}: {value} is outside the {extra.format} range "
+                    f"{extra.minimum}..{extra.maximum}"
+                )
+        return value
     if origin in (typing.Union, types.UnionType):
         options = get_args(tp)
         if data is None and type(None) in options:

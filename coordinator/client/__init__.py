@@ -15,7 +15,7 @@ from coordinator.client.inprocess import InProcessTransport
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener
 from coordinator.client.member import GroupMember, MemberClosedError, MemberFailure, MemberState
 from coordinator.client.strategy import ConfigurationError
-from coordinator.client.transport import Transport, TransportError
+from coordinator.client.transport import RequestTooLargeError, Transport, TransportError
 
 __all__ = [
     "ConfigurationError",
@@ -30,6 +30,7 @@ __all__ = [
     "Partitions",
     "RebalanceListener",
     "RebalanceProtocolSetting",
+    "RequestTooLargeError",
     "Transport",
     "TransportError",
 ]

@@ -43,6 +43,10 @@ class MemberConfig:
     # None: Kafka's KIP-345 default, True for dynamic members and False for static ones
     # (a static member that leaves would make its restart a rebalance, the thing it avoids).
     leave_group_on_close: bool | None = None
+    # How long GROUP_AUTHORIZATION_FAILED (HTTP 401/403) is retried before it is fatal: while
+    # an operator restarts, its embedded coordinator refuses a group's token until the
+    # group's first reconcile registers it again. 0: fatal at once.
+    authorization_retry_ms: int = 120_000
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -59,6 +63,8 @@ class MemberConfig:
             # Kafka's rule: a heartbeat interval at or above the session timeout expires the
             # session between two heartbeats.
             raise ValueError("heartbeat_interval_ms must be positive and below session_timeout_ms")
+        if self.authorization_retry_ms < 0:
+            raise ValueError("authorization_retry_ms must be >= 0")
         if self.retry_backoff_ms <= 0 or self.retry_backoff_max_ms < self.retry_backoff_ms:
             raise ValueError("retry_backoff_ms must be positive and <= retry_backoff_max_ms")
         # Accept the plain strings a CLI or environment gives.

@@ -9,12 +9,13 @@ connection, timeout, 5xx) becomes a retriable `TransportError`.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
-from coordinator.client.transport import TransportError
+from coordinator.client.transport import RequestTooLargeError, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
@@ -30,7 +31,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.wire import WireError, from_json, to_json
+from coordinator.wire import MEMBER_KEY_HEADER, WireError, from_json, to_json
 
 R = TypeVar("R")
 
@@ -57,14 +58,27 @@ class HttpTransport:
         # SyncGroupRequest carries no rebalance timeout, yet a follower's sync is parked
         # until the leader's arrives (bounded by that timeout): remember it from the join.
         self._long_poll_ms = request_timeout_ms
+        # (group id, member id) -> the leave key the server sent with that member's join
+        # answer: a member token's LeaveGroup must carry it (docs/server.md).
+        self._member_keys: dict[tuple[str, str], str] = {}
 
     async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         self._long_poll_ms = max(
             self._request_timeout_ms, request.rebalance_timeout_ms + LONG_POLL_MARGIN_MS
         )
-        return await self._post(
-            request.group_id, "join", request, JoinGroupResponse, self._long_poll_ms
+        headers: dict[str, str] = {}
+        response = await self._post(
+            request.group_id,
+            "join",
+            request,
+            JoinGroupResponse,
+            self._long_poll_ms,
+            received_headers=headers,
         )
+        key = headers.get(MEMBER_KEY_HEADER)
+        if key and response.member_id:
+            self._member_keys[(request.group_id, response.member_id)] = key
+        return response
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         return await self._post(
@@ -75,7 +89,14 @@ class HttpTransport:
         return await self._post(request.group_id, "heartbeat", request, HeartbeatResponse)
 
     async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._post(request.group_id, "leave", request, LeaveGroupResponse)
+        headers: dict[str, str] = {}
+        if len(request.members) == 1:
+            key = self._member_keys.get((request.group_id, request.members[0].member_id))
+            if key:
+                headers[MEMBER_KEY_HEADER] = key
+        return await self._post(
+            request.group_id, "leave", request, LeaveGroupResponse, extra_headers=headers
+        )
 
     async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         return await self._post(request.group_id, "offsets/commit", request, OffsetCommitResponse)
@@ -105,10 +126,18 @@ class HttpTransport:
         request: Any,
         response_type: type[R],
         timeout_ms: int | None = None,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        received_headers: dict[str, str] | None = None,
     ) -> R:
         path = f"/v1/groups/{quote(group_id, safe='')}/{action}"
         body = await self._request(
-            "POST", path, to_json(request), timeout_ms or self._request_timeout_ms
+            "POST",
+            path,
+            to_json(request),
+            timeout_ms or self._request_timeout_ms,
+            extra_headers=extra_headers,
+            received_headers=received_headers,
         )
         try:
             return from_json(response_type, body)
@@ -116,9 +145,18 @@ class HttpTransport:
             # A server that answers 200 with something else is broken or not ours.
             raise TransportError(f"POST {path}: unexpected response body ({error})") from None
 
-    async def _request(self, method: str, path: str, payload: Any, timeout_ms: int) -> Any:
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        payload: Any,
+        timeout_ms: int,
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        received_headers: dict[str, str] | None = None,
+    ) -> Any:
         session = self._session_for_request()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
@@ -128,6 +166,8 @@ class HttpTransport:
             ) as response:
                 text = await response.text()
                 status = response.status
+                if received_headers is not None:
+                    received_headers.update(response.headers)
         except (aiohttp.ClientError, TimeoutError) as error:
             raise TransportError(
                 f"{method} {path}: {type(error).__name__}: {error or 'no answer'}"
@@ -135,6 +175,13 @@ class HttpTransport:
         if status >= 500 or status == 429:
             raise TransportError(f"{method} {path}: HTTP {status}: {text[:200]}")
         data = _parse_json(text)
+        if status == 413:
+            size = len(json.dumps(payload, separators=(",", ":"))) if payload is not None else 0
+            raise RequestTooLargeError(
+                f"{method} {path}: the coordinator refused a {size}-byte body as too large "
+                f"(HTTP 413: {_message(data, text)}); raise its body limit "
+                "(coordinator serve / operator run --max-body-bytes)"
+            )
         if status >= 400:
             raise _refusal(method, path, status, data, text)
         if data is None:
@@ -154,6 +201,12 @@ def _parse_json(text: str) -> Any:
         return json.loads(text) if text else None
     except ValueError:
         return None
+
+
+def _message(data: Any, text: str) -> str:
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])
+    return text[:200]
 
 
 def _refusal(method: str, path: str, status: int, data: Any, text: str) -> CoordinatorError:

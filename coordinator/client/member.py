@@ -31,7 +31,8 @@ from coordinator.client.leader import assign
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
 from coordinator.client.probing import rejoin_reason
 from coordinator.client.strategy import PROTOCOL_TYPE, AssignorFactory, build_strategy
-from coordinator.client.transport import Transport, TransportError
+from coordinator.client.transport import RequestTooLargeError, Transport, TransportError
+from coordinator.client.validation import assignment_problem
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     NO_GENERATION,
@@ -142,6 +143,8 @@ class GroupMember:
         self._main_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._last_contact_s = 0.0
+        # Since when the coordinator refuses our credentials (None: it accepts them).
+        self._unauthorized_since_s: float | None = None
         self._closing = False
         self._rebalances = 0
 
@@ -208,7 +211,7 @@ class GroupMember:
         """
         if self._main_task is not None:
             raise RuntimeError("this member was already started; create a new one to restart")
-        self._last_contact_s = _now()
+        self._note_contact()
         self._request_rejoin("the member is starting")
         self._main_task = asyncio.create_task(self._run(), name=f"member-{self._label()}")
         self._heartbeat_task = asyncio.create_task(
@@ -433,9 +436,11 @@ class GroupMember:
         except TransportError as error:
             logger.warning("member %s: join failed, will retry: %s", self._label(), error)
             return _Step.RETRY_LATER
+        except RequestTooLargeError as error:
+            return self._too_large(error, "join")
         except CoordinatorError as error:
             return self._on_join_error(error.code, None, error.detail)
-        self._last_contact_s = _now()
+        self._note_contact()
         if response.error_code is not ErrorCode.NONE:
             return self._on_join_error(response.error_code, response, "")
         return await self._sync(response)
@@ -479,17 +484,17 @@ class GroupMember:
             )
             raise _Aborted
         assignments: list[SyncGroupRequestAssignment] = []
+        # Every member reads the topic metadata: the leader to assign, and each member to
+        # check what it is given (validation.py).
+        try:
+            metadata = await self._interruptible(self._transport.topic_metadata())
+        except TransportError as error:
+            logger.warning("member %s: no topic metadata, will rejoin: %s", self._label(), error)
+            return _Step.RETRY_LATER
+        except CoordinatorError as error:
+            step = self._on_group_error(error.code, "topic metadata", error.detail)
+            return _Step.RETRY_LATER if step is _Step.RETRY_NOW else step
         if self.is_leader and not joined.skip_assignment:
-            try:
-                metadata = await self._interruptible(self._transport.topic_metadata())
-            except TransportError as error:
-                logger.warning(
-                    "leader %s: no topic metadata, will rejoin: %s", self._label(), error
-                )
-                return _Step.RETRY_LATER
-            except CoordinatorError as error:
-                step = self._on_group_error(error.code, "topic metadata", error.detail)
-                return _Step.RETRY_LATER if step is _Step.RETRY_NOW else step
             assignments = assign(assignor, joined.members, metadata)
         # KIP-814: a static leader that rejoined without a rebalance syncs with nothing and
         # takes its cached assignment, like any follower.
@@ -507,9 +512,11 @@ class GroupMember:
         except TransportError as error:
             logger.warning("member %s: sync failed, will rejoin: %s", self._label(), error)
             return _Step.RETRY_LATER
+        except RequestTooLargeError as error:
+            return self._too_large(error, "sync")
         except CoordinatorError as error:
             return self._on_group_error(error.code, "sync", error.detail)
-        self._last_contact_s = _now()
+        self._note_contact()
         if response.error_code is not ErrorCode.NONE:
             return self._on_group_error(response.error_code, "sync", "")
         try:
@@ -521,6 +528,17 @@ class GroupMember:
         except ProtocolError as error:
             logger.error("member %s: unreadable assignment, rejoining: %s", self._label(), error)
             return _Step.RETRY_LATER
+        problem = assignment_problem(assignment, self._config.topics, metadata)
+        if problem is not None:
+            logger.error(
+                "member %s: the leader's assignment for generation %d is invalid (%s); "
+                "ignoring it and rejoining",
+                self._label(),
+                self._generation_id,
+                problem,
+            )
+            self._rejoin_reason = f"invalid assignment from the leader: {problem}"
+            return _Step.RETRY_LATER
         await self._on_join_complete(
             assignor, assignment, skipped_assignment=self.is_leader and joined.skip_assignment
         )
@@ -531,12 +549,8 @@ class GroupMember:
     ) -> None:
         """Kafka's onJoinComplete: apply the new assignment and tell the listener."""
         assignor.on_assignment(assignment, self._generation_id)
-        subscribed = set(self._config.topics)
-        new = frozenset(tp for tp in assignment.partitions if tp.topic in subscribed)
-        if len(new) != len(assignment.partitions):
-            logger.warning(
-                "member %s: ignoring partitions of topics it did not subscribe to", self._label()
-            )
+        # Checked by assignment_problem before we get here: only subscribed topics.
+        new = frozenset(assignment.partitions)
         revoked: Partitions = frozenset()
         if self._strategy.cooperative:
             revoked = self._owned - new
@@ -568,9 +582,17 @@ class GroupMember:
             len(self._owned),
         )
 
+    def _too_large(self, error: RequestTooLargeError, what: str) -> _Step:
+        # Exiting would only restart the process into the same refusal (a crash loop);
+        # staying up keeps the member's identity and says what to change.
+        logger.error("member %s: %s refused, will retry: %s", self._label(), what, error)
+        return _Step.RETRY_LATER
+
     def _on_group_error(self, code: ErrorCode, what: str, detail: str) -> _Step:
         """Errors JoinGroup and SyncGroup share with the heartbeat."""
         logger.info("member %s: %s returned %s %s", self._label(), what, code.name, detail)
+        if self._retry_authorization(code, what):
+            return _Step.RETRY_LATER
         if code in FATAL_ERRORS:
             self._fail(CoordinatorError(code, detail or f"{what} by {self._label()}"))
             raise _Aborted
@@ -626,7 +648,12 @@ class GroupMember:
 
     def _on_heartbeat_result(self, code: ErrorCode) -> None:
         if code is ErrorCode.NONE:
-            self._last_contact_s = _now()
+            self._note_contact()
+            return
+        if self._retry_authorization(code, "heartbeat"):
+            if self._state is MemberState.STABLE and self._session_expired():
+                # The coordinator has not heard from us for a session: as when unreachable.
+                self._request_rejoin("no accepted heartbeat for a session timeout")
             return
         if code in FATAL_ERRORS:
             self._fail(CoordinatorError(code, f"heartbeat by {self._label()}"))
@@ -634,7 +661,7 @@ class GroupMember:
         if self._state is not MemberState.STABLE:
             # Mid-rebalance the SyncGroup answer decides; Kafka ignores these too.
             return
-        self._last_contact_s = _now()
+        self._note_contact()
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._request_rejoin("heartbeat returned REBALANCE_IN_PROGRESS")
         elif code is ErrorCode.ILLEGAL_GENERATION:
@@ -647,6 +674,33 @@ class GroupMember:
             logger.info("member %s: heartbeat returned %s; retrying", self._label(), code.name)
 
     # ------------------------------------------------------------------ helpers
+
+    def _note_contact(self) -> None:
+        """The coordinator answered (so it also accepted our credentials)."""
+        self._last_contact_s = _now()
+        self._unauthorized_since_s = None
+
+    def _retry_authorization(self, code: ErrorCode, what: str) -> bool:
+        """True while a refused token should be retried: a restarting operator refuses it
+        until it registers the group's tokens again. Fatal once it lasts longer than
+        `authorization_retry_ms`."""
+        if code is not ErrorCode.GROUP_AUTHORIZATION_FAILED:
+            return False
+        now = _now()
+        if self._unauthorized_since_s is None:
+            self._unauthorized_since_s = now
+        refused_for_ms = (now - self._unauthorized_since_s) * 1000
+        if refused_for_ms >= self._config.authorization_retry_ms:
+            return False
+        logger.warning(
+            "member %s: %s refused our token (GROUP_AUTHORIZATION_FAILED) for %.0f ms; "
+            "retrying for up to %d ms (a restarting coordinator may not know it yet)",
+            self._label(),
+            what,
+            refused_for_ms,
+            self._config.authorization_retry_ms,
+        )
+        return True
 
     def _request_rejoin(self, reason: str) -> None:
         if self._rejoin_reason is None:

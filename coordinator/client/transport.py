@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -33,6 +34,15 @@ class TransportError(Exception):
     The member keeps its member id, generation and partitions while its session could still
     be alive on the coordinator (a coordinator restart looks like this).
     """
+
+
+class RequestTooLargeError(CoordinatorError):
+    """The coordinator refused the request's size (HTTP 413). Not the member's fault and
+    not fatal: the coordinator's body limit must be raised (docs/server.md), and until it
+    is the member logs why and keeps retrying."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.INVALID_REQUEST, detail)
 
 
 class Transport(Protocol):

@@ -45,7 +45,12 @@ async def delete_group(request: web.Request) -> web.Response:
 
 async def set_topics(request: web.Request) -> web.Response:
     context = context_of(request)
-    body = await read_message(request, TopicMetadata, context.max_body_bytes)
+    body = await read_message(
+        request,
+        TopicMetadata,
+        context.max_body_bytes,
+        context.body_timeout_s,
+    )
     for name, count in body.topics.items():
         problem = topic_problem(name, count)
         if problem:

@@ -11,8 +11,10 @@ from coordinator import GroupCoordinator
 from coordinator.server import middleware
 from coordinator.server.auth import AuthConfig, Authenticator
 from coordinator.server.auth import describe as describe_auth
+from coordinator.server.connections import ConnectionGuard, ConnectionLimits
 from coordinator.server.context import CONTEXT, ServerContext
-from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES, MAX_DERIVED_BODY_BYTES
+from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
 from coordinator.server.routes import OPERATIONS
 
@@ -26,6 +28,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     manage_coordinator: bool = True,
     initial_topics: Mapping[str, int] | None = None,
+    connection_limits: ConnectionLimits | None = None,
 ) -> web.Application:
     """The HTTP/JSON API over `coordinator`.
 
@@ -34,6 +37,9 @@ def create_app(
     so parked long polls are released. Without it, the caller starts the coordinator before
     starting the server and closes it after stopping the server; the server is ready as
     soon as it runs.
+
+    `connection_limits` (timeouts, connections per client address) apply when the app is
+    served by `start_server`/`serving`.
 
     Raises `AuthConfigError` when `auth` has no tokens and is not explicitly insecure.
     """
@@ -46,9 +52,12 @@ def create_app(
         authenticator=Authenticator(auth),
         metrics=metrics,
         max_body_bytes=max_body_bytes,
+        connection_guard=ConnectionGuard(connection_limits or ConnectionLimits()),
     )
     app = web.Application(
-        client_max_size=max_body_bytes,
+        # Bodies are read by bodies.read_json under a per-request limit (a group's grows
+        # with its size); this is only aiohttp's own ceiling.
+        client_max_size=max(max_body_bytes, MAX_DERIVED_BODY_BYTES),
         middlewares=[middleware.errors, middleware.guard],
     )
     app[CONTEXT] = context
@@ -69,6 +78,7 @@ def create_app(
             await coordinator.start()
             if topics:
                 await coordinator.set_topic_metadata(topics)
+        context.member_keys = MemberKeys(await coordinator.store.instance_secret())
         context.serving = True
 
     async def on_shutdown(app: web.Application) -> None:

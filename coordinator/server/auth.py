@@ -183,8 +183,13 @@ def _parse_member_spec(spec: str, default_group: str | None) -> tuple[str, str]:
     return default_group, spec
 
 
+def is_well_formed(token: str) -> bool:
+    """Whether `token` has the RFC 6750 syntax every configured token has."""
+    return _TOKEN_SYNTAX.fullmatch(token) is not None
+
+
 def _check_token(token: str, what: str) -> None:
-    if not _TOKEN_SYNTAX.fullmatch(token):
+    if not is_well_formed(token):
         # Never echo the token itself: it may be a real secret with a typo.
         raise AuthConfigError(
             f"an {what} is empty or has characters outside A-Z a-z 0-9 - . _ ~ + / ="
@@ -263,6 +268,11 @@ class Authenticator:
             return frozenset(self._runtime)
 
     def authenticate(self, token: str) -> Principal | None:
+        if not is_well_formed(token):
+            # Never a configured token (those are checked for this syntax), and the syntax is
+            # public, so refusing before comparing reveals nothing. Also keeps characters that
+            # UTF-8 cannot encode (undecodable header bytes) away from the digest.
+            return None
         presented = _digest(token)
         entries = self._entries  # one snapshot: a concurrent change swaps the whole table
         found: Principal | None = None

@@ -6,6 +6,7 @@ can reach the coordinator (and its store) at all.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from decimal import Decimal
@@ -76,22 +77,41 @@ def _check_text(text: str, where: str) -> None:
         raise bad_request(f"{where}: string is not valid Unicode (lone surrogate)") from None
 
 
-async def read_json(request: web.Request, max_bytes: int) -> Any:
+async def read_json(request: web.Request, max_bytes: int, timeout_s: float | None = None) -> Any:
     length = request.content_length
     if length is not None and length > max_bytes:
         raise too_large(max_bytes)
     try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise too_large(max_bytes) from None
+        async with asyncio.timeout(timeout_s):
+            raw = await _read_at_most(request, max_bytes)
+    except TimeoutError:
+        # The client is too slow (or stalling on purpose): 408, and the connection closes.
+        request.protocol.keep_alive(False)
+        raise ApiError(
+            408, ErrorCode.INVALID_REQUEST, f"request body not received within {timeout_s:g} s"
+        ) from None
     if not raw:
         raise bad_request("request body is empty; a JSON object is required")
     return parse_json(raw)
 
 
-async def read_message(request: web.Request, cls: type[T], max_bytes: int) -> T:
+async def _read_at_most(request: web.Request, max_bytes: int) -> bytes:
+    # Our own loop rather than request.read(): the limit differs per request (a group's
+    # limit grows with its size), while aiohttp's client_max_size is one per app.
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > max_bytes:
+            request.protocol.keep_alive(False)  # do not read on what is left of it
+            raise too_large(max_bytes)
+    return bytes(body)
+
+
+async def read_message(
+    request: web.Request, cls: type[T], max_bytes: int, timeout_s: float | None = None
+) -> T:
     """The body as `cls`, decoded with the wire mapping (unknown/missing fields refused)."""
-    data = await read_json(request, max_bytes)
+    data = await read_json(request, max_bytes, timeout_s)
     try:
         return from_json(cls, data)
     except WireError as error:

@@ -10,6 +10,8 @@ from aiohttp import web
 
 from coordinator import GroupCoordinator
 from coordinator.server.auth import ADMIN, Authenticator, Principal, bearer_token
+from coordinator.server.connections import ConnectionGuard
+from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
@@ -22,8 +24,11 @@ class ServerContext:
     authenticator: Authenticator
     metrics: ServerMetrics
     max_body_bytes: int
+    connection_guard: ConnectionGuard
     # True from app startup until shutdown begins.
     serving: bool = False
+    # Set at startup, from the store's secret (see member_keys.py).
+    member_keys: MemberKeys | None = None
     operations: dict[web.AbstractRoute, Operation] = field(default_factory=dict)
     # Extra conditions for readiness, set by whoever embeds the server (the operator: "this
     # replica is the active one"). All must hold.
@@ -38,6 +43,10 @@ class ServerContext:
             and self.coordinator.is_ready
             and all(gate() for gate in self.readiness_gates)
         )
+
+    @property
+    def body_timeout_s(self) -> float:
+        return self.connection_guard.limits.body_timeout_s
 
     def operation_for(self, request: web.Request) -> Operation | None:
         route = request.match_info.route

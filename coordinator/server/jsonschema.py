@@ -15,9 +15,10 @@ import dataclasses
 import types
 import typing
 from enum import IntEnum
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from coordinator.errors import ErrorCode
+from coordinator.messages import IntRange
 from coordinator.server.limits import INT_MAX, INT_MIN
 from coordinator.wire import to_json
 
@@ -49,6 +50,13 @@ class SchemaBuilder:
 
     def schema(self, tp: Any) -> JsonSchema:
         origin = get_origin(tp)
+        if origin is Annotated:
+            base, *extras = get_args(tp)
+            schema = dict(self.schema(base))
+            for extra in extras:
+                if isinstance(extra, IntRange):
+                    schema.update(format=extra.format, minimum=extra.minimum, maximum=extra.maximum)
+            return schema
         if origin in (typing.Union, types.UnionType):
             options = [self.schema(option) for option in get_args(tp) if option is not type(None)]
             if type(None) in get_args(tp):
@@ -99,7 +107,7 @@ class SchemaBuilder:
         return self._object(cls)
 
     def _object(self, cls: type) -> JsonSchema:
-        hints = get_type_hints(cls)
+        hints = get_type_hints(cls, include_extras=True)
         properties: dict[str, JsonSchema] = {}
         required: list[str] = []
         for field in dataclasses.fields(cls):

@@ -12,6 +12,7 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
+from coordinator.errors import ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -23,6 +24,8 @@ from coordinator.messages import (
 from coordinator.server.bodies import read_message
 from coordinator.server.context import ServerContext, context_of, principal_of
 from coordinator.server.http_errors import bad_request, forbidden
+from coordinator.server.limits import group_body_limit
+from coordinator.server.member_keys import MEMBER_KEY_HEADER
 from coordinator.server.models import TopicMetadata
 from coordinator.server.replies import reply
 
@@ -37,8 +40,13 @@ M = TypeVar("M", bound=_GroupMessage)
 
 async def read_group_message(request: web.Request, cls: type[M]) -> tuple[ServerContext, M]:
     context = context_of(request)
-    message = await read_message(request, cls, context.max_body_bytes)
     path_group = request.match_info["group_id"]
+    limit = group_body_limit(
+        context.max_body_bytes,
+        context.coordinator.group_size(path_group),
+        context.coordinator.topic_metadata(),
+    )
+    message = await read_message(request, cls, limit, context.body_timeout_s)
     if message.group_id != path_group:
         raise bad_request(
             f"group_id in the body ({message.group_id!r}) differs from the path ({path_group!r})"
@@ -52,7 +60,15 @@ async def join_group(request: web.Request) -> web.Response:
     response = await context.coordinator.join_group(message)
     context.metrics.join_latency.observe(time.perf_counter() - started)
     context.metrics.observe_error("joinGroup", response.error_code)
-    return reply(response)
+    answer = reply(response)
+    # Only a join that made the caller this member (or gave it its new id) earns its key:
+    # a refused join echoes whatever member id it was sent.
+    issued = response.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
+    if issued and response.member_id and context.member_keys is not None:
+        answer.headers[MEMBER_KEY_HEADER] = context.member_keys.key_for(
+            message.group_id, response.member_id
+        )
+    return answer
 
 
 async def sync_group(request: web.Request) -> web.Response:
@@ -79,12 +95,22 @@ async def leave_group(request: web.Request) -> web.Response:
     # instance id alone, as the operator's scale-down does) is an admin's batch leave.
     principal = principal_of(request)
     is_admin = principal is not None and principal.is_admin
-    leaves_itself = len(message.members) == 1 and bool(message.members[0].member_id)
-    if not (is_admin or (principal is not None and leaves_itself)):
-        raise forbidden(
-            "a member token may only leave the group itself: exactly one member, with its "
-            "member id; batch leave needs an admin token"
-        )
+    if not is_admin:
+        leaves_itself = len(message.members) == 1 and bool(message.members[0].member_id)
+        if principal is None or not leaves_itself:
+            raise forbidden(
+                "a member token may only leave the group itself: exactly one member, with "
+                "its member id; batch leave needs an admin token"
+            )
+        keys = context.member_keys
+        presented = request.headers.get(MEMBER_KEY_HEADER)
+        if keys is None or not keys.matches(
+            message.group_id, message.members[0].member_id, presented
+        ):
+            raise forbidden(
+                f"a member token may only leave the group itself: send the {MEMBER_KEY_HEADER} "
+                "header its JoinGroup answer carried"
+            )
     response = await context.coordinator.leave_group(message)
     context.metrics.observe_error("leaveGroup", response.error_code)
     return reply(response)

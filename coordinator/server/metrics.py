@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import unicodedata
 from typing import Protocol
 
 from prometheus_client import (
@@ -52,6 +53,14 @@ LATENCY_BUCKETS = (
     120.0,
     300.0,
 )
+
+
+def safe_label(value: str) -> str:
+    """A label value with control characters written as escapes. New ids cannot contain
+    them (the coordinator refuses them), but a store written by an older version may."""
+    return "".join(
+        f"\\x{ord(char):02x}" if unicodedata.category(char) == "Cc" else char for char in value
+    )
 
 
 class GroupSource(Protocol):
@@ -122,13 +131,13 @@ class ServerMetrics:
 
     def _apply(self, event: JournalEvent) -> None:
         if event.kind == JournalKind.REBALANCE_STARTED:
-            self.rebalances.labels(event.group_id).inc()
+            self.rebalances.labels(safe_label(event.group_id)).inc()
         elif event.kind == JournalKind.GENERATION_STARTED:
-            self.generation.labels(event.group_id).set(event.generation_id)
+            self.generation.labels(safe_label(event.group_id)).set(event.generation_id)
         elif event.kind == JournalKind.GROUP_DELETED:
             for metric in (self.rebalances, self.generation, self.members, self.state):
                 with contextlib.suppress(KeyError):
-                    metric.remove(event.group_id)
+                    metric.remove(safe_label(event.group_id))
 
     def observe_error(self, operation: str, code: ErrorCode) -> None:
         if code is not ErrorCode.NONE:
@@ -149,12 +158,12 @@ class ServerMetrics:
         for group in described:
             if group.error_code is not ErrorCode.NONE:
                 continue
-            self.generation.labels(group.group_id).set(group.generation_id)
-            self.members.labels(group.group_id).set(len(group.members))
+            self.generation.labels(safe_label(group.group_id)).set(group.generation_id)
+            self.members.labels(safe_label(group.group_id)).set(len(group.members))
             # Touch the counter so a group that never rebalanced shows an explicit 0.
-            self.rebalances.labels(group.group_id)
+            self.rebalances.labels(safe_label(group.group_id))
             if group.group_state in _STATES:
-                self.state.labels(group.group_id).state(group.group_state)
+                self.state.labels(safe_label(group.group_id)).state(group.group_state)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

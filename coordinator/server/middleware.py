@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from coordinator.errors import ErrorCode
-from coordinator.server.auth import bearer_token
+from coordinator.server.auth import bearer_token, is_well_formed
 from coordinator.server.bodies import too_large
 from coordinator.server.context import context_of, principal_of
 from coordinator.server.http_errors import ApiError, error_response, forbidden
@@ -27,6 +27,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     context = context_of(request)
     operation = context.operation_for(request)
     name = operation.operation_id if operation else _UNMATCHED
+    guard = context.connection_guard
+    guard.request_started(request.transport)
     try:
         return await handler(request)
     except ApiError as error:
@@ -47,11 +49,14 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         raise
     except Exception:
         # The coordinator (or we) failed on this request; the server keeps serving.
-        log.exception("%s %s failed (%s)", request.method, request.path, name)
+        # The raw (percent-encoded) path: a decoded one could carry a newline into the log.
+        log.exception("%s %s failed (%s)", request.method, request.raw_path, name)
         context.metrics.observe_error(name, ErrorCode.UNKNOWN_SERVER_ERROR)
         return error_response(
             500, ErrorCode.UNKNOWN_SERVER_ERROR, "internal error; see the coordinator's log"
         )
+    finally:
+        guard.request_finished(request.transport)
 
 
 @web.middleware
@@ -64,12 +69,21 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     if operation.access is not Access.PUBLIC:
         principal = principal_of(request)
         if principal is None:
-            if bearer_token(request.headers.get("Authorization")) is None:
+            token = bearer_token(request.headers.get("Authorization"))
+            if token is None:
                 raise ApiError(
                     401,
                     ErrorCode.GROUP_AUTHORIZATION_FAILED,
                     "missing bearer token (Authorization: Bearer <token>)",
                     {"WWW-Authenticate": 'Bearer realm="staticfleet"'},
+                )
+            if not is_well_formed(token):
+                # RFC 6750 "invalid_token": not a token at all (e.g. non-ASCII characters).
+                raise ApiError(
+                    401,
+                    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                    "malformed bearer token: only A-Z a-z 0-9 - . _ ~ + / = are allowed",
+                    {"WWW-Authenticate": 'Bearer realm="staticfleet", error="invalid_token"'},
                 )
             raise forbidden("the token is not valid")
         if operation.access is Access.ADMIN and not principal.is_admin:

@@ -23,6 +23,7 @@ _ERROR_STATUSES: dict[int, str] = {
     401: "No bearer token (GROUP_AUTHORIZATION_FAILED)",
     403: "Token not valid, or its role/group does not allow this (GROUP_AUTHORIZATION_FAILED)",
     404: "No such route (INVALID_REQUEST)",
+    408: "The request body did not arrive within the body timeout (INVALID_REQUEST)",
     413: "Request body over the size limit (INVALID_REQUEST)",
     500: "The coordinator failed on this request (UNKNOWN_SERVER_ERROR); the server keeps serving",
     503: "The coordinator is starting or stopping (COORDINATOR_NOT_AVAILABLE); retry",
@@ -39,7 +40,7 @@ def _error_statuses(operation: Operation) -> list[int]:
         # A group id that cannot be a path segment (e.g. empty) finds no route.
         statuses.append(404)
     if operation.request_body is not None:
-        statuses.append(413)
+        statuses += [408, 413]
     if operation.uses_coordinator:
         statuses.append(503)
     return sorted(statuses)

@@ -52,7 +52,9 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         description=(
             "Answers when the group's join phase completes, which can take up to the "
             "rebalance timeout (and the initial rebalance delay for a new group). Clients "
-            "should wait rebalance_timeout_ms plus a margin."
+            "should wait rebalance_timeout_ms plus a margin. An answer that makes the caller "
+            "a member (NONE, or MEMBER_ID_REQUIRED) carries its leave key in the "
+            "Staticfleet-Member-Key header."
         ),
         request_body=JoinGroupRequest,
         response_body=JoinGroupResponse,
@@ -88,9 +90,10 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "LeaveGroup",
         _MEMBER,
         description=(
-            "With a member token: exactly one member, identified by its member id (a member "
-            "leaves itself). With an admin token: a batch of members, by member id and/or "
-            "group instance id (KIP-345), with one result per member."
+            "With a member token: exactly one member, identified by its member id, with that "
+            "member's leave key (from its JoinGroup answer) in the Staticfleet-Member-Key "
+            "header: a member leaves itself. With an admin token: a batch of members, by "
+            "member id and/or group instance id (KIP-345), with one result per member."
         ),
         request_body=LeaveGroupRequest,
         response_body=LeaveGroupResponse,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from aiohttp import web
+
+from coordinator.server.connections import ConnectionGuard
+from coordinator.server.context import CONTEXT
 
 DEFAULT_SHUTDOWN_TIMEOUT_S = 10.0
 
@@ -29,6 +33,26 @@ class RunningServer:
         await self.runner.cleanup()
 
 
+class _GuardedTCPSite(web.TCPSite):
+    """aiohttp's TCPSite with each connection's protocol wrapped by a `ConnectionGuard`."""
+
+    def __init__(
+        self, runner: web.AppRunner, guard: ConnectionGuard, host: str, port: int, backlog: int
+    ) -> None:
+        super().__init__(runner, host, port, backlog=backlog)
+        self._guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with the runner
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self._guard.protocol_factory(server), self._host, self._port, backlog=self._backlog
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
 # A fleet restarting at once opens one long-poll connection per member: aiohttp's default
 # listen backlog (128) overflows under a burst of 1,000 (measured by bench/http_bench.py).
 DEFAULT_BACKLOG = 1024
@@ -44,14 +68,19 @@ async def start_server(
     backlog: int = DEFAULT_BACKLOG,
 ) -> RunningServer:
     """Start serving `app`; port 0 picks a free port (see `RunningServer.port`)."""
+    guard = app[CONTEXT].connection_guard
     runner = web.AppRunner(
         app,
         access_log=logging.getLogger("aiohttp.access") if access_log else None,
         shutdown_timeout=shutdown_timeout,
+        keepalive_timeout=guard.limits.keepalive_timeout_s,
+        # How long aiohttp keeps reading (and dropping) a body the handler did not read:
+        # no longer than a body may take anyway.
+        lingering_time=guard.limits.body_timeout_s,
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, backlog=backlog)
+        site = _GuardedTCPSite(runner, guard, host, port, backlog=backlog)
         await site.start()
         bound_port = int(runner.addresses[0][1])
     except BaseException:

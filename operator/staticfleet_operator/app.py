@@ -34,6 +34,7 @@ from coordinator.server import (
     start_server,
 )
 from coordinator.server.context import CONTEXT
+from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from staticfleet_operator import handlers
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
@@ -43,10 +44,13 @@ from staticfleet_operator.standby import StandbyGate, watch_peering
 log = logging.getLogger("staticfleet.operator")
 
 
+DEFAULT_STORE = "sqlite:///data/coordinator.db"
+
+
 @dataclass(frozen=True, slots=True)
 class OperatorOptions:
     namespaces: tuple[str, ...] = ()  # none: every namespace
-    store: str = "sqlite:///data/coordinator.db"
+    store: str = DEFAULT_STORE
     coordinator_host: str = "0.0.0.0"
     coordinator_port: int = 9092
     coordinator_url: str = "http://127.0.0.1:9092"  # what members are told
@@ -58,6 +62,9 @@ class OperatorOptions:
     priority: int | None = None  # none: by start time (newest wins), see default_priority
     health_port: int | None = None
     interval: float = handlers.DEFAULT_INTERVAL_SECONDS
+    # The coordinator server's request body limit (a group's requests may need more, and
+    # get it: coordinator.server.limits.group_body_limit).
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     initial_rebalance_delay_ms: int = 3000
 
 
@@ -110,10 +117,13 @@ async def run_operator(
     coordinator = GroupCoordinator(
         CoordinatorConfig(group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms),
         SystemClock(),
-        open_store(options.store),
+        # Only the default path's directory is created; a mistyped --store fails loudly.
+        open_store(options.store, create_dirs=options.store == DEFAULT_STORE),
     )
     await coordinator.start()
-    app = create_app(coordinator, auth, manage_coordinator=False)
+    app = create_app(
+        coordinator, auth, manage_coordinator=False, max_body_bytes=options.max_body_bytes
+    )
     server = await start_server(
         app,
         options.coordinator_host,

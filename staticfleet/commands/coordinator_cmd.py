@@ -46,6 +46,12 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_STORE,
         help="memory://, sqlite:///abs/path.db or sqlite://relative.db (default: %(default)s)",
     )
+    serve.add_argument(
+        "--create",
+        action="store_true",
+        help="create the SQLite store's missing directories (otherwise a missing one is an "
+        "error, so a mistyped path cannot start an empty coordinator)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     serve.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (default: %(default)s)"
@@ -75,6 +81,37 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--initial-rebalance-delay-ms", type=int, default=3000)
     serve.add_argument("--group-max-size", type=int, default=None)
     serve.add_argument(
+        "--max-rebalance-timeout-ms",
+        type=int,
+        default=1_800_000,
+        help="joins with a longer rebalance_timeout_ms get INVALID_REQUEST (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-member-metadata-bytes",
+        type=int,
+        default=1024 * 1024,
+        help="protocol metadata one member may send in a join (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--offset-metadata-max-bytes",
+        type=int,
+        default=4096,
+        help="offset.metadata.max.bytes: longer commit metadata gets OFFSET_METADATA_TOO_LARGE "
+        "(default: %(default)s)",
+    )
+    serve.add_argument(
+        "--journal-retention-ms",
+        type=int,
+        default=7 * 24 * 3600 * 1000,
+        help="delete journal rows older than this; 0 keeps them for ever (default: 7 days)",
+    )
+    serve.add_argument(
+        "--journal-retention-rows",
+        type=int,
+        default=1_000_000,
+        help="keep at most this many journal rows; 0: no row limit (default: %(default)s)",
+    )
+    serve.add_argument(
         "--topics",
         default="",
         metavar="NAME=COUNT,...",
@@ -99,6 +136,30 @@ def register(subparsers: Any) -> None:
         type=int,
         default=1024,
         help="listen backlog: pending connections beyond it are dropped (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a client has for a complete request head (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a client has to send a request body; 408 after (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=75.0,
+        help="seconds an idle kept-alive connection stays open (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-connections-per-address",
+        type=int,
+        default=4096,
+        help="open connections per client IP; 0: no cap (default: %(default)s)",
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
@@ -172,7 +233,9 @@ def _auth_config(args: argparse.Namespace) -> AuthConfig:
 async def _serve(args: argparse.Namespace) -> int:
     from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
     from coordinator.server import AuthConfigError, create_app, start_server
+    from coordinator.server.connections import ConnectionLimits
     from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+    from coordinator.store import SqliteStore, StoreError
 
     try:
         auth = _auth_config(args)
@@ -182,16 +245,30 @@ async def _serve(args: argparse.Namespace) -> int:
             group_max_session_timeout_ms=args.max_session_timeout_ms,
             group_initial_rebalance_delay_ms=args.initial_rebalance_delay_ms,
             group_max_size=args.group_max_size,
+            group_max_rebalance_timeout_ms=args.max_rebalance_timeout_ms,
+            group_max_member_metadata_bytes=args.max_member_metadata_bytes,
+            offset_metadata_max_bytes=args.offset_metadata_max_bytes,
+            journal_retention_ms=args.journal_retention_ms or None,
+            journal_retention_rows=args.journal_retention_rows or None,
         )
-        store = open_store(args.store)
+        limits = ConnectionLimits(
+            header_timeout_s=args.header_timeout,
+            body_timeout_s=args.body_timeout,
+            keepalive_timeout_s=args.keepalive_timeout,
+            max_connections_per_address=args.max_connections_per_address or None,
+        )
+        store = open_store(args.store, create_dirs=args.create or args.store == DEFAULT_STORE)
+        if isinstance(store, SqliteStore):
+            store.check_path()
         coordinator = GroupCoordinator(config=config, clock=SystemClock(), store=store)
         app = create_app(
             coordinator,
             auth,
             max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
             initial_topics=topics,
+            connection_limits=limits,
         )
-    except (AuthConfigError, ValueError) as error:
+    except (AuthConfigError, ValueError, StoreError) as error:
         print(f"staticfleet coordinator serve: {error}", file=sys.stderr)
         return 2
 

@@ -101,6 +101,13 @@ def register(subparsers: Any) -> None:
         default=None,
         help="send LeaveGroup on SIGTERM (default: yes for dynamic, no for static, KIP-345)",
     )
+    run.add_argument(
+        "--authorization-retry-ms",
+        type=int,
+        default=120_000,
+        help="how long a refused token (HTTP 401/403, e.g. while the operator restarts) is "
+        "retried before the member exits (default: %(default)s; 0: exit at once)",
+    )
     run.add_argument("--client-id", default=None, help="client id reported to the coordinator")
     run.add_argument("--commit-interval-ms", type=int, default=1000)
     run.add_argument("--poll-interval-ms", type=int, default=100)
@@ -203,6 +210,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         ),
         client_id=args.client_id or f"staticfleet-member-{instance_id or os.getpid()}",
         leave_group_on_close=args.leave_on_close,
+        authorization_retry_ms=args.authorization_retry_ms,
     )
     if args.commit_interval_ms <= 0 or args.poll_interval_ms <= 0:
         raise ValueError("--commit-interval-ms and --poll-interval-ms must be positive")

@@ -76,6 +76,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="serve the coordinator without authentication (local use only)",
     )
+    run.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=4 * 1024 * 1024,
+        help="the coordinator's request body limit; a group's own requests may use what its "
+        "size needs (default: %(default)s)",
+    )
     run.add_argument("--verbose", action="store_true", help="debug logging")
     run.set_defaults(handler=run_command)
 
@@ -98,6 +105,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         priority=args.priority,
         health_port=args.health_port,
         interval=args.interval,
+        max_body_bytes=args.max_body_bytes,
     )
 
 

@@ -141,10 +141,13 @@ def test_member_run_settings_come_from_env_and_flags_win():
         1500,
     )
     assert cfg.leave_on_close  # dynamic
+    assert cfg.authorization_retry_ms == 120_000
 
     args = parser.parse_args(["member", "run", "--instance-id", "orders-3", "--topics", "x"])
     cfg = settings_from(args, environ).config
     assert (cfg.group_instance_id, cfg.topics, cfg.leave_on_close) == ("orders-3", ("x",), False)
+    args = parser.parse_args(["member", "run", "--authorization-retry-ms", "0"])
+    assert settings_from(args, environ).config.authorization_retry_ms == 0
 
 
 def test_member_run_reports_missing_settings():

@@ -12,8 +12,8 @@ import pytest
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SqliteStore, SystemClock
 from coordinator.client import GroupMember, HttpTransport, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
-from coordinator.messages import HeartbeatRequest
-from coordinator.server import AuthConfig, create_app, start_server
+from coordinator.messages import HeartbeatRequest, LeaveGroupRequest, LeaveGroupResponse
+from coordinator.server import AuthConfig, authenticator_of, create_app, start_server
 
 from .helpers import GROUP, TOPIC, Ledger, all_partitions, member_config, settled, wait_until
 
@@ -98,11 +98,37 @@ async def test_static_restart_over_http_causes_no_rebalance(url, members):
     assert b.generation_id == generation
 
 
-async def test_wrong_token_is_fatal_with_the_servers_error_code(url, members):
-    member = await start_member(url, members, Ledger(), "x", token="not-a-token")
+async def test_a_token_refused_for_longer_than_the_retry_window_is_fatal(url, members):
+    member = await start_member(
+        url, members, Ledger(), "x", token="not-a-token", authorization_retry_ms=300
+    )
+    started = asyncio.get_running_loop().time()
     with pytest.raises(CoordinatorError) as failure:
         await asyncio.wait_for(member.run(), 5)
     assert failure.value.code is ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert asyncio.get_running_loop().time() - started >= 0.3
+
+
+async def test_a_member_survives_a_coordinator_that_does_not_know_its_token_yet(members):
+    """An operator restart: its embedded coordinator answers 403 until the group's first
+    reconcile registers the member token again. The member retries instead of exiting."""
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
+    )
+    app = create_app(
+        coordinator,
+        AuthConfig(admin_tokens=frozenset({ADMIN_TOKEN})),
+        initial_topics={TOPIC: 12},
+    )
+    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
+    try:
+        member = await start_member(running.url, members, Ledger(), "m-0")
+        await asyncio.sleep(1.0)  # refused (403) all this time
+        assert member.error is None
+        authenticator_of(app).set_member_tokens(GROUP, [MEMBER_TOKEN])
+        await wait_until(lambda: settled([member], PARTITIONS))
+    finally:
+        await running.stop()
 
 
 async def test_unreachable_server_is_a_transport_error():
@@ -145,3 +171,44 @@ async def test_members_ride_out_a_coordinator_restart(tmp_path, members):
             assert not [
                 entry for entry in ledger.log if entry[0] == name and entry[1] != "assigned"
             ]
+
+
+class _RecordingTransport(HttpTransport):
+    left: LeaveGroupResponse | None = None
+
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        self.left = await super().leave_group(request)
+        return self.left
+
+
+async def test_a_member_token_leave_carries_the_members_key(url, members):
+    """A member leaves itself with a member token: the server demands the key of its join
+    answer (docs/server.md), and the transport sends it back."""
+    transport = _RecordingTransport(url, MEMBER_TOKEN)
+    member = GroupMember(transport, member_config(), Ledger().listener("m-0"))
+    members.append(member)
+    await member.start()
+    await wait_until(lambda: settled([member], PARTITIONS))
+    await member.close(leave=True)
+    assert transport.left is not None
+    assert transport.left.error_code == ErrorCode.NONE
+    assert [m.error_code for m in transport.left.members] == [ErrorCode.NONE]
+
+
+async def test_a_413_is_a_clear_error_and_the_member_keeps_retrying(members, caplog):
+    """A body over the coordinator's limit: the member says what to change and stays up
+    (exiting would restart it into the same refusal)."""
+    coordinator = GroupCoordinator(
+        CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
+    )
+    app = create_app(coordinator, auth(), max_body_bytes=64)  # smaller than any join
+    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
+    try:
+        member = await start_member(running.url, members, Ledger(), "m-0")
+        await asyncio.sleep(0.5)
+        assert member.error is None
+        refusals = [r.getMessage() for r in caplog.records if "too large" in r.getMessage()]
+        assert len(refusals) >= 2, "refused, retried, refused"
+        assert "--max-body-bytes" in refusals[0] and "413" in refusals[0]
+    finally:
+        await running.stop()

@@ -602,6 +602,24 @@ INVALID: list[tuple[str, Json, str, bool]] = [
     ),
     ("no topics", with_changes(MANAGED, topics=[]), "spec.topics: List should have", True),
     (
+        "more partitions than a body can carry",
+        with_changes(MANAGED, topics=[{"name": "orders", "partitions": 10_001}]),
+        "spec.topics[0].partitions: Input should be less than or equal to 10000",
+        True,
+    ),
+    (
+        "33 topics",
+        with_changes(MANAGED, topics=[{"name": f"t{i}", "partitions": 1} for i in range(33)]),
+        "spec.topics: List should have at most 32 items",
+        True,
+    ),
+    (
+        "rebalanceTimeoutMs over the coordinator's maximum",
+        with_changes(MANAGED, membership={"rebalanceTimeoutMs": 1_800_001}),
+        "spec.membership.rebalanceTimeoutMs: Input should be less than or equal to 1800000",
+        True,
+    ),
+    (
         "topic named ..",
         with_changes(MANAGED, topics=[{"name": "..", "partitions": 1}]),
         "spec.topics[0].name: '..' is not a legal Kafka name",

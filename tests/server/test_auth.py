@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from coordinator import ErrorCode, HeartbeatRequest, LeaveGroupRequest, MemberIdentity
 from coordinator.server import AuthConfig, AuthConfigError, Role, create_app
 from coordinator.server.auth import Authenticator, bearer_token
-from coordinator.wire import to_json
+from coordinator.wire import MEMBER_KEY_HEADER, to_json
 
 from .conftest import (
     ADMIN_TOKEN,
@@ -90,15 +91,74 @@ async def test_member_may_leave_only_itself(server: Server) -> None:
         reply = await server.call("POST", path, to_json(request), token=MEMBER_A_TOKEN)
         assert reply.status == 403
         assert reply.body["error_code"] == AUTH_FAILED
-    # Itself (one member, by its member id): allowed; the coordinator answers per member.
+    # A member id alone is not enough: the leader learns every member's id.
     itself = LeaveGroupRequest(GROUP_A, [MemberIdentity("m-1", "a-1")])
     reply = await server.call("POST", path, to_json(itself), token=MEMBER_A_TOKEN)
-    assert reply.status == 200
+    assert reply.status == 403
+    assert MEMBER_KEY_HEADER in reply.body["message"]
     # The admin's batch leave (by instance id, as the operator's scale-down sends it).
     admin_batch = LeaveGroupRequest(GROUP_A, [MemberIdentity("", "a-1"), MemberIdentity("", "a-2")])
     reply = await server.call("POST", path, to_json(admin_batch), token=ADMIN_TOKEN)
     assert reply.status == 200
     assert [member["group_instance_id"] for member in reply.body["members"]] == ["a-1", "a-2"]
+
+
+async def _join_as(server: Server, instance_id: str) -> tuple[str, str]:
+    """Join GROUP_A as a static member; its member id and the leave key of its answer."""
+    reply = await server.call(
+        "POST", f"/v1/groups/{GROUP_A}/join", join_body(GROUP_A, instance_id), token=MEMBER_A_TOKEN
+    )
+    assert reply.body["error"] == "NONE"
+    return reply.body["member_id"], reply.headers[MEMBER_KEY_HEADER]
+
+
+async def test_member_token_leaves_only_the_member_its_join_answer_named(server: Server) -> None:
+    first, second = await asyncio.gather(_join_as(server, "a-1"), _join_as(server, "a-2"))
+    (first_id, first_key), (second_id, second_key) = first, second
+    assert first_key != second_key
+    path = f"/v1/groups/{GROUP_A}/leave"
+
+    def leave(member_id: str, instance_id: str) -> object:
+        return to_json(LeaveGroupRequest(GROUP_A, [MemberIdentity(member_id, instance_id)]))
+
+    # The first member knows the second's ids (a leader does), not its key.
+    for key in (first_key, None, "", "x" * 43):
+        headers = {MEMBER_KEY_HEADER: key} if key is not None else None
+        reply = await server.call(
+            "POST", path, leave(second_id, "a-2"), token=MEMBER_A_TOKEN, headers=headers
+        )
+        assert reply.status == 403, key
+    described = await server.call("GET", f"/v1/groups/{GROUP_A}")
+    assert len(described.body["members"]) == 2
+    # Each member leaves itself with its own key.
+    reply = await server.call(
+        "POST",
+        path,
+        leave(second_id, "a-2"),
+        token=MEMBER_A_TOKEN,
+        headers={MEMBER_KEY_HEADER: second_key},
+    )
+    assert reply.status == 200
+    assert reply.body["members"][0]["error"] == "NONE"
+    # Keys come from the store's secret, so they hold across a restart of the server.
+    await server.running.stop()
+    running, _ = await start_test_server(server.db_path)
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(
+                f"{running.url}{path}",
+                json=leave(first_id, "a-1"),
+                headers={
+                    "Authorization": f"Bearer {MEMBER_A_TOKEN}",
+                    MEMBER_KEY_HEADER: first_key,
+                },
+            ) as response,
+        ):
+            # Admitted (what the coordinator then answers depends on the group's state).
+            assert response.status == 200
+    finally:
+        await running.stop()
 
 
 async def test_public_routes_need_no_token(server: Server) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import aiohttp
 import pytest
 
 from coordinator import ErrorCode, HeartbeatRequest
+from coordinator.server.limits import MAX_DERIVED_BODY_BYTES, group_body_limit
 from coordinator.wire import to_json
 
 from .conftest import ADMIN_TOKEN, GROUP_A, MEMBER_A_TOKEN, Server, start_test_server
@@ -182,3 +184,61 @@ async def test_journal_query_integers_must_be_integers(server: Server) -> None:
     for query in ("since=&limit=", "since=", "limit=", "limit=1&limit=2"):
         _assert_error(await server.call("GET", f"/v1/journal?{query}"), 400)
     assert (await server.call("GET", "/v1/journal?since=0&limit=5")).status == 200
+
+
+async def test_the_body_limit_grows_with_the_groups_size(tmp_path: Path) -> None:
+    """A leader's SyncGroup for a large group carries every member's assignment: it may be
+    larger than the configured limit, as long as the group's topics and members need it."""
+    running, _ = await start_test_server(tmp_path / "c.db", max_body_bytes=4096)
+    try:
+        async with aiohttp.ClientSession() as http:
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            group_path = f"/v1/groups/{GROUP_A}"
+            # 5,000 partitions: a group on them may send about 5000 x 120 bytes.
+            async with http.put(
+                running.url + "/v1/topics", json={"topics": {"big": 5000}}, headers=headers
+            ) as response:
+                assert response.status == 200
+            async with http.post(
+                running.url + group_path + "/join", json=join_body(GROUP_A, "a-0"), headers=headers
+            ) as response:
+                joined = await response.json()
+            assert joined["error"] == "NONE"
+            sync = {
+                "group_id": GROUP_A,
+                "generation_id": joined["generation_id"],
+                "member_id": joined["member_id"],
+                "group_instance_id": "a-0",
+                "protocol_type": "consumer",
+                "protocol_name": "range",
+                # 4 bytes per partition, as the consumer protocol's assignment encodes them.
+                "assignments": [
+                    {
+                        "member_id": joined["member_id"],
+                        "assignment": base64.b64encode(bytes(4 * 5000)).decode(),
+                    }
+                ],
+            }
+            async with http.post(
+                running.url + group_path + "/sync", json=sync, headers=headers
+            ) as response:
+                assert response.status == 200, await response.text()
+                assert (await response.json())["error"] == "NONE"
+            # What no group of this size needs is still refused.
+            huge = dict(
+                sync, assignments=[dict(sync["assignments"][0], assignment="A" * 2_000_000)]
+            )
+            async with http.post(
+                running.url + group_path + "/sync", json=huge, headers=headers
+            ) as response:
+                assert response.status == 413
+    finally:
+        await running.stop()
+
+
+def test_group_body_limit_arithmetic() -> None:
+    assert group_body_limit(4096, 0, {}) == 4096
+    # 100,000 partitions of a 10-character topic, 100 members.
+    limit = group_body_limit(4 * 1024 * 1024, 100, {"t" * 10: 100_000})
+    assert limit == 100 * 400 + 100_000 * 130 + 100 * 3 * 16
+    assert group_body_limit(1, 10**6, {"t": 2**31 - 1}) == MAX_DERIVED_BODY_BYTES

@@ -21,10 +21,13 @@ from coordinator import (
     SyncGroupResponse,
 )
 from coordinator.messages import DescribedGroup, LeaveGroupResponse
-from coordinator.wire import from_json, to_json
+from coordinator.wire import MEMBER_KEY_HEADER, from_json, to_json
 
 from .conftest import GROUP_A, MEMBER_A_TOKEN, Server
 from .messages import join_body
+
+# Each member's leave key, from the header of its join answer (docs/server.md).
+_LEAVE_KEYS: dict[str, str] = {}
 
 
 async def _join_two(server: Server) -> list[JoinGroupResponse]:
@@ -37,6 +40,8 @@ async def _join_two(server: Server) -> list[JoinGroupResponse]:
         ),
     )
     assert [reply.status for reply in replies] == [200, 200]
+    for reply in replies:
+        _LEAVE_KEYS[reply.body["member_id"]] = reply.headers[MEMBER_KEY_HEADER]
     return [from_json(JoinGroupResponse, reply.body) for reply in replies]
 
 
@@ -131,12 +136,16 @@ async def test_two_members_through_a_generation(server: Server) -> None:
     assert described.group_state == "Stable"
     assert {m.group_instance_id for m in described.members} == {"a-0", "a-1"}
 
-    # A member leaves itself with its member token.
+    # A member leaves itself with its member token and the key of its join answer.
     leave = LeaveGroupRequest(
         GROUP_A, [MemberIdentity(follower.member_id, _instance(leader, follower.member_id))]
     )
     reply = await server.call(
-        "POST", f"/v1/groups/{GROUP_A}/leave", to_json(leave), token=MEMBER_A_TOKEN
+        "POST",
+        f"/v1/groups/{GROUP_A}/leave",
+        to_json(leave),
+        token=MEMBER_A_TOKEN,
+        headers={MEMBER_KEY_HEADER: _LEAVE_KEYS[follower.member_id]},
     )
     left = from_json(LeaveGroupResponse, reply.body)
     assert left.error_code is ErrorCode.NONE

@@ -62,8 +62,15 @@ KAFKA_NAME_MAX_LENGTH: Final = 249
 KAFKA_NAME_PATTERN: Final = r"^([a-zA-Z0-9._-]*[a-zA-Z0-9_-][a-zA-Z0-9._-]*|\.\.\.+)$"
 _KAFKA_NAME = re.compile(KAFKA_NAME_PATTERN)
 
-# Kafka's int32 partition count.
-MAX_PARTITIONS: Final = 2**31 - 1
+# Partitions per topic and topics per group: what the coordinator's request bodies can carry.
+# A group's bodies may grow to what its size needs (coordinator.server.limits), at most
+# MAX_DERIVED_BODY_BYTES (256 MiB); at 120 bytes per partition plus the topic's name
+# (<= 249), 32 topics x 10,000 partitions need at most 118 MB, leaving room for 6,000
+# members (docs/server.md, "Body limits"). Kafka itself allows int32 counts.
+MAX_PARTITIONS: Final = 10_000
+MAX_TOPICS: Final = 32
+# The coordinator's default group_max_rebalance_timeout_ms: a longer one is refused.
+MAX_REBALANCE_TIMEOUT_MS: Final = 1_800_000
 
 # group.instance.id = "<prefix>-<slot>". The prefix is kept to Kubernetes label-value syntax
 # (which is also Kafka-legal) and short enough that "<prefix>-<slot>" fits a label value's 63
@@ -501,7 +508,7 @@ class MembershipSpec(SpecModel):
     session_timeout_ms: int = Field(default=45_000, ge=6_000, le=1_800_000)
     """Session timeout: how long a member may be silent (for example while its pod restarts)
     before the coordinator removes it and rebalances."""
-    rebalance_timeout_ms: int = Field(default=300_000, ge=1_000, le=2**31 - 1)
+    rebalance_timeout_ms: int = Field(default=300_000, ge=1_000, le=MAX_REBALANCE_TIMEOUT_MS)
     """How long the coordinator waits for every member to rejoin during a rebalance."""
 
 
@@ -549,6 +556,7 @@ class ConsumerGroupSpec(SpecModel):
     """The consumer group id (Kafka's group.id). Immutable."""
     topics: list[TopicSpec] = Field(
         min_length=1,
+        max_length=MAX_TOPICS,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
     """Topics the members subscribe to, with their partition counts; names are unique."""
