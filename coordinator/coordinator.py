@@ -61,6 +61,15 @@ class GroupCoordinator(OffsetProtocol):
             # Members must heartbeat within a session timeout of the restart, as in Kafka.
             for member in group.members.values():
                 self._schedule_session_timeout(group, member)
+            limit = self.config.group_max_size
+            if limit is not None and len(group.members) > limit:
+                # As Kafka's onLoaded: the limit was lowered; rebalance so the last members
+                # to rejoin are refused (after they had a chance to commit offsets).
+                self._prepare_rebalance(
+                    group,
+                    f"loaded with {len(group.members)} members, over group_max_size {limit}",
+                )
+                await self._flush(group)
         self._started = True
         log.info("coordinator started with %d group(s)", len(self._groups))
 
@@ -230,5 +239,6 @@ class GroupCoordinator(OffsetProtocol):
                 group.state = GroupState.EMPTY  # nothing was deleted; not a protocol transition
                 raise
             self._offsets.pop(group_id, None)
-            del self._groups[group_id]
+            if self._groups.get(group_id) is group:
+                del self._groups[group_id]
         return ErrorCode.NONE

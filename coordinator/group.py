@@ -155,9 +155,8 @@ class ClassicGroup:
 
     # --- membership ---------------------------------------------------------------------
 
-    @property
-    def size(self) -> int:
-        return len(self.members) + len(self.pending_members)
+    def awaiting_join_count(self) -> int:
+        return sum(1 for member in self.members.values() if member.is_awaiting_join)
 
     def has(self, member_id: str) -> bool:
         return member_id in self.members

@@ -64,25 +64,60 @@ class MembershipProtocol(CoordinatorRuntime):
         if error is not ErrorCode.NONE:
             return JoinGroupResponse(error, member_id=request.member_id)
         group = self._groups.get(request.group_id)
-        if group is None or group.is_in(GroupState.DEAD):
+        if group is None:
             if request.member_id != UNKNOWN_MEMBER_ID:
                 return JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
             group = ClassicGroup(request.group_id)
             self._groups[group.group_id] = group
         async with group.lock:
-            if group.is_in(GroupState.DEAD):
-                outcome: JoinGroupResponse | asyncio.Future[JoinGroupResponse] = JoinGroupResponse(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE
-                )
-            elif request.member_id == UNKNOWN_MEMBER_ID:
-                outcome = await self._join_new_member(group, request)
-            else:
-                outcome = self._join_existing_member(group, request)
+            outcome = await self._join_in_group(group, request)
             await self._flush(group)
         if isinstance(outcome, JoinGroupResponse):
             return outcome
         # Shield: a caller that goes away must not cancel the group's bookkeeping future.
         return await asyncio.shield(outcome)
+
+    async def _join_in_group(
+        self, group: ClassicGroup, request: JoinGroupRequest
+    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+        if group.is_in(GroupState.DEAD):
+            # As Kafka: the group's deletion is being written; the member retries and then
+            # creates the group afresh (installing a new one now would be dropped with it).
+            return JoinGroupResponse(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=request.member_id
+            )
+        # Kafka checks the size on the request's member id. A known static member rejoining
+        # with an empty id is checked as the member it replaces (see docs: where we differ).
+        member_id = request.member_id or group.static_member_id(request.group_instance_id) or ""
+        if not self._accepts_joining_member(group, member_id):
+            self._refuse_over_capacity(group, member_id)
+            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        if request.member_id == UNKNOWN_MEMBER_ID:
+            return await self._join_new_member(group, request)
+        return self._join_existing_member(group, request)
+
+    def _accepts_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember: pending member ids (KIP-394) never count."""
+        limit = self.config.group_max_size
+        if limit is None or group.is_in(GroupState.EMPTY, GroupState.DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            # Counting the members awaiting join (not the group size, which may exceed a
+            # lowered limit) lets the last ones to rejoin be the ones refused.
+            if member is not None and member.is_awaiting_join:
+                return True
+            return group.awaiting_join_count() < limit
+        return member is not None or len(group.members) < limit
+
+    def _refuse_over_capacity(self, group: ClassicGroup, member_id: str) -> None:
+        """Kafka removes a member refused for size: it must not hold a place it cannot have."""
+        pending = group.pending_members.pop(member_id, None)
+        if pending is not None:
+            pending.cancel()
+        member = group.members.get(member_id)
+        if member is not None:
+            self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "group_max_size")
 
     async def _join_new_member(
         self, group: ClassicGroup, request: JoinGroupRequest
@@ -90,8 +125,6 @@ class MembershipProtocol(CoordinatorRuntime):
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
         instance_id = request.group_instance_id
         known_static = group.static_member_id(instance_id)
-        if known_static is None and self._is_full(group):
-            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if not group.supports_protocols(request.protocol_type, [p.name for p in request.protocols]):
             return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if instance_id is not None:
@@ -138,10 +171,6 @@ class MembershipProtocol(CoordinatorRuntime):
             return self._update_member_and_rebalance(group, member, request, protocols)
         self._touch(group, member)
         return self._current_generation_response(group, member, skip_assignment=False)
-
-    def _is_full(self, group: ClassicGroup) -> bool:
-        limit = self.config.group_max_size
-        return limit is not None and group.size >= limit
 
     def _new_member(
         self, request: JoinGroupRequest, member_id: str, protocols: tuple[tuple[str, bytes], ...]
