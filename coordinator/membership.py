@@ -144,9 +144,10 @@ class MembershipProtocol(CoordinatorRuntime):
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         member_id = request.member_id
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        # As Kafka: protocols are checked before the member id.
+        if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
+            return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if member_id in group.pending_members and request.group_instance_id is None:
-            if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
-                return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
             group.pending_members.pop(member_id).cancel()
             return self._add_member_and_rebalance(group, request, member_id, protocols)
         code = self._validate_member(group, member_id, request.group_instance_id, "join")
@@ -155,8 +156,6 @@ class MembershipProtocol(CoordinatorRuntime):
         if code is not ErrorCode.NONE:
             return JoinGroupResponse(code, member_id=member_id)
         member = group.members[member_id]
-        if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
-            return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         member.client_id, member.client_host = request.client_id, request.client_host
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return self._update_member_and_rebalance(group, member, request, protocols)

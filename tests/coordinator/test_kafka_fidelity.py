@@ -159,3 +159,14 @@ async def test_join_while_group_deletion_is_being_written_answers_coordinator_no
     (joined,) = await harness.finish_join([second])
     assert joined.error_code == ErrorCode.NONE
     await harness.coordinator.close()
+
+
+# 14 ------------------------------------------------------------------------------------------
+
+
+async def test_join_with_unknown_member_and_no_common_protocol_is_inconsistent_protocol(
+    harness: Harness,
+) -> None:
+    await harness.form_group(["i-0"])
+    response = await harness.coordinator.join_group(join_request("ghost", names=("roundrobin",)))
+    assert response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
