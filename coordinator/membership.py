@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.errors import ErrorCode
@@ -197,6 +198,11 @@ class MembershipProtocol(CoordinatorRuntime):
         if group.initial_join_in_progress:
             group.new_member_added = True
         group.add(member)
+        # Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is not a sign of
+        # life (a client that gave up and retried would leave a defunct member behind).
+        member.is_new = True
+        member.last_heard_ms = self.clock.now_ms()
+        self._arm_session_timer(group, member, self.config.group_new_member_join_timeout_ms)
         self._journal(
             group,
             JournalKind.MEMBER_JOINED,
@@ -339,7 +345,9 @@ class MembershipProtocol(CoordinatorRuntime):
             # Followers parked in SyncGroup must rejoin; the pending assignment is void.
             for member in group.members.values():
                 member.assignment = b""
-                member.complete_sync(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+            self._propagate_sync(
+                group, lambda _: SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
+            )
         self._cancel_sync_timer(group)
         group.pending_sync_members.clear()
         starting_from_empty = group.is_in(GroupState.EMPTY)
@@ -364,6 +372,9 @@ class MembershipProtocol(CoordinatorRuntime):
         else:
             group.initial_join_in_progress = False
             self._arm_join_timer(group, group.rebalance_timeout_ms())
+            # As Kafka's maybeCompleteJoinElseSchedule: if everyone has already joined (a
+            # lone static member rejoining), the join phase ends now, not at the deadline.
+            self._maybe_complete_join(group)
 
     def _arm_join_timer(self, group: ClassicGroup, delay_ms: int) -> None:
         async def deadline() -> None:
@@ -447,21 +458,23 @@ class MembershipProtocol(CoordinatorRuntime):
         )
         leader_view = group.member_list_for_leader()
         for member in group.members.values():
-            if member.is_awaiting_join:
-                is_leader = group.is_leader(member.member_id)
-                member.complete_join(
-                    JoinGroupResponse(
-                        ErrorCode.NONE,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=group.leader_id or "",
-                        skip_assignment=False,
-                        member_id=member.member_id,
-                        members=leader_view if is_leader else [],
-                    )
+            is_leader = group.is_leader(member.member_id)
+            member.complete_join(
+                JoinGroupResponse(
+                    ErrorCode.NONE,
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=group.leader_id or "",
+                    skip_assignment=False,
+                    member_id=member.member_id,
+                    members=leader_view if is_leader else [],
                 )
-                self._touch(group, member)
+            )
+            # As Kafka's onCompleteJoin: every member's session starts again, including
+            # static members kept although they did not rejoin.
+            member.is_new = False
+            self._touch(group, member)
         group.pending_sync_members = set(group.members)
         self._arm_sync_timer(group)
 
@@ -536,6 +549,20 @@ class MembershipProtocol(CoordinatorRuntime):
                 ):
                     return
                 member.session_timer = None
+                if member.is_new:
+                    # Kafka's hasSatisfiedHeartbeat: a new member waiting in JoinGroup has
+                    # not shown it is alive; it expires (its JoinGroup gets UNKNOWN_MEMBER_ID).
+                    log.info(
+                        "group %s: new member %s did not complete its join in time",
+                        group.group_id,
+                        member.member_id,
+                    )
+                    self._remove_member(
+                        group, member, JournalKind.MEMBER_REMOVED, "new_member_join_timeout"
+                    )
+                    self._after_removal(group, f"new member {member.member_id} timed out")
+                    await self._flush(group)
+                    return
                 if member.is_awaiting_join or member.is_awaiting_sync:
                     # A parked request is a sign of life (Kafka's shouldKeepAlive).
                     self._touch(group, member)
@@ -651,13 +678,22 @@ class MembershipProtocol(CoordinatorRuntime):
             for member in group.members.values():
                 member.assignment = previous.get(member.member_id, b"")
             # As Kafka does when the group record cannot be written: everyone rejoins.
-            for member in group.members.values():
-                member.complete_sync(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            self._propagate_sync(
+                group, lambda _: SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            )
             self._prepare_rebalance(group, "assignment could not be stored")
             raise
         group.transition_to(GroupState.STABLE)
+        self._propagate_sync(group, lambda member: self._sync_response(group, member.assignment))
+
+    def _propagate_sync(
+        self, group: ClassicGroup, response: Callable[[ClassicMember], SyncGroupResponse]
+    ) -> None:
+        """Answer every parked SyncGroup; as Kafka's propagateAssignment, each member
+        answered starts its session again (it may have waited long for a slow leader)."""
         for member in group.members.values():
-            member.complete_sync(self._sync_response(group, member.assignment))
+            if member.complete_sync(response(member)):
+                self._touch(group, member)
 
     def _sync_response(self, group: ClassicGroup, assignment: bytes) -> SyncGroupResponse:
         return SyncGroupResponse(

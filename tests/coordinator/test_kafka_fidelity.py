@@ -24,6 +24,7 @@ from tests.coordinator.harness import (
     GROUP,
     INITIAL_DELAY_MS,
     REBALANCE_MS,
+    SESSION_MS,
     Harness,
     join_request,
 )
@@ -135,6 +136,39 @@ async def test_known_static_member_rejoining_a_full_group_with_empty_id_is_accep
     await harness.coordinator.close()
 
 
+# 4 -----------------------------------------------------------------------------------------
+
+
+async def test_new_member_waiting_in_join_expires_after_new_member_join_timeout() -> None:
+    """NewMemberJoinTimeoutMs (5 min): a new member's parked JoinGroup is no sign of life."""
+    harness = await Harness(config=config()).start()
+    long_ms = 600_000
+    tasks = [
+        harness.join(join_request(instance_id=i, rebalance_ms=long_ms)) for i in ("i-0", "i-1")
+    ]
+    responses = await harness.finish_join(tasks)
+    await harness.complete_sync(responses)
+    start = harness.clock.now_ms()
+    first = await harness.coordinator.join_group(join_request(rebalance_ms=long_ms))
+    newcomer = harness.join(join_request(first.member_id, rebalance_ms=long_ms))
+    await settle()
+    assert await harness.state() == "PreparingRebalance"
+    # The old members keep the rebalance open: one rejoins, the other only heartbeats.
+    i0 = next(r for r in responses if r.member_id.startswith("i-0-"))
+    i1 = next(r for r in responses if r.member_id.startswith("i-1-"))
+    rejoin = harness.join(join_request(i0.member_id, instance_id="i-0", rebalance_ms=long_ms))
+    while harness.clock.now_ms() - start < 295_000:
+        await harness.clock.advance(5_000)
+        assert await harness.heartbeat(i1.member_id, 1, "i-1") == ErrorCode.REBALANCE_IN_PROGRESS
+    assert not newcomer.done()
+    await harness.clock.advance(5_000)
+    assert newcomer.done()
+    assert newcomer.result().error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert await members_of(harness) == ["i-0", "i-1"]
+    assert not rejoin.done()
+    await harness.coordinator.close()
+
+
 # 5 -----------------------------------------------------------------------------------------
 
 
@@ -159,6 +193,94 @@ async def test_join_while_group_deletion_is_being_written_answers_coordinator_no
     (joined,) = await harness.finish_join([second])
     assert joined.error_code == ErrorCode.NONE
     await harness.coordinator.close()
+
+
+# 7 -----------------------------------------------------------------------------------------
+
+
+async def test_completing_join_restarts_every_members_session_including_kept_static() -> None:
+    """onCompleteJoin reschedules every member's heartbeat, not only the rejoined ones."""
+    harness = await Harness(config=config()).start()
+    rebalance_ms = 6_000
+    tasks = [
+        harness.join(join_request(instance_id=i, rebalance_ms=rebalance_ms)) for i in ("i-0", "i-1")
+    ]
+    responses = await harness.finish_join(tasks)
+    await harness.complete_sync(responses)
+    i0 = next(r for r in responses if r.member_id.startswith("i-0-"))
+    i1 = next(r for r in responses if r.member_id.startswith("i-1-"))
+    start = harness.clock.now_ms()
+    assert await harness.heartbeat(i1.member_id, 1, "i-1") == ErrorCode.NONE
+    # i-0 changes its metadata: a rebalance that i-1 (static) does not rejoin.
+    rejoin = harness.join(
+        join_request(i0.member_id, instance_id="i-0", rebalance_ms=rebalance_ms, metadata=b"v2")
+    )
+    await settle()
+    await harness.clock.advance(rebalance_ms)
+    assert rejoin.result().generation_id == 2
+    assert await members_of(harness) == ["i-0", "i-1"], "static members stay"
+    # A session timeout after i-1's last heartbeat, it is still a member of generation 2.
+    await harness.clock.advance(SESSION_MS + 1_000 - (harness.clock.now_ms() - start))
+    assert harness.clock.now_ms() - start == SESSION_MS + 1_000
+    assert await members_of(harness) == ["i-0", "i-1"]
+    await harness.coordinator.close()
+
+
+# 8 -----------------------------------------------------------------------------------------
+
+
+async def test_propagating_assignment_restarts_session_of_each_member_it_answers() -> None:
+    """propagateAssignment reschedules the heartbeat of every member whose SyncGroup it
+    completes: a follower that synced early and waited for a slow leader is not expired."""
+    harness = await Harness(config=config()).start()
+    tasks = [harness.join(join_request(instance_id=i)) for i in ("i-0", "i-1")]
+    responses = await harness.finish_join(tasks)
+    leader = next(r for r in responses if r.leader == r.member_id)
+    follower = next(r for r in responses if r is not leader)
+    start = harness.clock.now_ms()
+    await harness.clock.advance(1_000)
+    follower_sync = harness.sync(follower.member_id, 1)
+    await settle()
+    await harness.clock.advance(8_000)
+    assert not follower_sync.done()
+    assignments = {m.member_id: b"a" for m in leader.members}
+    leader_sync = harness.sync(leader.member_id, 1, assignments)
+    await settle()
+    assert (await follower_sync).error_code == ErrorCode.NONE
+    assert (await leader_sync).error_code == ErrorCode.NONE
+    await harness.clock.advance(start + 12_000 - harness.clock.now_ms())
+    follower_instance = follower.member_id.rsplit("-", 5)[0]
+    assert await harness.heartbeat(follower.member_id, 1, follower_instance) == ErrorCode.NONE
+    await harness.coordinator.close()
+
+
+# 13 ------------------------------------------------------------------------------------------
+
+
+async def test_lone_static_member_rejoining_with_protocol_change_completes_join_at_once(
+    harness: Harness,
+) -> None:
+    """prepareRebalance → maybeCompleteJoinElseSchedule: if every member has joined, the
+    join phase completes now instead of at the rebalance timeout."""
+    await harness.form_group(["i-0"], names=("range", "roundrobin"))
+    restarted = harness.join(join_request(instance_id="i-0", names=("roundrobin", "range")))
+    await settle()
+    assert restarted.done(), "the only member has joined: nothing to wait for"
+    response = restarted.result()
+    assert response.error_code == ErrorCode.NONE
+    assert (response.generation_id, response.protocol_name) == (2, "roundrobin")
+    assert response.leader == response.member_id
+
+
+async def test_lone_static_member_rejoining_while_completing_rebalance_completes_join_at_once(
+    harness: Harness,
+) -> None:
+    (joined,) = await harness.finish_join([harness.join(join_request(instance_id="i-0"))])
+    assert await harness.state() == "CompletingRebalance"
+    restarted = harness.join(join_request(instance_id="i-0"))
+    await settle()
+    assert restarted.done()
+    assert restarted.result().generation_id == joined.generation_id + 1
 
 
 # 14 ------------------------------------------------------------------------------------------
