@@ -256,6 +256,8 @@ class MembershipProtocol(CoordinatorRuntime):
         old_member.complete_join(JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=""))
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        # As Kafka, the replacing member is not "new": its parked JoinGroup keeps it alive.
+        was_new, member.is_new = member.is_new, False
         group.set_member_protocols(member, protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
@@ -270,10 +272,18 @@ class MembershipProtocol(CoordinatorRuntime):
                 )
                 return future
             # No rebalance: persist the new member id, then serve the current generation.
+            persisted_before = group.persisted_record
             group.needs_persist = True
             try:
                 await self._flush(group)
             except StoreError:
+                log.warning(
+                    "group %s: static member %s could not be persisted; kept %s",
+                    group.group_id,
+                    instance_id,
+                    old_member_id,
+                    exc_info=True,
+                )
                 group.replace_static_member(instance_id, new_member_id, old_member_id)
                 group.set_member_protocols(member, previous[0])
                 (
@@ -284,7 +294,19 @@ class MembershipProtocol(CoordinatorRuntime):
                     member.client_host,
                     group.leader_id,
                 ) = previous
-                raise
+                member.is_new = was_new
+                # Nothing was written: the rolled-back group is what the store holds.
+                group.persisted_record = persisted_before
+                group.needs_persist = False
+                # As Kafka: the error carries the group's generation, leader and protocol.
+                return JoinGroupResponse(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=group.leader_id or "",
+                    member_id=UNKNOWN_MEMBER_ID,
+                )
             self._touch(group, member)
             is_leader = group.is_leader(new_member_id)
             self._journal(

@@ -13,6 +13,7 @@ import pytest
 from coordinator import (
     CoordinatorConfig,
     ErrorCode,
+    JoinGroupResponse,
     MemoryStore,
     OffsetCommitPartition,
     OffsetCommitRequest,
@@ -192,6 +193,32 @@ async def test_join_while_group_deletion_is_being_written_answers_coordinator_no
     second = harness.join(join_request(first.member_id))
     (joined,) = await harness.finish_join([second])
     assert joined.error_code == ErrorCode.NONE
+    await harness.coordinator.close()
+
+
+# 6 -----------------------------------------------------------------------------------------
+
+
+async def test_failed_static_replacement_answers_with_group_generation_leader_and_protocol() -> (
+    None
+):
+    store = GatedStore()
+    harness = await Harness(store=store).start()
+    responses = await harness.form_group(["i-0", "i-1"])
+    leader = responses[0].leader
+    old = next(r for r in responses if r.member_id.startswith("i-1-"))
+    store.fail_next = True
+    failed = await harness.coordinator.join_group(join_request(instance_id="i-1"))
+    assert failed == JoinGroupResponse(
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        generation_id=1,
+        protocol_type="consumer",
+        protocol_name="range",
+        leader=leader,
+        member_id="",
+    )
+    # Rolled back: the old member id is still the member.
+    assert await harness.heartbeat(old.member_id, 1, "i-1") == ErrorCode.NONE
     await harness.coordinator.close()
 
 
