@@ -774,8 +774,6 @@ class MembershipProtocol(CoordinatorRuntime):
     async def _leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
         if not request.group_id:
             return LeaveGroupResponse(ErrorCode.INVALID_GROUP_ID)
-        if not request.members:
-            return LeaveGroupResponse(ErrorCode.INVALID_REQUEST)
         group = self._groups.get(request.group_id)
         if group is None:
             # Kafka: no group → each member is unknown, the request itself is fine.
@@ -793,21 +791,31 @@ class MembershipProtocol(CoordinatorRuntime):
         async with group.lock:
             if group.is_in(GroupState.DEAD):
                 return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            results = [self._leave_one(group, identity) for identity in request.members]
-            left = [r for r in results if r.error_code is ErrorCode.NONE]
-            if left:
+            # An empty member list is answered NONE with no results, as Kafka's coordinator.
+            left = [self._leave_one(group, identity) for identity in request.members]
+            results = [result for result, _ in left]
+            removed = sum(1 for _, was_member in left if was_member)
+            if removed:
                 # One rebalance for the whole batch: that is what batch leave is for.
-                self._after_removal(group, f"{len(left)} member(s) left the group")
+                self._after_removal(group, f"{removed} member(s) left the group")
+            else:
+                # Only pending member ids (KIP-394) left: as Kafka, no rebalance; a join
+                # phase that waited for them may now be complete.
+                self._maybe_complete_join(group)
             await self._flush(group)
         return LeaveGroupResponse(ErrorCode.NONE, results)
 
-    def _leave_one(self, group: ClassicGroup, identity: MemberIdentity) -> LeaveGroupMemberResponse:
-        def result(code: ErrorCode, member_id: str | None = None) -> LeaveGroupMemberResponse:
-            return LeaveGroupMemberResponse(
-                identity.member_id if member_id is None else member_id,
-                identity.group_instance_id,
-                code,
+    def _leave_one(
+        self, group: ClassicGroup, identity: MemberIdentity
+    ) -> tuple[LeaveGroupMemberResponse, bool]:
+        """The result for one member (its ids echoed as sent, as Kafka) and whether a
+        member of the group (not a pending member id) was removed."""
+
+        def result(code: ErrorCode, removed: bool = False) -> tuple[LeaveGroupMemberResponse, bool]:
+            response = LeaveGroupMemberResponse(
+                identity.member_id, identity.group_instance_id, code
             )
+            return response, removed
 
         instance_id = identity.group_instance_id
         if instance_id is not None:
@@ -829,4 +837,4 @@ class MembershipProtocol(CoordinatorRuntime):
         self._remove_member(
             group, member, JournalKind.MEMBER_LEFT, identity.reason or "the member left the group"
         )
-        return result(ErrorCode.NONE, member_id)
+        return result(ErrorCode.NONE, removed=True)

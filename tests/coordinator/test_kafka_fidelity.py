@@ -14,6 +14,8 @@ from coordinator import (
     CoordinatorConfig,
     ErrorCode,
     JoinGroupResponse,
+    LeaveGroupRequest,
+    MemberIdentity,
     MemoryStore,
     OffsetCommitPartition,
     OffsetCommitRequest,
@@ -281,6 +283,33 @@ async def test_propagating_assignment_restarts_session_of_each_member_it_answers
     await harness.coordinator.close()
 
 
+# 9 -----------------------------------------------------------------------------------------
+
+
+async def test_pending_member_leaving_a_stable_group_does_not_rebalance(harness: Harness) -> None:
+    await harness.form_group(["i-0"])
+    before = await rebalance_started_count(harness)
+    pending = await harness.coordinator.join_group(join_request())
+    assert pending.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    left = await harness.coordinator.leave_group(
+        LeaveGroupRequest(GROUP, [MemberIdentity(pending.member_id, None)])
+    )
+    assert left.members[0].error_code == ErrorCode.NONE
+    assert await harness.state() == "Stable"
+    assert await rebalance_started_count(harness) == before
+
+
+# 12 ------------------------------------------------------------------------------------------
+
+
+async def test_leave_with_empty_member_list_answers_none_with_no_results(harness: Harness) -> None:
+    await harness.form_group(["i-0"])
+    for group_id in (GROUP, "unknown-group"):
+        response = await harness.coordinator.leave_group(LeaveGroupRequest(group_id, []))
+        assert (response.error_code, response.members) == (ErrorCode.NONE, [])
+    assert await harness.state() == "Stable"
+
+
 # 13 ------------------------------------------------------------------------------------------
 
 
@@ -319,3 +348,18 @@ async def test_join_with_unknown_member_and_no_common_protocol_is_inconsistent_p
     await harness.form_group(["i-0"])
     response = await harness.coordinator.join_group(join_request("ghost", names=("roundrobin",)))
     assert response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
+
+# 15 ------------------------------------------------------------------------------------------
+
+
+async def test_batch_leave_echoes_member_id_as_sent(harness: Harness) -> None:
+    responses = await harness.form_group(["i-0", "i-1"])
+    i1 = next(r for r in responses if r.member_id.startswith("i-1-"))
+    result = await harness.coordinator.leave_group(
+        LeaveGroupRequest(GROUP, [MemberIdentity("", "i-0"), MemberIdentity(i1.member_id, "i-1")])
+    )
+    assert [(m.member_id, m.group_instance_id, m.error_code) for m in result.members] == [
+        ("", "i-0", ErrorCode.NONE),
+        (i1.member_id, "i-1", ErrorCode.NONE),
+    ]
