@@ -19,6 +19,7 @@ from coordinator import (
     MemoryStore,
     OffsetCommitPartition,
     OffsetCommitRequest,
+    OffsetFetchRequest,
 )
 from coordinator.clock import settle
 from coordinator.records import StoreBatch
@@ -299,6 +300,42 @@ async def test_pending_member_leaving_a_stable_group_does_not_rebalance(harness:
     assert await rebalance_started_count(harness) == before
 
 
+# 10 (kept) -----------------------------------------------------------------------------------
+
+
+async def test_empty_group_id_is_refused_for_offsets_describe_and_delete(harness: Harness) -> None:
+    """(kept) Kafka lets the empty group id commit, fetch, describe and delete (for clients
+    from before KIP-289); we refuse it everywhere with INVALID_GROUP_ID."""
+    committed = await harness.coordinator.commit_offsets(
+        OffsetCommitRequest("", -1, "", None, [OffsetCommitPartition("t", 0, 1)])
+    )
+    assert committed.error_code == ErrorCode.INVALID_GROUP_ID
+    fetched = await harness.coordinator.fetch_offsets(OffsetFetchRequest(""))
+    assert fetched.error_code == ErrorCode.INVALID_GROUP_ID
+    (described,) = await harness.coordinator.describe_groups([""])
+    assert described.error_code == ErrorCode.INVALID_GROUP_ID
+    assert await harness.coordinator.delete_groups([""]) == {"": ErrorCode.INVALID_GROUP_ID}
+
+
+# 11 ------------------------------------------------------------------------------------------
+
+
+async def test_commit_in_completing_rebalance_validates_member_and_generation_first(
+    harness: Harness,
+) -> None:
+    tasks = [harness.join(join_request(instance_id=i)) for i in ("i-0", "i-1")]
+    responses = await harness.finish_join(tasks)
+    assert await harness.state() == "CompletingRebalance"
+    member = responses[0].member_id
+    instance = member.rsplit("-", 5)[0]
+    unknown = await harness.coordinator.commit_offsets(commit("ghost", 1))
+    assert unknown.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    stale = await harness.coordinator.commit_offsets(commit(member, 0, instance))
+    assert stale.error_code == ErrorCode.ILLEGAL_GENERATION
+    valid = await harness.coordinator.commit_offsets(commit(member, 1, instance))
+    assert valid.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+
+
 # 12 ------------------------------------------------------------------------------------------
 
 
@@ -363,3 +400,39 @@ async def test_batch_leave_echoes_member_id_as_sent(harness: Harness) -> None:
         ("", "i-0", ErrorCode.NONE),
         (i1.member_id, "i-1", ErrorCode.NONE),
     ]
+
+
+# 16 ------------------------------------------------------------------------------------------
+
+
+async def test_offset_fetch_ignores_member_id_and_generation_for_classic_groups(
+    harness: Harness,
+) -> None:
+    responses = await harness.form_group(["i-0", "i-1"])
+    member = next(r for r in responses if r.member_id.startswith("i-0-"))
+    assert (
+        await harness.coordinator.commit_offsets(commit(member.member_id, 1, "i-0"))
+    ).error_code == (ErrorCode.NONE)
+    await harness.coordinator.join_group(join_request(instance_id="i-0"))  # replaces the id
+    for member_id, generation, instance in (
+        (member.member_id, 0, None),  # stale generation
+        ("ghost", 1, None),  # unknown member id
+        (member.member_id, 1, "i-0"),  # replaced (fenced) member
+    ):
+        fetched = await harness.coordinator.fetch_offsets(
+            OffsetFetchRequest(GROUP, [("t", 0)], member_id, generation, instance)
+        )
+        assert fetched.error_code == ErrorCode.NONE
+        assert [p.committed_offset for p in fetched.partitions] == [7]
+
+
+# 17 (kept) -----------------------------------------------------------------------------------
+
+
+async def test_commit_with_generation_to_missing_group_is_illegal_generation_as_v8(
+    harness: Harness,
+) -> None:
+    """(kept) OffsetCommit v8 answers ILLEGAL_GENERATION, v9 (KIP-848) GROUP_ID_NOT_FOUND;
+    our API mirrors the classic protocol's last version, v8."""
+    response = await harness.coordinator.commit_offsets(commit("m", 3))
+    assert response.error_code == ErrorCode.ILLEGAL_GENERATION
