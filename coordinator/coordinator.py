@@ -198,13 +198,14 @@ class GroupCoordinator(OffsetProtocol):
                 group_instance_id=member.group_instance_id,
                 client_id=member.client_id,
                 client_host=member.client_host,
-                # As Kafka: metadata and assignment are only meaningful once Stable.
+                # As Kafka: metadata only once Stable; the assignment in every state (during
+                # a rebalance it is the previous generation's, empty once a sync failed).
                 member_metadata=(
                     member.metadata_for(group.protocol_name)
                     if stable and group.protocol_name
                     else b""
                 ),
-                member_assignment=member.assignment if stable else b"",
+                member_assignment=member.assignment,
                 supported_protocols=member.protocol_names,
             )
             for member in group.members.values()

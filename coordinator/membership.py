@@ -451,8 +451,8 @@ class MembershipProtocol(CoordinatorRuntime):
             return
         group.generation_id += 1
         if not group.members:
+            # As Kafka: an empty group keeps its protocol type (DescribeGroups, ListGroups).
             group.protocol_name = None
-            group.protocol_type = None
             group.leader_id = None
             group.transition_to(GroupState.EMPTY)
             group.needs_persist = True

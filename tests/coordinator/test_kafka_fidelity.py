@@ -436,3 +436,39 @@ async def test_commit_with_generation_to_missing_group_is_illegal_generation_as_
     our API mirrors the classic protocol's last version, v8."""
     response = await harness.coordinator.commit_offsets(commit("m", 3))
     assert response.error_code == ErrorCode.ILLEGAL_GENERATION
+
+
+# 18 ------------------------------------------------------------------------------------------
+
+
+async def test_group_that_empties_keeps_its_protocol_type(harness: Harness) -> None:
+    await harness.form_group(["i-0"])
+    await harness.coordinator.leave_group(LeaveGroupRequest(GROUP, [MemberIdentity("", "i-0")]))
+    (described,) = await harness.coordinator.describe_groups([GROUP])
+    assert (described.group_state, described.protocol_type) == ("Empty", "consumer")
+    listed = {g.group_id: g for g in await harness.coordinator.list_groups()}
+    assert listed[GROUP].protocol_type == "consumer"
+
+
+# 19 ------------------------------------------------------------------------------------------
+
+
+async def test_describe_fills_member_assignment_while_rebalancing(harness: Harness) -> None:
+    """DescribeGroups (4.4 broker): assignment in every state; metadata only when Stable."""
+    await harness.form_group(["i-0"])
+    joining = harness.join(join_request(instance_id="i-1"))
+    await settle()
+    (described,) = await harness.coordinator.describe_groups([GROUP])
+    assert described.group_state == "PreparingRebalance"
+    (member,) = [m for m in described.members if m.group_instance_id == "i-0"]
+    assert member.member_assignment == b"i-0"
+    assert member.member_metadata == b""
+    await harness.clock.advance(REBALANCE_MS)
+    await joining
+
+
+async def test_empty_group_instance_id_is_invalid_request(harness: Harness) -> None:
+    """(kept) The 4.4 broker takes "" as an instance id (only the Java client refuses it);
+    we refuse it, as the client does."""
+    response = await harness.coordinator.join_group(join_request(instance_id=""))
+    assert response.error_code == ErrorCode.INVALID_REQUEST
