@@ -610,8 +610,9 @@ class MembershipProtocol(CoordinatorRuntime):
         self, group: ClassicGroup, member: ClassicMember, kind: JournalKind, reason: str
     ) -> None:
         member.cancel_session_timer()
+        # As Kafka's removeMemberAndUpdateClassicGroup: the member id is no longer valid.
         member.complete_join(
-            JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id)
+            JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID)
         )
         member.complete_sync(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
         if member.group_instance_id is not None and member.assignment:

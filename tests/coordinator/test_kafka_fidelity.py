@@ -168,6 +168,7 @@ async def test_new_member_waiting_in_join_expires_after_new_member_join_timeout(
     await harness.clock.advance(5_000)
     assert newcomer.done()
     assert newcomer.result().error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert newcomer.result().member_id == "", "as Kafka: the id is no longer valid"
     assert await members_of(harness) == ["i-0", "i-1"]
     assert not rejoin.done()
     await harness.coordinator.close()
