@@ -28,6 +28,9 @@ class CoordinatorConfig:
     journal_retention_ms: int | None = 7 * 24 * 3600 * 1000
     journal_retention_rows: int | None = 1_000_000
     journal_prune_interval_ms: int = 600_000
+    # How long a new member's JoinGroup may wait for the join phase before the member is
+    # dropped (Kafka's NewMemberJoinTimeoutMs, 5 minutes, not a broker setting there).
+    group_new_member_join_timeout_ms: int = 300_000
 
     def __post_init__(self) -> None:
         if self.group_min_session_timeout_ms <= 0:
@@ -36,6 +39,8 @@ class CoordinatorConfig:
             raise ValueError("group_max_session_timeout_ms must be >= the minimum")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ValueError("group_initial_rebalance_delay_ms must be >= 0")
+        if self.group_new_member_join_timeout_ms <= 0:
+            raise ValueError("group_new_member_join_timeout_ms must be positive")
         if self.group_max_size is not None and self.group_max_size < 1:
             raise ValueError("group_max_size must be >= 1 (or None for unbounded)")
         if not 1 <= self.group_max_rebalance_timeout_ms <= 2**31 - 1:

@@ -37,7 +37,11 @@ from coordinator.offsets import OffsetProtocol
 from coordinator.records import StoreBatch
 from coordinator.state import GroupState
 from coordinator.store import StoreError
-from coordinator.subscriptions import changed_topics, topic_counts
+from coordinator.subscriptions import (
+    changed_topics,
+    topic_counts,
+    unowned_partitions,
+)
 
 log = logging.getLogger("coordinator")
 
@@ -181,21 +185,48 @@ class GroupCoordinator(OffsetProtocol):
                     await self._rebalance_for_metadata(group, affected)
 
     async def _rebalance_stale_groups(self) -> None:
-        """After a restart: a Stable group whose assignment was made with other partition
-        counts than the stored metadata (the change was written, the coordinator stopped
-        before the group's new generation) rebalances now instead of never."""
+        """After a restart, a loaded group that cannot stay as it was rebalances now instead
+        of never:
+        - it has more members than group_max_size (the limit was lowered; Kafka's onLoaded:
+          the last members to rejoin are refused, after they had a chance to commit);
+        - it is Stable with an assignment made with other partition counts than the stored
+          metadata (the change was written, the coordinator stopped before the group's new
+          generation);
+        - it is Stable with subscribed partitions nobody owns: a cooperative rebalance holds
+          revoked partitions back for its follow-up rebalance, which lived in memory only;
+          restarted members rejoin statically with their cached assignments and nobody would
+          ever ask for that follow-up again."""
+        limit = self.config.group_max_size
         for group in list(self._groups.values()):
             async with group.lock:
-                if not group.is_in(GroupState.STABLE) or not group.assigned_topics:
+                if limit is not None and len(group.members) > limit:
+                    self._prepare_rebalance(
+                        group,
+                        f"loaded with {len(group.members)} members, over group_max_size {limit}",
+                    )
+                    await self._flush(group)
                     continue
-                current = topic_counts(group.assigned_topics, self._topics)
-                affected = {
-                    t: (count, current[t])
-                    for t, count in group.assigned_topics.items()
-                    if count != current[t]
-                }
-                if affected:
-                    await self._rebalance_for_metadata(group, affected)
+                if not group.is_in(GroupState.STABLE):
+                    continue
+                if group.assigned_topics:
+                    current = topic_counts(group.assigned_topics, self._topics)
+                    affected = {
+                        t: (count, current[t])
+                        for t, count in group.assigned_topics.items()
+                        if count != current[t]
+                    }
+                    if affected:
+                        await self._rebalance_for_metadata(group, affected)
+                        continue
+                unowned = unowned_partitions(
+                    topic_counts(group.consumed_topics(), self._topics),
+                    (member.assignment for member in group.members.values()),
+                )
+                if unowned:
+                    self._prepare_rebalance(
+                        group, f"loaded with {unowned} subscribed partition(s) unowned"
+                    )
+                    await self._flush(group)
 
     async def _rebalance_for_metadata(
         self, group: ClassicGroup, affected: Mapping[str, tuple[int, int]]
@@ -257,7 +288,7 @@ class GroupCoordinator(OffsetProtocol):
     def group_size(self, group_id: str) -> int:
         """Members plus members still joining (0 for an unknown group)."""
         group = self._groups.get(group_id)
-        return 0 if group is None else group.size
+        return 0 if group is None else len(group.members) + len(group.pending_members)
 
     def generation_of(self, group_id: str) -> int:
         group = self._groups.get(group_id)
@@ -282,13 +313,14 @@ class GroupCoordinator(OffsetProtocol):
                 group_instance_id=member.group_instance_id,
                 client_id=member.client_id,
                 client_host=member.client_host,
-                # As Kafka: metadata and assignment are only meaningful once Stable.
+                # As Kafka: metadata only once Stable; the assignment in every state (during
+                # a rebalance it is the previous generation's, empty once a sync failed).
                 member_metadata=(
                     member.metadata_for(group.protocol_name)
                     if stable and group.protocol_name
                     else b""
                 ),
-                member_assignment=member.assignment if stable else b"",
+                member_assignment=member.assignment,
                 supported_protocols=member.protocol_names,
             )
             for member in group.members.values()
@@ -323,5 +355,6 @@ class GroupCoordinator(OffsetProtocol):
                 group.state = GroupState.EMPTY  # nothing was deleted; not a protocol transition
                 raise
             self._offsets.pop(group_id, None)
-            del self._groups[group_id]
+            if self._groups.get(group_id) is group:
+                del self._groups[group_id]
         return ErrorCode.NONE

@@ -39,6 +39,9 @@ class ClassicMember:
     session_epoch: int = 0
     last_heard_ms: int = 0
     session_timer_due_ms: int = 0
+    # Joined but not yet through a join phase: its parked JoinGroup does not keep it alive
+    # (Kafka's ClassicGroupMember.isNew and NewMemberJoinTimeoutMs).
+    is_new: bool = False
 
     @property
     def is_static(self) -> bool:
@@ -77,10 +80,13 @@ class ClassicMember:
             self.join_future.set_result(response)
         self.join_future = None
 
-    def complete_sync(self, response: SyncGroupResponse) -> None:
-        if self.sync_future is not None and not self.sync_future.done():
-            self.sync_future.set_result(response)
-        self.sync_future = None
+    def complete_sync(self, response: SyncGroupResponse) -> bool:
+        """Answer the parked SyncGroup, if any; True if one was answered."""
+        future, self.sync_future = self.sync_future, None
+        if future is None or future.done():
+            return False
+        future.set_result(response)
+        return True
 
     def cancel_session_timer(self) -> None:
         if self.session_timer is not None:
@@ -159,9 +165,8 @@ class ClassicGroup:
 
     # --- membership ---------------------------------------------------------------------
 
-    @property
-    def size(self) -> int:
-        return len(self.members) + len(self.pending_members)
+    def awaiting_join_count(self) -> int:
+        return sum(1 for member in self.members.values() if member.is_awaiting_join)
 
     def has(self, member_id: str) -> bool:
         return member_id in self.members

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from coordinator.errors import ErrorCode
@@ -71,25 +72,60 @@ class MembershipProtocol(CoordinatorRuntime):
         if error is not ErrorCode.NONE:
             return JoinGroupResponse(error, member_id=request.member_id)
         group = self._groups.get(request.group_id)
-        if group is None or group.is_in(GroupState.DEAD):
+        if group is None:
             if request.member_id != UNKNOWN_MEMBER_ID:
                 return JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
             group = ClassicGroup(request.group_id)
             self._groups[group.group_id] = group
         async with group.lock:
-            if group.is_in(GroupState.DEAD):
-                outcome: JoinGroupResponse | asyncio.Future[JoinGroupResponse] = JoinGroupResponse(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE
-                )
-            elif request.member_id == UNKNOWN_MEMBER_ID:
-                outcome = await self._join_new_member(group, request)
-            else:
-                outcome = self._join_existing_member(group, request)
+            outcome = await self._join_in_group(group, request)
             await self._flush(group)
         if isinstance(outcome, JoinGroupResponse):
             return outcome
         # Shield: a caller that goes away must not cancel the group's bookkeeping future.
         return await asyncio.shield(outcome)
+
+    async def _join_in_group(
+        self, group: ClassicGroup, request: JoinGroupRequest
+    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+        if group.is_in(GroupState.DEAD):
+            # As Kafka: the group's deletion is being written; the member retries and then
+            # creates the group afresh (installing a new one now would be dropped with it).
+            return JoinGroupResponse(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=request.member_id
+            )
+        # Kafka checks the size on the request's member id. A known static member rejoining
+        # with an empty id is checked as the member it replaces (see docs: where we differ).
+        member_id = request.member_id or group.static_member_id(request.group_instance_id) or ""
+        if not self._accepts_joining_member(group, member_id):
+            self._refuse_over_capacity(group, member_id)
+            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED)
+        if request.member_id == UNKNOWN_MEMBER_ID:
+            return await self._join_new_member(group, request)
+        return self._join_existing_member(group, request)
+
+    def _accepts_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        """Kafka's acceptJoiningMember: pending member ids (KIP-394) never count."""
+        limit = self.config.group_max_size
+        if limit is None or group.is_in(GroupState.EMPTY, GroupState.DEAD):
+            return True
+        member = group.members.get(member_id)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            # Counting the members awaiting join (not the group size, which may exceed a
+            # lowered limit) lets the last ones to rejoin be the ones refused.
+            if member is not None and member.is_awaiting_join:
+                return True
+            return group.awaiting_join_count() < limit
+        return member is not None or len(group.members) < limit
+
+    def _refuse_over_capacity(self, group: ClassicGroup, member_id: str) -> None:
+        """Kafka removes a member refused for size: it must not hold a place it cannot have."""
+        pending = group.pending_members.pop(member_id, None)
+        if pending is not None:
+            pending.cancel()
+        member = group.members.get(member_id)
+        if member is not None:
+            self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "group_max_size")
 
     async def _join_new_member(
         self, group: ClassicGroup, request: JoinGroupRequest
@@ -97,8 +133,6 @@ class MembershipProtocol(CoordinatorRuntime):
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
         instance_id = request.group_instance_id
         known_static = group.static_member_id(instance_id)
-        if known_static is None and self._is_full(group):
-            return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if not group.supports_protocols(request.protocol_type, [p.name for p in request.protocols]):
             return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if instance_id is not None:
@@ -118,9 +152,10 @@ class MembershipProtocol(CoordinatorRuntime):
     ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
         member_id = request.member_id
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
+        # As Kafka: protocols are checked before the member id.
+        if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
+            return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if member_id in group.pending_members and request.group_instance_id is None:
-            if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
-                return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
             group.pending_members.pop(member_id).cancel()
             return self._add_member_and_rebalance(group, request, member_id, protocols)
         code = self._validate_member(group, member_id, request.group_instance_id, "join")
@@ -129,8 +164,6 @@ class MembershipProtocol(CoordinatorRuntime):
         if code is not ErrorCode.NONE:
             return JoinGroupResponse(code, member_id=member_id)
         member = group.members[member_id]
-        if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
-            return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         member.client_id, member.client_host = request.client_id, request.client_host
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return self._update_member_and_rebalance(group, member, request, protocols)
@@ -145,10 +178,6 @@ class MembershipProtocol(CoordinatorRuntime):
             return self._update_member_and_rebalance(group, member, request, protocols)
         self._touch(group, member)
         return self._current_generation_response(group, member, skip_assignment=False)
-
-    def _is_full(self, group: ClassicGroup) -> bool:
-        limit = self.config.group_max_size
-        return limit is not None and group.size >= limit
 
     def _new_member(
         self, request: JoinGroupRequest, member_id: str, protocols: tuple[tuple[str, bytes], ...]
@@ -176,6 +205,11 @@ class MembershipProtocol(CoordinatorRuntime):
         if group.initial_join_in_progress:
             group.new_member_added = True
         group.add(member)
+        # Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is not a sign of
+        # life (a client that gave up and retried would leave a defunct member behind).
+        member.is_new = True
+        member.last_heard_ms = self.clock.now_ms()
+        self._arm_session_timer(group, member, self.config.group_new_member_join_timeout_ms)
         self._journal(
             group,
             JournalKind.MEMBER_JOINED,
@@ -229,6 +263,8 @@ class MembershipProtocol(CoordinatorRuntime):
         old_member.complete_join(JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=""))
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        # As Kafka, the replacing member is not "new": its parked JoinGroup keeps it alive.
+        was_new, member.is_new = member.is_new, False
         group.set_member_protocols(member, protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
@@ -248,10 +284,18 @@ class MembershipProtocol(CoordinatorRuntime):
                 )
                 return future
             # No rebalance: persist the new member id, then serve the current generation.
+            persisted_before = group.persisted_record
             group.needs_persist = True
             try:
                 await self._flush(group)
             except StoreError:
+                log.warning(
+                    "group %s: static member %s could not be persisted; kept %s",
+                    group.group_id,
+                    instance_id,
+                    old_member_id,
+                    exc_info=True,
+                )
                 group.replace_static_member(instance_id, new_member_id, old_member_id)
                 group.set_member_protocols(member, previous[0])
                 (
@@ -262,7 +306,19 @@ class MembershipProtocol(CoordinatorRuntime):
                     member.client_host,
                     group.leader_id,
                 ) = previous
-                raise
+                member.is_new = was_new
+                # Nothing was written: the rolled-back group is what the store holds.
+                group.persisted_record = persisted_before
+                group.needs_persist = False
+                # As Kafka: the error carries the group's generation, leader and protocol.
+                return JoinGroupResponse(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=group.leader_id or "",
+                    member_id=UNKNOWN_MEMBER_ID,
+                )
             self._touch(group, member)
             is_leader = group.is_leader(new_member_id)
             self._journal(
@@ -323,7 +379,9 @@ class MembershipProtocol(CoordinatorRuntime):
             # Followers parked in SyncGroup must rejoin; the pending assignment is void.
             for member in group.members.values():
                 member.assignment = b""
-                member.complete_sync(SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS))
+            self._propagate_sync(
+                group, lambda _: SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
+            )
         self._cancel_sync_timer(group)
         group.pending_sync_members.clear()
         starting_from_empty = group.is_in(GroupState.EMPTY)
@@ -348,6 +406,9 @@ class MembershipProtocol(CoordinatorRuntime):
         else:
             group.initial_join_in_progress = False
             self._arm_join_timer(group, group.rebalance_timeout_ms())
+            # As Kafka's maybeCompleteJoinElseSchedule: if everyone has already joined (a
+            # lone static member rejoining), the join phase ends now, not at the deadline.
+            self._maybe_complete_join(group)
 
     def _arm_join_timer(self, group: ClassicGroup, delay_ms: int) -> None:
         async def deadline() -> None:
@@ -402,8 +463,8 @@ class MembershipProtocol(CoordinatorRuntime):
             return
         group.generation_id += 1
         if not group.members:
+            # As Kafka: an empty group keeps its protocol type (DescribeGroups, ListGroups).
             group.protocol_name = None
-            group.protocol_type = None
             group.leader_id = None
             group.transition_to(GroupState.EMPTY)
             group.needs_persist = True
@@ -433,21 +494,23 @@ class MembershipProtocol(CoordinatorRuntime):
         )
         leader_view = group.member_list_for_leader()
         for member in group.members.values():
-            if member.is_awaiting_join:
-                is_leader = group.is_leader(member.member_id)
-                member.complete_join(
-                    JoinGroupResponse(
-                        ErrorCode.NONE,
-                        generation_id=group.generation_id,
-                        protocol_type=group.protocol_type,
-                        protocol_name=group.protocol_name,
-                        leader=group.leader_id or "",
-                        skip_assignment=False,
-                        member_id=member.member_id,
-                        members=leader_view if is_leader else [],
-                    )
+            is_leader = group.is_leader(member.member_id)
+            member.complete_join(
+                JoinGroupResponse(
+                    ErrorCode.NONE,
+                    generation_id=group.generation_id,
+                    protocol_type=group.protocol_type,
+                    protocol_name=group.protocol_name,
+                    leader=group.leader_id or "",
+                    skip_assignment=False,
+                    member_id=member.member_id,
+                    members=leader_view if is_leader else [],
                 )
-                self._touch(group, member)
+            )
+            # As Kafka's onCompleteJoin: every member's session starts again, including
+            # static members kept although they did not rejoin.
+            member.is_new = False
+            self._touch(group, member)
         group.pending_sync_members = set(group.members)
         self._arm_sync_timer(group)
 
@@ -522,6 +585,20 @@ class MembershipProtocol(CoordinatorRuntime):
                 ):
                     return
                 member.session_timer = None
+                if member.is_new:
+                    # Kafka's hasSatisfiedHeartbeat: a new member waiting in JoinGroup has
+                    # not shown it is alive; it expires (its JoinGroup gets UNKNOWN_MEMBER_ID).
+                    log.info(
+                        "group %s: new member %s did not complete its join in time",
+                        group.group_id,
+                        member.member_id,
+                    )
+                    self._remove_member(
+                        group, member, JournalKind.MEMBER_REMOVED, "new_member_join_timeout"
+                    )
+                    self._after_removal(group, f"new member {member.member_id} timed out")
+                    await self._flush(group)
+                    return
                 if member.is_awaiting_join or member.is_awaiting_sync:
                     # A parked request is a sign of life (Kafka's shouldKeepAlive).
                     self._touch(group, member)
@@ -547,8 +624,9 @@ class MembershipProtocol(CoordinatorRuntime):
         self, group: ClassicGroup, member: ClassicMember, kind: JournalKind, reason: str
     ) -> None:
         member.cancel_session_timer()
+        # As Kafka's removeMemberAndUpdateClassicGroup: the member id is no longer valid.
         member.complete_join(
-            JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id)
+            JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID)
         )
         member.complete_sync(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
         if member.group_instance_id is not None and member.assignment:
@@ -637,13 +715,22 @@ class MembershipProtocol(CoordinatorRuntime):
             for member in group.members.values():
                 member.assignment = previous.get(member.member_id, b"")
             # As Kafka does when the group record cannot be written: everyone rejoins.
-            for member in group.members.values():
-                member.complete_sync(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            self._propagate_sync(
+                group, lambda _: SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            )
             self._prepare_rebalance(group, "assignment could not be stored")
             raise
         group.transition_to(GroupState.STABLE)
+        self._propagate_sync(group, lambda member: self._sync_response(group, member.assignment))
+
+    def _propagate_sync(
+        self, group: ClassicGroup, response: Callable[[ClassicMember], SyncGroupResponse]
+    ) -> None:
+        """Answer every parked SyncGroup; as Kafka's propagateAssignment, each member
+        answered starts its session again (it may have waited long for a slow leader)."""
         for member in group.members.values():
-            member.complete_sync(self._sync_response(group, member.assignment))
+            if member.complete_sync(response(member)):
+                self._touch(group, member)
 
     def _sync_response(self, group: ClassicGroup, assignment: bytes) -> SyncGroupResponse:
         return SyncGroupResponse(
@@ -702,8 +789,6 @@ class MembershipProtocol(CoordinatorRuntime):
     async def _leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
         if not request.group_id:
             return LeaveGroupResponse(ErrorCode.INVALID_GROUP_ID)
-        if not request.members:
-            return LeaveGroupResponse(ErrorCode.INVALID_REQUEST)
         group = self._groups.get(request.group_id)
         if group is None:
             # Kafka: no group → each member is unknown, the request itself is fine.
@@ -721,21 +806,31 @@ class MembershipProtocol(CoordinatorRuntime):
         async with group.lock:
             if group.is_in(GroupState.DEAD):
                 return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            results = [self._leave_one(group, identity) for identity in request.members]
-            left = [r for r in results if r.error_code is ErrorCode.NONE]
-            if left:
+            # An empty member list is answered NONE with no results, as Kafka's coordinator.
+            left = [self._leave_one(group, identity) for identity in request.members]
+            results = [result for result, _ in left]
+            removed = sum(1 for _, was_member in left if was_member)
+            if removed:
                 # One rebalance for the whole batch: that is what batch leave is for.
-                self._after_removal(group, f"{len(left)} member(s) left the group")
+                self._after_removal(group, f"{removed} member(s) left the group")
+            else:
+                # Only pending member ids (KIP-394) left: as Kafka, no rebalance; a join
+                # phase that waited for them may now be complete.
+                self._maybe_complete_join(group)
             await self._flush(group)
         return LeaveGroupResponse(ErrorCode.NONE, results)
 
-    def _leave_one(self, group: ClassicGroup, identity: MemberIdentity) -> LeaveGroupMemberResponse:
-        def result(code: ErrorCode, member_id: str | None = None) -> LeaveGroupMemberResponse:
-            return LeaveGroupMemberResponse(
-                identity.member_id if member_id is None else member_id,
-                identity.group_instance_id,
-                code,
+    def _leave_one(
+        self, group: ClassicGroup, identity: MemberIdentity
+    ) -> tuple[LeaveGroupMemberResponse, bool]:
+        """The result for one member (its ids echoed as sent, as Kafka) and whether a
+        member of the group (not a pending member id) was removed."""
+
+        def result(code: ErrorCode, removed: bool = False) -> tuple[LeaveGroupMemberResponse, bool]:
+            response = LeaveGroupMemberResponse(
+                identity.member_id, identity.group_instance_id, code
             )
+            return response, removed
 
         instance_id = identity.group_instance_id
         if instance_id is not None:
@@ -757,4 +852,4 @@ class MembershipProtocol(CoordinatorRuntime):
         self._remove_member(
             group, member, JournalKind.MEMBER_LEFT, identity.reason or "the member left the group"
         )
-        return result(ErrorCode.NONE, member_id)
+        return result(ErrorCode.NONE, removed=True)

@@ -97,31 +97,40 @@ class OffsetProtocol(MembershipProtocol):
         return OffsetCommitResponse(ErrorCode.NONE, results)
 
     def _validate_commit(self, group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:
+        """Kafka's ClassicGroup.validateOffsetCommit, in its order: the member and its
+        generation first, and only then REBALANCE_IN_PROGRESS while syncing."""
         if group.is_in(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if group.is_static_member_fenced(request.group_instance_id, request.member_id):
-            self._journal_fenced(group, request.group_instance_id, request.member_id, "commit")
-            return ErrorCode.FENCED_INSTANCE_ID
         if request.generation_id < 0 and group.is_in(GroupState.EMPTY):
+            # A consumer not using group management (or an admin) commits to an empty group.
             return ErrorCode.NONE
+        if (
+            request.generation_id >= 0
+            or request.member_id
+            or (request.group_instance_id is not None)
+        ):
+            code = self._validate_member(
+                group, request.member_id, request.group_instance_id, "commit"
+            )
+            if code is not ErrorCode.NONE:
+                return code
+            if request.generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif not group.is_in(GroupState.EMPTY):
+            # No member id and no generation: only an empty group takes such a commit.
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS
-        code = self._validate_member(group, request.member_id, request.group_instance_id, "commit")
-        if code is not ErrorCode.NONE:
-            return code
-        if request.generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
     async def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        """As Kafka's broker for classic groups: member id and generation are not checked
+        (the request carries them for the consumer protocol of KIP-848 only)."""
         if not request.group_id:
             return OffsetFetchResponse(ErrorCode.INVALID_GROUP_ID)
         group = self._groups.get(request.group_id)
-        if group is not None and request.member_id is not None:
-            code = self._validate_fetch(group, request)
-            if code is not ErrorCode.NONE:
-                return OffsetFetchResponse(code)
-        offsets = self._offsets.get(request.group_id, {})
+        deleting = group is not None and group.is_in(GroupState.DEAD)
+        offsets = {} if deleting else self._offsets.get(request.group_id, {})
         if request.partitions is None:
             wanted = sorted(offsets)
         else:
@@ -138,17 +147,6 @@ class OffsetProtocol(MembershipProtocol):
                 )
             )
         return OffsetFetchResponse(ErrorCode.NONE, partitions)
-
-    def _validate_fetch(self, group: ClassicGroup, request: OffsetFetchRequest) -> ErrorCode:
-        """KIP-447-style member validation when a member id is given."""
-        code = self._validate_member(
-            group, request.member_id or "", request.group_instance_id, "fetch"
-        )
-        if code is not ErrorCode.NONE:
-            return code
-        if request.generation_id >= 0 and request.generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
-        return ErrorCode.NONE
 
 
 def _metadata_bytes(metadata: str | None) -> int:

@@ -18,7 +18,8 @@ class GroupState(StrEnum):
     EMPTY = "Empty"
     """No members (offsets may remain).
 
-    join: a new member starts a rebalance, after the initial rebalance delay
+    join: a new member starts a rebalance, after the initial rebalance delay (any number
+          of members is accepted: group_max_size is checked from the next state on)
     sync, heartbeat: UNKNOWN_MEMBER_ID
     leave: UNKNOWN_MEMBER_ID per member
     commit: allowed with generation -1 (a group not using group management)
@@ -28,7 +29,9 @@ class GroupState(StrEnum):
     PREPARING_REBALANCE = "PreparingRebalance"
     """Waiting for every member to (re)join, up to the rebalance timeout.
 
-    join: park the request until the join phase completes
+    join: park the request until the join phase completes (with group_max_size: a member
+          already waiting, or anyone while fewer than the limit wait; the others get
+          GROUP_MAX_SIZE_REACHED and are removed)
     sync: REBALANCE_IN_PROGRESS
     heartbeat: REBALANCE_IN_PROGRESS (the member must rejoin)
     leave: remove the member; the join phase may now complete
@@ -46,7 +49,7 @@ class GroupState(StrEnum):
     sync: park followers until the leader's SyncGroup brings the assignment
     heartbeat: NONE
     leave: remove the member and start a new rebalance
-    commit: REBALANCE_IN_PROGRESS
+    commit: the member and its generation are checked first, then REBALANCE_IN_PROGRESS
     -> Stable when the leader's assignment is stored; -> PreparingRebalance on a membership
        change, a sync timeout, or a partition count change of a subscribed topic (the
        leader may have read the old one); -> Empty / Dead
@@ -61,7 +64,8 @@ class GroupState(StrEnum):
           when the selected protocol and its topics would not change (KIP-345, KIP-814)
     sync: the member's current assignment
     heartbeat: NONE
-    leave: remove the member and start a rebalance
+    leave: remove the member and start a rebalance (a pending member id that never joined
+           leaving starts none)
     commit: allowed for the current generation
     -> PreparingRebalance (a membership change, or a partition count change of a subscribed
        topic: docs/coordinator.md); -> Empty / Dead

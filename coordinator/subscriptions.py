@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from coordinator.protocol import ProtocolError, decode_subscription_topics
+from coordinator.protocol import ProtocolError, decode_assignment, decode_subscription_topics
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -71,6 +71,25 @@ def subscription_changed(
     before = subscribed_topics(protocol_type, _metadata_for(old, protocol_name))
     after = subscribed_topics(protocol_type, _metadata_for(new, protocol_name))
     return before is not None and after is not None and before != after
+
+
+def unowned_partitions(counts: Mapping[str, int], assignments: Iterable[bytes]) -> int:
+    """How many partitions of `counts`' topics no assignment names; 0 when an assignment is
+    unreadable (nothing is inferred from bytes we cannot read)."""
+    owned: set[tuple[str, int]] = set()
+    for data in assignments:
+        if not data:
+            continue
+        try:
+            owned.update(decode_assignment(data).partitions)
+        except ProtocolError:
+            return 0
+    return sum(
+        1
+        for topic, count in counts.items()
+        for partition in range(count)
+        if (topic, partition) not in owned
+    )
 
 
 def _metadata_for(protocols: Protocols, name: str) -> bytes:
