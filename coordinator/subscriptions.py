@@ -75,11 +75,12 @@ def subscription_changed(
 
 def unowned_partitions(counts: Mapping[str, int], assignments: Iterable[bytes]) -> int:
     """How many partitions of `counts`' topics no assignment names; 0 when an assignment is
-    unreadable (nothing is inferred from bytes we cannot read)."""
+    missing (b"": the leader gave none) or unreadable: nothing is inferred from bytes we do
+    not have or cannot read."""
     owned: set[tuple[str, int]] = set()
     for data in assignments:
         if not data:
-            continue
+            return 0
         try:
             owned.update(decode_assignment(data).partitions)
         except ProtocolError:

@@ -24,8 +24,19 @@ from coordinator import (
     SyncGroupRequestAssignment,
 )
 from coordinator.clock import settle
-from coordinator.protocol import Subscription, TopicPartition, encode_subscription
-from coordinator.subscriptions import changed_topics, subscribed_topics, subscription_changed
+from coordinator.protocol import (
+    Assignment,
+    Subscription,
+    TopicPartition,
+    encode_assignment,
+    encode_subscription,
+)
+from coordinator.subscriptions import (
+    changed_topics,
+    subscribed_topics,
+    subscription_changed,
+    unowned_partitions,
+)
 from tests.coordinator.harness import GROUP, Harness, join_request
 
 TOPIC = "orders"
@@ -304,3 +315,81 @@ def test_only_topics_count_as_a_subscription_change() -> None:
         "b": (2, 3),
         "c": (0, 1),
     }
+
+
+@pytest.mark.parametrize("complete", [True, False])
+async def test_restart_that_finds_subscribed_partitions_unowned_rebalances_beyond_kafka(
+    tmp_path: Path, complete: bool
+) -> None:
+    # A cooperative rebalance held partitions 4-5 back for its follow-up rebalance, which
+    # lived only in memory; the coordinator died before it. Loaded as Stable, with restarted
+    # members that rejoin statically, nobody would ever ask for it: the load does.
+    path = tmp_path / "coordinator.db"
+    first = await Harness(store=SqliteStore(path)).start()
+    await first.coordinator.set_topic_metadata({TOPIC: 6})
+    responses = await form_with_assignments(
+        first,
+        {
+            "i-0": [TopicPartition(TOPIC, p) for p in (0, 1, 2)],
+            "i-1": [TopicPartition(TOPIC, p) for p in ((3, 4, 5) if complete else (3,))],
+        },
+    )
+    assert len(responses) == 2
+    second = await Harness(store=SqliteStore(path)).start()
+    try:
+        if complete:
+            assert await second.state() == "Stable"
+            return
+        assert await second.state() == "PreparingRebalance"
+        rows = await second.coordinator.journal_rows(GROUP)
+        assert rows[-1].kind == "rebalance_started"
+        assert "2 subscribed partition(s) unowned" in str(rows[-1].detail)
+    finally:
+        await second.coordinator.close()
+
+
+def test_unowned_partitions_infers_nothing_from_missing_or_unreadable_assignments() -> None:
+    counts = {TOPIC: 3}
+    full = encode_assignment(Assignment([TopicPartition(TOPIC, p) for p in range(3)]))
+    part = encode_assignment(Assignment([TopicPartition(TOPIC, 0)]))
+    assert unowned_partitions(counts, [full]) == 0
+    assert unowned_partitions(counts, [part]) == 2
+    assert unowned_partitions(counts, [part, b""]) == 0  # a member the leader gave nothing
+    assert unowned_partitions(counts, [part, b"\x00"]) == 0  # unreadable
+
+
+async def form_with_assignments(
+    harness: Harness, assignment_by_instance: dict[str, list[TopicPartition]]
+) -> list[JoinGroupResponse]:
+    """Static members on TOPIC, joined and synced with the given (encoded) assignments."""
+    tasks = [
+        harness.join(join_request(instance_id=instance, metadata=subscription(TOPIC)))
+        for instance in assignment_by_instance
+    ]
+    responses = await harness.finish_join(tasks)
+    leader = next(r for r in responses if r.leader == r.member_id)
+    instance_by_member = {m.member_id: m.group_instance_id for m in leader.members}
+    assignments = [
+        SyncGroupRequestAssignment(
+            member_id,
+            encode_assignment(Assignment(assignment_by_instance[str(instance)])),
+        )
+        for member_id, instance in instance_by_member.items()
+    ]
+    syncs = [
+        harness.coordinator.sync_group(
+            SyncGroupRequest(
+                GROUP,
+                r.generation_id,
+                r.member_id,
+                None,
+                "consumer",
+                r.protocol_name,
+                assignments if r is leader else [],
+            )
+        )
+        for r in responses
+    ]
+    assert all(s.error_code == ErrorCode.NONE for s in await asyncio.gather(*syncs))
+    assert await harness.state() == "Stable"
+    return responses
