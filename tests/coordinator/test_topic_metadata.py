@@ -350,8 +350,8 @@ async def test_restart_that_finds_subscribed_partitions_unowned_rebalances_beyon
 
 def test_unowned_partitions_infers_nothing_from_missing_or_unreadable_assignments() -> None:
     counts = {TOPIC: 3}
-    full = encode_assignment(Assignment([TopicPartition(TOPIC, p) for p in range(3)]))
-    part = encode_assignment(Assignment([TopicPartition(TOPIC, 0)]))
+    full = encode_assignment(Assignment(tuple(TopicPartition(TOPIC, p) for p in range(3))))
+    part = encode_assignment(Assignment((TopicPartition(TOPIC, 0),)))
     assert unowned_partitions(counts, [full]) == 0
     assert unowned_partitions(counts, [part]) == 2
     assert unowned_partitions(counts, [part, b""]) == 0  # a member the leader gave nothing
@@ -372,7 +372,7 @@ async def form_with_assignments(
     assignments = [
         SyncGroupRequestAssignment(
             member_id,
-            encode_assignment(Assignment(assignment_by_instance[str(instance)])),
+            encode_assignment(Assignment(tuple(assignment_by_instance[str(instance)]))),
         )
         for member_id, instance in instance_by_member.items()
     ]
