@@ -4,9 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: help install demo test test-fast lint bench clean
 
-install: $(STAMP)
+help: ## list the targets, one line each
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-zA-Z0-9_-]+):.*## (.*)$$/\1\t\2/' | expand -t 14
+
+install: $(STAMP) ## create .venv and install the project with every extra (once; again when pyproject.toml changes)
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -15,30 +18,30 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,demo,operator,spark]'
 	touch $(STAMP)
 
-demo: install
+demo: install ## the local fleet demo: coordinator + 6 members, five scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
 
-test: install
+test: install ## the whole test suite
 	$(PY) -m pytest -q
 
-test-fast: install
+test-fast: install ## the tests without the slow process-level and crash tests
 	$(PY) -m pytest -q -m "not slow and not crash"
 
-lint: install chart-lint
+lint: install chart-lint ## ruff, ruff format --check, mypy --strict, and chart-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts pipeline e2e operator/staticfleet_operator
 
 # crds/ is a directory too: phony, or make would call it up to date.
 .PHONY: crds
-crds: install
+crds: install ## regenerate crds/ (and the chart's copy) from the pydantic models
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install
+bench: install ## benchmarks -> bench/results/*.json (docs/performance.md)
 	$(PY) -m bench.run
 
-clean:
+clean: ## remove .venv, build/ and the caches
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # --- Helm chart (charts/staticfleet) -------------------------------------------------------
@@ -49,17 +52,17 @@ CHART := charts/staticfleet
 
 .PHONY: helm chart-crds chart-lint
 
-helm:
+helm: ## build helm from its Go module into build/bin/helm (once)
 	@HELM_VERSION=$(HELM_VERSION) scripts/build-helm.sh
 
 # The chart's CRDs are copies of crds/ (generated from the pydantic models); a test fails on
 # drift. kopf-peerings.yaml (Kopf's peering CRDs) belongs to the chart alone.
-chart-crds:
+chart-crds: ## copy crds/ into the chart
 	@mkdir -p $(CHART)/crds
 	find $(CHART)/crds -name '*.yaml' ! -name kopf-peerings.yaml -delete
 	cp crds/*.yaml $(CHART)/crds/
 
-chart-lint: install helm
+chart-lint: install helm ## helm lint and the rendered-manifest checks of charts/staticfleet
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
@@ -73,13 +76,13 @@ E2E_PYTEST := $(PY) -m pytest -q -o testpaths=e2e --timeout 1500 -p no:cacheprov
 
 .PHONY: e2e e2e-build e2e-kind
 
-e2e-build: helm
+e2e-build: helm ## build etcd, kube-apiserver, kube-controller-manager, kubectl into build/e2e/bin (once)
 	@e2e/build.sh
 
-e2e: install e2e-build
+e2e: install e2e-build ## the end-to-end scenarios on a local control plane (e2e/README.md)
 	$(E2E_PYTEST) e2e
 
 # The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
 # Docker engine; kind itself is built from its Go module).
-e2e-kind: install helm
+e2e-kind: install helm ## the same scenarios on a kind cluster (needs Docker)
 	@e2e/kind.sh $(E2E_PYTEST) e2e
