@@ -121,3 +121,21 @@ def test_make_help_lists_every_target_with_one_line() -> None:
         described[name] = text.strip()
     assert set(described) == targets
     assert all(described.values()), described
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_installing_the_project_prints_no_build_warning(tmp_path: Path) -> None:
+    # `make install` builds the project (editable) with setuptools in an isolated build
+    # environment; deprecated metadata shows up there as BuildBackendWarning blocks.
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    proc = subprocess.run(
+        [venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "Warning" not in output and "deprecated" not in output, output
