@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The extras `make install` installs (pyproject.toml); EXTRAS= installs the base package only.
+EXTRAS ?= dev,demo,operator,spark
 
 .PHONY: help install demo test test-fast lint bench clean
 
@@ -11,11 +13,13 @@ help: ## list the targets, one line each
 
 install: $(STAMP) ## create .venv and install the project with every extra (once; again when pyproject.toml changes)
 
+# setuptools' notice that an editable install is editable is silenced (it says nothing
+# a developer must act on); any other build warning is shown.
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,demo,operator,spark]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $(STAMP)
 
 demo: install ## the local fleet demo: coordinator + 6 members, five scenarios (docs/demo.md)
