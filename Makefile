@@ -71,6 +71,7 @@ chart-lint: install helm ## helm lint and the rendered-manifest checks of charts
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(PY) scripts/check_manifests.py --profile full
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds --set store.persistence.enabled=false | $(PY) scripts/check_manifests.py --profile ephemeral
 
 # --- End to end (e2e/) ---------------------------------------------------------------------
 # A real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) built once from

@@ -141,7 +141,8 @@ def node_ip() -> str:
     )
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (held open together, so none repeats)."""
     socks = []
     try:
         for _ in range(n):
@@ -322,7 +323,7 @@ def _start(workdir: Path, bin_dir: Path, timeout_s: float) -> tuple[ControlPlane
     for old in logs.glob("*.log"):
         old.unlink()
     certs = generate_certs(workdir / "pki", ip)
-    etcd_client, etcd_peer, api_port, kcm_port = _free_ports(4)
+    etcd_client, etcd_peer, api_port, kcm_port = free_ports(4)
     server = f"https://127.0.0.1:{api_port}"
     kubeconfig = workdir / "kubeconfig"
     write_kubeconfig(kubeconfig, server, certs.ca.cert, certs.admin, "e2e-admin")
