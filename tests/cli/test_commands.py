@@ -144,3 +144,16 @@ def test_make_install_prints_no_build_warning(tmp_path: Path) -> None:
         [venv / "bin" / "staticfleet", "--version"], capture_output=True, text=True, check=False
     )
     assert installed.stdout.strip() == f"staticfleet {version('staticfleet')}", installed.stderr
+
+
+def test_the_default_coordinator_store_is_ignored_by_git() -> None:
+    # `coordinator serve` run from the repository root leaves its SQLite file (and WAL) there.
+    from staticfleet.commands.coordinator_cmd import DEFAULT_STORE
+
+    filename = DEFAULT_STORE.removeprefix("sqlite://")
+    assert "/" not in filename  # relative: it lands in the working directory
+    names = [filename, f"{filename}-wal", f"{filename}-shm", f"pipeline/{filename}"]
+    proc = subprocess.run(
+        ["git", "check-ignore", "--no-index", *names], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.stdout.split() == names, proc.stderr
