@@ -140,10 +140,22 @@ def test_make_install_prints_no_build_warning(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     output = proc.stdout + proc.stderr
     assert "Warning" not in output and "deprecated" not in output, output
-    installed = subprocess.run(
-        [venv / "bin" / "staticfleet", "--version"], capture_output=True, text=True, check=False
-    )
+
+    # The base install, for real: the commands that need no extra work, the others say which.
+    def staticfleet_in_venv(*argv: str) -> subprocess.CompletedProcess[str]:
+        command = [venv / "bin" / "staticfleet", *argv]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    installed = staticfleet_in_venv("--version")
     assert installed.stdout.strip() == f"staticfleet {version('staticfleet')}", installed.stderr
+    assert staticfleet_in_venv("coordinator", "serve", "--help").returncode == 0
+    assert staticfleet_in_venv("member", "run", "--help").returncode == 0
+    refused = staticfleet_in_venv("operator", "run")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "staticfleet: this command needs the `operator` extra (no module named 'kopf'): "
+        "pip install 'staticfleet[operator]'"
+    ]
 
 
 def test_the_default_coordinator_store_is_ignored_by_git() -> None:
