@@ -226,6 +226,7 @@ def local_cluster(workdir: Path) -> Iterator[LocalCluster]:
                 timeout_s=60,
                 describe=lambda: _tail(workdir / "node-agent.log"),
             )
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(node_dir)))
             yield cluster
         finally:
             cluster.close()
@@ -237,6 +238,25 @@ def local_cluster(workdir: Path) -> Iterator[LocalCluster]:
                 os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait(timeout=10)
             log.close()
+
+
+def node_volume(node_dir: Path) -> dict[str, Any]:
+    """A PersistentVolume of the node, made before the chart is installed, as a cluster
+    without a provisioner offers one (static provisioning): the chart's claim (no
+    storageClassName) binds to it, and `helm install --wait` waits for that. The node agent
+    keeps a claim's files in its own directory per claim (e2e/README.md)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "e2e-node-data"},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(node_dir / "persistent-volumes" / "e2e-node-data")},
+        },
+    }
 
 
 def _node_ready(cluster: Cluster) -> bool:

@@ -49,7 +49,10 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KUBECONFIG_CONTEXT = "e2e"
 
 # What a cluster with one fake node and no cloud needs (names as in `kube-controller-manager
-# --help` of 1.36). Not node-lifecycle, node-ipam, cloud, csr or volume controllers.
+# --help` of 1.36). Not node-lifecycle, node-ipam, cloud or csr controllers; of the volume
+# controllers only the binder (a claim binds to the node's pre-made PersistentVolume, as
+# `helm install --wait` waits for) and the protection ones (a claim or volume in use is not
+# deleted from under a pod).
 CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
@@ -65,6 +68,9 @@ CONTROLLERS = (
     "statefulset-controller",
     "disruption-controller",
     "clusterrole-aggregation-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 
 # Added to the default admission plugins (which already include these but NodeRestriction;
