@@ -143,7 +143,7 @@ def test_make_install_prints_no_build_warning(tmp_path: Path) -> None:
 
     # The base install, for real: the commands that need no extra work, the others say which.
     def staticfleet_in_venv(*argv: str) -> subprocess.CompletedProcess[str]:
-        command = [venv / "bin" / "staticfleet", *argv]
+        command = [str(venv / "bin" / "staticfleet"), *argv]
         return subprocess.run(command, capture_output=True, text=True, check=False)
 
     installed = staticfleet_in_venv("--version")
