@@ -3,42 +3,49 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The extras `make install` installs (pyproject.toml); EXTRAS= installs the base package only.
+EXTRAS ?= dev,demo,operator,spark
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: help install demo test test-fast lint bench clean
 
-install: $(STAMP)
+help: ## list the targets, one line each
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-zA-Z0-9_-]+):.*## (.*)$$/\1\t\2/' | expand -t 14
 
+install: $(STAMP) ## create .venv and install the project with every extra (once; again when pyproject.toml changes)
+
+# setuptools' notice that an editable install is editable is silenced (it says nothing
+# a developer must act on); any other build warning is shown.
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,demo,operator,spark]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $(STAMP)
 
-demo: install
+demo: install ## the local fleet demo: coordinator + 6 members, five scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
 
-test: install java-assignors
+test: install java-assignors ## the whole test suite
 	$(PY) -m pytest -q
 
-test-fast: install java-assignors
+test-fast: install java-assignors ## the tests without the slow process-level and crash tests
 	$(PY) -m pytest -q -m "not slow and not crash"
 
-lint: install chart-lint
+lint: install chart-lint ## ruff, ruff format --check, mypy --strict, and chart-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy coordinator staticfleet tests bench scripts pipeline e2e operator/staticfleet_operator
 
 # crds/ is a directory too: phony, or make would call it up to date.
 .PHONY: crds
-crds: install
+crds: install ## regenerate crds/ (and the chart's copy) from the pydantic models
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install java-assignors
+bench: install java-assignors ## benchmarks -> bench/results/*.json (docs/performance.md)
 	$(PY) -m bench.run
 
-clean:
+clean: ## remove .venv, build/ and the caches
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # --- Helm chart (charts/staticfleet) -------------------------------------------------------
@@ -49,21 +56,22 @@ CHART := charts/staticfleet
 
 .PHONY: helm chart-crds chart-lint
 
-helm:
+helm: ## build helm from its Go module into build/bin/helm (once)
 	@HELM_VERSION=$(HELM_VERSION) scripts/build-helm.sh
 
 # The chart's CRDs are copies of crds/ (generated from the pydantic models); a test fails on
 # drift. kopf-peerings.yaml (Kopf's peering CRDs) belongs to the chart alone.
-chart-crds:
+chart-crds: ## copy crds/ into the chart
 	@mkdir -p $(CHART)/crds
 	find $(CHART)/crds -name '*.yaml' ! -name kopf-peerings.yaml -delete
 	cp crds/*.yaml $(CHART)/crds/
 
-chart-lint: install helm
+chart-lint: install helm ## helm lint and the rendered-manifest checks of charts/staticfleet
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(PY) scripts/check_manifests.py --profile full
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds --set store.persistence.enabled=false | $(PY) scripts/check_manifests.py --profile ephemeral
 
 # --- End to end (e2e/) ---------------------------------------------------------------------
 # A real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) built once from
@@ -73,15 +81,15 @@ E2E_PYTEST := $(PY) -m pytest -q -o testpaths=e2e --timeout 1500 -p no:cacheprov
 
 .PHONY: e2e e2e-build e2e-kind
 
-e2e-build: helm
+e2e-build: helm ## build etcd, kube-apiserver, kube-controller-manager, kubectl into build/e2e/bin (once)
 	@e2e/build.sh
 
-e2e: install e2e-build
+e2e: install e2e-build ## the end-to-end scenarios on a local control plane (e2e/README.md)
 	$(E2E_PYTEST) e2e
 
 # The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
 # Docker engine; kind itself is built from its Go module).
-e2e-kind: install helm
+e2e-kind: install helm ## the same scenarios on a kind cluster (needs Docker)
 	@e2e/kind.sh $(E2E_PYTEST) e2e
 
 # --- Kafka's own assignors (java/assignors) ------------------------------------------------
@@ -92,7 +100,7 @@ JAVA_ASSIGNORS_JAR := build/java/assignors/assignor-harness.jar
 JAVA_ASSIGNORS_SOURCES := java/assignors/pom.xml $(shell find java/assignors/src -name '*.java' 2>/dev/null)
 
 .PHONY: java-assignors
-java-assignors: $(JAVA_ASSIGNORS_JAR)
+java-assignors: $(JAVA_ASSIGNORS_JAR) ## Kafka's own assignors in a harness jar (Maven) for the differential test
 
 $(JAVA_ASSIGNORS_JAR): $(JAVA_ASSIGNORS_SOURCES)
 	@echo "java-assignors: mvn package (kafka-clients assignors harness) -> build/java/assignors"

@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from e2e.controlplane import free_ports
 from e2e.fleet import GROUP_LABEL, CoordinatorAdmin, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +36,7 @@ CHART = ROOT / "charts" / "staticfleet"
 RELEASE = "sf"
 OPERATOR_NAMESPACE = "staticfleet-system"
 FULLNAME = f"{RELEASE}-staticfleet"
+# The chart's default coordinator port (kind reaches it through the Service).
 COORDINATOR_PORT = 9092
 # The image every pod runs: the node agent runs it as local processes, kind loads it.
 IMAGE_REPOSITORY = "staticfleet"
@@ -146,7 +148,9 @@ class LocalCluster(Cluster):
 
     Every pod shares the node's network (there is no container runtime), so the chart is
     installed with the coordinator URL members are told set to loopback; there is no
-    cluster DNS to resolve the Service name.
+    cluster DNS to resolve the Service name. The operator's ports are free ports picked for
+    this session, so a coordinator a user runs by hand on 9092 (or anything on 8080, 9443)
+    does not clash with it.
     """
 
     name = "local"
@@ -154,16 +158,23 @@ class LocalCluster(Cluster):
     def __init__(self, kubeconfig: Path, node_workdir: Path) -> None:
         super().__init__(kubeconfig, E2E_BIN / "kubectl", HELM)
         self.node_workdir = node_workdir
+        self.coordinator_port, self.webhook_port, self.health_port = free_ports(3)
 
     def chart_values(self) -> list[str]:
         return [
             *IMAGE_VALUES,
             "--set",
-            f"coordinator.advertisedUrl=http://127.0.0.1:{COORDINATOR_PORT}",
+            f"coordinator.port={self.coordinator_port}",
+            "--set",
+            f"coordinator.advertisedUrl=http://127.0.0.1:{self.coordinator_port}",
+            "--set",
+            f"webhook.port={self.webhook_port}",
+            "--set",
+            f"health.port={self.health_port}",
         ]
 
     def coordinator_base_url(self) -> str:
-        return f"http://127.0.0.1:{COORDINATOR_PORT}"
+        return f"http://127.0.0.1:{self.coordinator_port}"
 
     def _container_dir(self, namespace: str, pod: str) -> Path:
         return self.node_workdir / "pods" / namespace / pod
@@ -215,6 +226,7 @@ def local_cluster(workdir: Path) -> Iterator[LocalCluster]:
                 timeout_s=60,
                 describe=lambda: _tail(workdir / "node-agent.log"),
             )
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(node_dir)))
             yield cluster
         finally:
             cluster.close()
@@ -226,6 +238,25 @@ def local_cluster(workdir: Path) -> Iterator[LocalCluster]:
                 os.killpg(agent.pid, signal.SIGKILL)
                 agent.wait(timeout=10)
             log.close()
+
+
+def node_volume(node_dir: Path) -> dict[str, Any]:
+    """A PersistentVolume of the node, made before the chart is installed, as a cluster
+    without a provisioner offers one (static provisioning): the chart's claim (no
+    storageClassName) binds to it, and `helm install --wait` waits for that. The node agent
+    keeps a claim's files in its own directory per claim (e2e/README.md)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "e2e-node-data"},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(node_dir / "persistent-volumes" / "e2e-node-data")},
+        },
+    }
 
 
 def _node_ready(cluster: Cluster) -> bool:
@@ -252,7 +283,7 @@ class KindCluster(Cluster):
     Pods are real containers here, so their logs come from the API (followed from the
     moment each pod appears, because a bounced pod's logs go with it), the coordinator is
     reached through `kubectl port-forward`, and a crash is a forced pod deletion (the
-    chart is installed with persistence, so the coordinator's SQLite file survives it).
+    chart's default PersistentVolumeClaim keeps the coordinator's SQLite file across it).
     """
 
     name = "kind"
@@ -263,7 +294,7 @@ class KindCluster(Cluster):
         self.log_dir = log_dir
         self._followers: dict[str, subprocess.Popen[bytes]] = {}
         self._forward: subprocess.Popen[bytes] | None = None
-        self._forward_port = _free_port()
+        (self._forward_port,) = free_ports(1)
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._follow_logs, daemon=True)
         self._watcher.start()
@@ -273,8 +304,6 @@ class KindCluster(Cluster):
             *IMAGE_VALUES,
             "--set",
             "image.pullPolicy=Never",
-            "--set",
-            "store.persistence.enabled=true",
         ]
 
     def coordinator_base_url(self) -> str:
@@ -345,13 +374,6 @@ class KindCluster(Cluster):
                             stderr=subprocess.DEVNULL,
                         )
             self._stop.wait(0.5)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _port_open(port: int) -> bool:

@@ -49,7 +49,10 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 KUBECONFIG_CONTEXT = "e2e"
 
 # What a cluster with one fake node and no cloud needs (names as in `kube-controller-manager
-# --help` of 1.36). Not node-lifecycle, node-ipam, cloud, csr or volume controllers.
+# --help` of 1.36). Not node-lifecycle, node-ipam, cloud or csr controllers; of the volume
+# controllers only the binder (a claim binds to the node's pre-made PersistentVolume, as
+# `helm install --wait` waits for) and the protection ones (a claim or volume in use is not
+# deleted from under a pod).
 CONTROLLERS = (
     "deployment-controller",
     "replicaset-controller",
@@ -65,6 +68,9 @@ CONTROLLERS = (
     "statefulset-controller",
     "disruption-controller",
     "clusterrole-aggregation-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolumeclaim-protection-controller",
+    "persistentvolume-protection-controller",
 )
 
 # Added to the default admission plugins (which already include these but NodeRestriction;
@@ -141,7 +147,8 @@ def node_ip() -> str:
     )
 
 
-def _free_ports(n: int) -> list[int]:
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (held open together, so none repeats)."""
     socks = []
     try:
         for _ in range(n):
@@ -322,7 +329,7 @@ def _start(workdir: Path, bin_dir: Path, timeout_s: float) -> tuple[ControlPlane
     for old in logs.glob("*.log"):
         old.unlink()
     certs = generate_certs(workdir / "pki", ip)
-    etcd_client, etcd_peer, api_port, kcm_port = _free_ports(4)
+    etcd_client, etcd_peer, api_port, kcm_port = free_ports(4)
     server = f"https://127.0.0.1:{api_port}"
     kubeconfig = workdir / "kubeconfig"
     write_kubeconfig(kubeconfig, server, certs.ca.cert, certs.admin, "e2e-admin")

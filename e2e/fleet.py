@@ -76,6 +76,23 @@ class CoordinatorAdmin:
         described: dict[str, Any] = self._get(f"/v1/groups/{urllib.parse.quote(group_id)}")
         return described
 
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """Every offset the group has committed (OffsetFetch with no partition list)."""
+        path = f"/v1/groups/{urllib.parse.quote(group_id)}/offsets/fetch"
+        request = urllib.request.Request(
+            f"{self.base_url}{path}",
+            data=json.dumps({"group_id": group_id}).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer = json.loads(response.read())
+        return {
+            (str(item["topic"]), int(item["partition"])): int(item["committed_offset"])
+            for item in answer.get("partitions") or []
+            if int(item.get("error_code", 0)) == 0 and int(item["committed_offset"]) >= 0
+        }
+
     def journal(self, group_id: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []
         since = 0

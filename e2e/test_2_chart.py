@@ -1,6 +1,7 @@
 """Scenario 2: `helm install` of charts/staticfleet brings up a Ready operator running with
 the chart's RBAC (the node agent gives the pod its ServiceAccount token), and
-`helm uninstall` removes everything the release made (CRDs stay, as Helm keeps them)."""
+`helm uninstall` removes everything the release made (CRDs stay, as Helm keeps them, and so
+does the coordinator's PersistentVolumeClaim, kept on purpose)."""
 
 from __future__ import annotations
 
@@ -96,5 +97,8 @@ def test_helm_install_runs_the_operator_and_uninstall_cleans_up(
     )
     assert leftovers == ["none"]
     record("uninstall_s", round(time.monotonic() - started, 1))
+    # The coordinator's store is kept on purpose (helm.sh/resource-policy: keep): a reinstall
+    # of the release adopts it with every static member and offset (docs/operator.md).
+    cluster.kubectl("-n", OPERATOR_NAMESPACE, "get", "pvc", f"{FULLNAME}-data")
     # Helm never deletes CRDs: the ConsumerGroup type stays for other releases and data.
     cluster.kubectl("get", "crd", "consumergroups.staticfleet.dev")

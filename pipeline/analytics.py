@@ -549,6 +549,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_args(args: argparse.Namespace) -> int:
+    if code := options.report_problems("analytics", options.analytics_problems(args)):
+        return code
     windows = list(args.window)
     if args.windows_file:
         windows += options.load_windows(args.windows_file)

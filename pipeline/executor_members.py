@@ -208,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_args(args: argparse.Namespace) -> int:
+    from pipeline import options
+
+    if code := options.report_problems("members", options.members_problems(args)):
+        return code
     results = run(args)
     text = json.dumps(results, indent=2)
     if args.output:

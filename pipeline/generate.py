@@ -230,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_args(args: argparse.Namespace) -> int:
+    if code := options.report_problems("generate", options.generate_problems(args)):
+        return code
     result = generate(args.output, args.events, args.groups, args.shards, args.workers, args.seed)
     print(json.dumps(result))
     return 0

@@ -4,7 +4,9 @@ stays fast): shared by `spark-submit pipeline/<job>.py` and `staticfleet spark <
 from __future__ import annotations
 
 import argparse
+import glob as globbing
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,67 @@ def members_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Ar
     parser.add_argument("--output", type=Path, help="write the tasks' results (JSON) here")
     parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's)")
     return parser
+
+
+# --- checks before a job starts Spark (or writes anything) -------------------------------------
+# One line per problem, exit 2: a bad argument must not cost a JVM start, end in a Py4J
+# traceback, divide by zero or write a wrong journal.
+
+EXIT_USAGE = 2
+
+
+def _positive(args: argparse.Namespace, *names: str) -> list[str]:
+    problems = []
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            flag = "--" + name.replace("_", "-")
+            problems.append(f"{flag} must be positive, not {value}")
+    return problems
+
+
+def journal_problem(journal: str, fmt: str = "auto", pattern: str = "*.jsonl") -> str | None:
+    """Why `journal` names no readable journal, or None. Only local paths are checked (a
+    URI such as hdfs:// or s3a:// is Spark's to resolve)."""
+    if "://" in journal:
+        return None
+    path = Path(journal)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        wanted = ["*.parquet"] if fmt == "parquet" else [pattern, "*.parquet"]
+        if fmt == "json":
+            wanted = [pattern]
+        if any(next(path.rglob(want), None) is not None for want in wanted):
+            return None
+        return f"--journal {journal}: a directory with no {' or '.join(wanted)} file in it"
+    if any(Path(match).is_file() for match in globbing.glob(journal, recursive=True)):
+        return None
+    return f"--journal {journal}: no such file or directory, and no file matches it as a glob"
+
+
+def analytics_problems(args: argparse.Namespace) -> list[str]:
+    problems = _positive(args, "shuffle_partitions")
+    problem = journal_problem(args.journal, args.format, args.glob)
+    if problem:
+        problems.append(problem)
+    for name in ("aliases", "windows_file", "demo_logs"):
+        value = getattr(args, name)
+        if value is not None and not value.exists():
+            problems.append(f"--{name.replace('_', '-')} {value}: no such file or directory")
+    return problems
+
+
+def generate_problems(args: argparse.Namespace) -> list[str]:
+    return _positive(args, "events", "groups", "shards", "workers")
+
+
+def members_problems(args: argparse.Namespace) -> list[str]:
+    return _positive(args, "executors", "duration_s")
+
+
+def report_problems(job: str, problems: list[str]) -> int:
+    """Print each problem on one line (stderr); EXIT_USAGE when there is any, else 0."""
+    for problem in problems:
+        print(f"spark {job}: {problem}", file=sys.stderr)
+    return EXIT_USAGE if problems else 0

@@ -9,9 +9,11 @@ the Deployment runs `staticfleet operator run` with exactly the flags the operat
 the Services reach the ports the container declares, RBAC names no wildcard, and the
 mutating webhook has a CA (a caBundle, or cert-manager's injection annotation).
 
-A profile adds what one values file must produce (`default`: all namespaces, emptyDir,
-chart-generated certificate; `full`: namespaced, PVC, cert-manager). Exits 1 and lists
-every problem found, or prints a one-line summary.
+More than one replica needs a store every replica mounts (a PVC, ReadWriteMany when the
+chart creates it). A profile adds what one values file must produce (`default`: all
+namespaces, a PVC the chart creates and keeps on uninstall, chart-generated certificate;
+`full`: namespaced, PVC, cert-manager; `ephemeral`: an emptyDir asked for explicitly).
+Exits 1 and lists every problem found, or prints a one-line summary.
 """
 
 from __future__ import annotations
@@ -83,22 +85,30 @@ class Profile:
     kinds: set[str] = field(default_factory=set)
 
 
+DEFAULT_KINDS = {
+    "ServiceAccount",
+    "Secret",
+    "Service",
+    "Deployment",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ClusterKopfPeering",
+}
+
 PROFILES: dict[str, Profile] = {
     "none": Profile(),
     "default": Profile(
         cluster_wide=True,
+        persistence=True,
+        cert_manager=False,
+        kinds={*DEFAULT_KINDS, "PersistentVolumeClaim"},
+    ),
+    "ephemeral": Profile(
+        cluster_wide=True,
         persistence=False,
         cert_manager=False,
-        kinds={
-            "ServiceAccount",
-            "Secret",
-            "Service",
-            "Deployment",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "MutatingWebhookConfiguration",
-            "ClusterKopfPeering",
-        },
+        kinds=DEFAULT_KINDS,
     ),
     "full": Profile(
         cluster_wide=False,
@@ -303,8 +313,16 @@ class Checker:
         if items and not {"tls.crt", "tls.key"} <= items:
             self.fail("Deployment: /certs must hold tls.crt and tls.key")
         claim = (self.data_volume.get("persistentVolumeClaim") or {}).get("claimName")
-        if claim and self.find("PersistentVolumeClaim", claim) is None:
+        pvc = self.find("PersistentVolumeClaim", claim) if claim else None
+        if claim and pvc is None:
             self.fail(f"Deployment: claim {claim} is not rendered (existingClaim?)")
+        # A standby that takes over must find the same static members and offsets.
+        replicas = int(dep["spec"].get("replicas", 1))
+        if replicas > 1 and not claim:
+            self.fail(f"Deployment: {replicas} replicas, each with its own /data (no shared PVC)")
+        shared = pvc is not None and "ReadWriteMany" in (pvc["spec"].get("accessModes") or [])
+        if replicas > 1 and pvc is not None and not shared:
+            self.fail(f"Deployment: {replicas} replicas share {claim}, not ReadWriteMany")
 
         peering = (flags.get("--peering") or [""])[0]
         namespaces = flags.get("--namespace", [])

@@ -38,6 +38,7 @@ from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from staticfleet_operator import handlers
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
+from staticfleet_operator.readiness import expect_groups
 from staticfleet_operator.reconcile import Operator
 from staticfleet_operator.standby import StandbyGate, watch_peering
 
@@ -152,14 +153,24 @@ async def run_operator(
     if options.peering:
         gate = StandbyGate()
         add_readiness_gate(app, gate)
+    # Not ready before every existing group's member token is registered again (readiness.py).
+    add_readiness_gate(app, operator.tokens_gate)
+    lister: asyncio.Task[None] | None = None
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        nonlocal watcher
+        nonlocal watcher, lister
         info = credentials or _default_login(**kwargs)
         if info is not None:
             await operator.kube.close()
             operator.kube = KubeApi.from_credentials(info)
+            if lister is None:
+                lister = asyncio.create_task(
+                    expect_groups(
+                        lambda: operator.kube, operator.tokens_gate, list(options.namespaces)
+                    ),
+                    name="staticfleet-expect-groups",
+                )
             if gate is not None and watcher is None:
                 # Only once logged in: before that there is no API to ask.
                 watcher = asyncio.create_task(
@@ -193,10 +204,11 @@ async def run_operator(
             ready_flag=ready_flag,
         )
     finally:
-        if watcher is not None:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+        for task in (watcher, lister):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await server.stop()
         await coordinator.close()
         await operator.kube.close()

@@ -16,7 +16,7 @@ import logging
 import ssl
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -165,6 +165,19 @@ class KubeApi:
 
     def _group_path(self, namespace: str, name: str) -> str:
         return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+    async def list_group_keys(self, namespaces: Sequence[str]) -> list[tuple[str, str]]:
+        """(namespace, name) of every ConsumerGroup in `namespaces` (none: all of them)."""
+        paths = [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in namespaces] or [
+            f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+        ]
+        keys: list[tuple[str, str]] = []
+        for path in paths:
+            body = await self._request("GET", path)
+            for item in body.get("items") or []:
+                metadata = item.get("metadata") or {}
+                keys.append((str(metadata.get("namespace")), str(metadata.get("name"))))
+        return keys
 
     async def get_group(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

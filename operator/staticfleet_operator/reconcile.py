@@ -43,6 +43,7 @@ from staticfleet_operator.members import (
     template_hash,
 )
 from staticfleet_operator.metrics import OperatorMetrics
+from staticfleet_operator.readiness import TokensGate
 from staticfleet_operator.rollout import (
     Assignors,
     Bounce,
@@ -99,6 +100,8 @@ class Operator:
     token_problems: dict[str, str] = field(default_factory=dict)
     # Prometheus series (the process passes the coordinator server's registry in).
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    # Readiness after a restart: told of each group whose token was reconciled (readiness.py).
+    tokens_gate: TokensGate = field(default_factory=TokensGate)
 
     def recently_admitted(self, pod_key: str, now: datetime) -> bool:
         since = self.admitted.get(pod_key)
@@ -122,6 +125,8 @@ async def reconcile(op: Operator, namespace: str, name: str) -> str:
                 done = "gone"
             else:
                 done = await _reconcile(op, body)
+            # Gone, invalid or reconciled: nothing more to wait for before being ready.
+            op.tokens_gate.reconciled(group_key(namespace, name))
     except Exception:
         op.metrics.reconciled(time.monotonic() - started, ok=False)
         raise
@@ -404,6 +409,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
     batch, the coordinator drops the group. Raises (so Kopf retries) until all of it holds."""
     async with op.lock(namespace, name):
         problems = validate_spec(body.get("spec") or {})
+        op.tokens_gate.reconciled(group_key(namespace, name))  # going: nothing to wait for
         if problems:
             forget_member_token(op, namespace, name, None)
             op.metrics.forget_group(namespace, name)
@@ -452,6 +458,7 @@ async def sync_member_token(op: Operator, body: Mapping[str, Any], spec: Consume
     except (TokenUnavailable, AuthConfigError) as error:
         forget_member_token(op, namespace, name, spec.group_id)
         problem = f"member token unavailable: {error}"
+        op.tokens_gate.reconciled(key)  # found unusable: readiness need not wait for it
         if op.token_problems.get(key) != problem:
             op.token_problems[key] = problem
             log.warning("%s: %s", key, problem)
@@ -459,6 +466,7 @@ async def sync_member_token(op: Operator, body: Mapping[str, Any], spec: Consume
         return False
     op.token_groups[key] = spec.group_id
     op.token_problems.pop(key, None)
+    op.tokens_gate.reconciled(key)
     return True
 
 

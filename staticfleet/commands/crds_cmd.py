@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="compare instead of writing; exit 1 when a file is missing or stale",
     )
-    parser.set_defaults(handler=crds_command)
+    parser.set_defaults(handler=crds_command, extra="operator")
 
 
 def _generated() -> dict[str, str] | None:

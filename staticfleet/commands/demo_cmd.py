@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
         help="what computes the journal figures: PySpark's pipeline/analytics.py when it is "
         "installed (auto), or plain Python (default: %(default)s)",
     )
-    parser.set_defaults(handler=demo_command)
+    parser.set_defaults(handler=demo_command, extra="demo")
 
 
 def settings_from(args: argparse.Namespace) -> DemoSettings:

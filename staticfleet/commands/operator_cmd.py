@@ -24,10 +24,8 @@ ENV_MEMBER_TOKEN_SECRET = "STATICFLEET_MEMBER_TOKEN_SECRET"
 
 
 def register(subparsers: Any) -> None:
-    # Import here, not at module level: without the `operator` extra (kopf) the subcommand is
-    # simply absent (staticfleet.cli skips modules whose import fails on a missing package).
-    import kopf  # noqa: F401
-
+    # Registering imports nothing of the `operator` extra (kopf): the command is listed on the
+    # base install, and running it without the extra says which one to install (staticfleet.cli).
     parser = subparsers.add_parser("operator", help="run the Kubernetes operator")
     commands = parser.add_subparsers(dest="operator_command", required=True)
     run = commands.add_parser(
@@ -84,7 +82,7 @@ def register(subparsers: Any) -> None:
         "size needs (default: %(default)s)",
     )
     run.add_argument("--verbose", action="store_true", help="debug logging")
-    run.set_defaults(handler=run_command)
+    run.set_defaults(handler=run_command, extra="operator")
 
 
 def options_from_args(args: argparse.Namespace) -> Any:

@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     options.analytics_parser(analytics)
-    analytics.set_defaults(handler=_analytics, master="local[*]")
+    analytics.set_defaults(handler=_analytics, master="local[*]", extra="spark")
     generate = jobs.add_parser(
         "generate",
         help="write a synthetic journal (many groups) as JSON lines, for scale runs",
@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     options.members_parser(members)
-    members.set_defaults(handler=_members, master="local-cluster[2,1,1024]")
+    members.set_defaults(handler=_members, master="local-cluster[2,1,1024]", extra="spark")
 
 
 def _analytics(args: argparse.Namespace) -> int:

@@ -95,6 +95,9 @@ def test_quick_demo_end_to_end(tmp_path):
     assert upgrade["bounce_1"]["all_offer_cooperative"]
     assert upgrade["bounce_2"]["selected_protocol"] == "cooperative-sticky"
     assert report["ok"] is True
+    # The wall time is the run as a user waits for it, the journal engine (Spark) included.
+    engine_s = report["journal_engine"]["seconds"] or 0
+    assert report["wall_time_s"] >= report["scenarios_s"] + engine_s
 
     png = (output / "timeline.png").read_bytes()
     assert png[:8] == PNG_SIGNATURE and png[12:16] == b"IHDR"

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import filecmp
 import importlib
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +111,7 @@ def test_default_values_render_expected_kinds(helm: Path) -> None:
             "CustomResourceDefinition",  # consumergroups.staticfleet.dev
             "Deployment",
             "MutatingWebhookConfiguration",
+            "PersistentVolumeClaim",  # the coordinator's store
             "Secret",  # admin token
             "Secret",  # webhook serving certificate
             "Service",  # coordinator
@@ -181,7 +184,93 @@ def test_default_render_is_not_accepted_as_the_full_profile(helm: Path) -> None:
     # The check script really looks at what it is given.
     proc = check_manifests(render(helm), "full")
     assert proc.returncode == 1
-    assert "profile: expected persistence=True" in proc.stderr
+    assert "profile: expected cert_manager=True" in proc.stderr
+    proc = check_manifests(render(helm), "ephemeral")
+    assert proc.returncode == 1
+    assert "profile: expected persistence=False" in proc.stderr
+
+
+# --- the coordinator's store ------------------------------------------------------------------
+
+
+@slow
+@builds_helm
+def test_default_store_is_a_claim_that_outlives_the_operator_pod(helm: Path) -> None:
+    docs = documents(render(helm))
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    (data,) = [v for v in pod["volumes"] if v["name"] == "data"]
+    assert data == {"persistentVolumeClaim": {"claimName": "sf-staticfleet-data"}, "name": "data"}
+    (claim,) = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert claim["metadata"]["name"] == "sf-staticfleet-data"
+    # Neither a pod replacement nor `helm uninstall` takes the state with it.
+    assert claim["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # One pod at a time mounts the ReadWriteOnce claim.
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 1
+
+
+@slow
+@builds_helm
+def test_an_empty_dir_only_when_asked_and_with_the_risk_said(helm: Path) -> None:
+    text = render(helm, "--set", "store.persistence.enabled=false")
+    assert check_manifests(text, "ephemeral").returncode == 0
+    docs = documents(text)
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert "LOST whenever" in rendered_notes(helm, "--set", "store.persistence.enabled=false")
+    assert "LOST whenever" not in rendered_notes(helm)
+    values = (CHART / "values.yaml").read_text()
+    assert "RISK: every static member and committed offset is LOST" in values
+
+
+@slow
+@builds_helm
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["replicaCount=2"],
+        ["replicaCount=3", "store.persistence.enabled=false"],
+        ["replicaCount=2", "store.persistence.existingClaim=mine"],
+    ],
+    ids=["rwo-claim", "empty-dir", "existing-rwo-claim"],
+)
+def test_several_replicas_without_a_shared_store_do_not_render(
+    helm: Path, settings: list[str]
+) -> None:
+    extra = [arg for setting in settings for arg in ("--set", setting)]
+    proc = run_helm(helm, "template", "sf", str(CHART), *extra)
+    assert proc.returncode != 0, f"{settings} rendered"
+    assert "replicaCount=" in proc.stderr and "ReadWriteMany" in proc.stderr
+
+
+@slow
+@builds_helm
+def test_check_manifests_refuses_replicas_without_a_shared_store(helm: Path) -> None:
+    # The checker sees it too, whatever rendered the manifests.
+    docs = documents(render(helm, "--set", "store.persistence.enabled=false"))
+    (dep,) = [d for d in docs if d["kind"] == "Deployment"]
+    dep["spec"]["replicas"] = 2
+    proc = check_manifests(yaml.safe_dump_all(docs), "none")
+    assert proc.returncode == 1
+    assert "2 replicas, each with its own /data" in proc.stderr
+
+
+def rendered_notes(helm: Path, *extra: str) -> str:
+    """NOTES.txt as `helm install` prints it (rendered through a copy of the chart, since
+    `helm template` leaves NOTES out and `helm install --dry-run` needs a cluster)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = Path(tmp) / "staticfleet"
+        shutil.copytree(CHART, chart)
+        shutil.copy(CHART / "templates" / "NOTES.txt", chart / "notes-source.txt")
+        probe = 'notes: |\n{{ tpl (.Files.Get "notes-source.txt") . | indent 2 }}\n'
+        (chart / "templates" / "notes-probe.yaml").write_text(probe)
+        proc = run_helm(
+            helm, "template", "sf", str(chart), "--show-only", "templates/notes-probe.yaml", *extra
+        )
+        assert proc.returncode == 0, proc.stderr
+        notes: str = yaml.safe_load(proc.stdout)["notes"]
+        return notes
 
 
 @slow

@@ -1,0 +1,93 @@
+"""Readiness after a restart: not before every group's member token is registered again.
+
+The embedded server starts with no member tokens; each ConsumerGroup's token is registered
+by the group's reconcile pass (tokens.py). A replica that reported ready before those
+passes would let members in only to answer them 403. `TokensGate` is a readiness gate of
+the coordinator server (`add_readiness_gate`): closed until the groups that existed when
+the process started (listed once, `expect_groups`) have each had their token reconciled
+once — registered, or found unusable (a group whose Secret is missing must not hold every
+other group's members back).
+
+Bounded: a listed group that is never reconciled (deleted in between, say) would keep the
+gate closed for ever, so once passes have started (the replica is active) the gate opens
+anyway after `max_wait_s`, with a warning naming the groups still waiting. A standby
+replica runs no passes; its own `StandbyGate` keeps it unready regardless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from staticfleet_operator.kube import KubeApi, KubeError
+
+log = logging.getLogger("staticfleet.operator.readiness")
+
+DEFAULT_MAX_WAIT_SECONDS = 60.0
+LIST_RETRY_SECONDS = 2.0
+
+
+@dataclass(slots=True)
+class TokensGate:
+    """A readiness gate: open once every expected group's token was reconciled once."""
+
+    max_wait_s: float = DEFAULT_MAX_WAIT_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    # None until the groups were listed; then the keys ("ns/name") still to reconcile.
+    pending: set[str] | None = None
+    reconciled_keys: set[str] = field(default_factory=set)
+    # When the first pass ran (the replica is active): the bound starts then.
+    first_pass_at: float | None = None
+    gave_up: bool = False
+
+    def expect(self, keys: Iterable[str]) -> None:
+        self.pending = set(keys) - self.reconciled_keys
+        log.info("ready once the member tokens of %d group(s) are registered", len(self.pending))
+
+    def reconciled(self, key: str) -> None:
+        if self.first_pass_at is None:
+            self.first_pass_at = self.clock()
+        self.reconciled_keys.add(key)
+        if self.pending is not None:
+            self.pending.discard(key)
+
+    def __call__(self) -> bool:
+        if self.pending is None:
+            return False
+        if not self.pending:
+            return True
+        if self.first_pass_at is not None and self.clock() - self.first_pass_at >= self.max_wait_s:
+            if not self.gave_up:
+                self.gave_up = True
+                log.warning(
+                    "ready without the member tokens of %s: not reconciled within %.0f s",
+                    ", ".join(sorted(self.pending)),
+                    self.max_wait_s,
+                )
+            return True
+        return False
+
+
+async def expect_groups(
+    kube: Callable[[], KubeApi],
+    gate: TokensGate,
+    namespaces: Sequence[str],
+    *,
+    retry_s: float = LIST_RETRY_SECONDS,
+) -> None:
+    """List the ConsumerGroups once (retrying until the API answers) and hand them to the
+    gate; until then the gate stays closed."""
+    while True:
+        try:
+            keys = await kube().list_group_keys(namespaces)
+        except (KubeError, aiohttp.ClientError, TimeoutError) as error:
+            log.warning("cannot list ConsumerGroups (readiness waits): %s", error)
+            await asyncio.sleep(retry_s)
+            continue
+        gate.expect(f"{namespace}/{name}" for namespace, name in keys)
+        return

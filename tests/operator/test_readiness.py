@@ -1,0 +1,145 @@
+"""Readiness after an operator restart waits for the groups' member tokens (readiness.py).
+
+The unit tests drive `TokensGate` with a fake clock; the kmock test runs the real operator
+process (`run_operator`) against kmock with groups that exist before it starts, as after a
+restart, and checks that the first 200 on /readyz comes only once a member's token works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+
+import aiohttp
+import kmock
+import kopf
+
+from coordinator.server import AuthConfig
+from staticfleet_operator.app import OperatorOptions, run_operator
+from staticfleet_operator.readiness import TokensGate
+from tests.operator.kube_harness import (
+    NAMESPACE,
+    consumer_group,
+    declare_resources,
+    free_port,
+    managed_spec,
+)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_gate_is_closed_until_the_groups_are_listed() -> None:
+    gate = TokensGate()
+    assert not gate()
+    gate.expect([])
+    assert gate()
+
+
+def test_gate_opens_once_every_listed_group_was_reconciled() -> None:
+    gate = TokensGate()
+    gate.reconciled("ns/early")  # a pass may run before the listing answers
+    gate.expect(["ns/early", "ns/a", "ns/b"])
+    assert not gate()
+    gate.reconciled("ns/a")
+    assert not gate()
+    gate.reconciled("ns/b")
+    assert gate()
+    gate.reconciled("ns/created-later")
+    assert gate()
+
+
+def test_gate_gives_up_on_a_group_never_reconciled_after_the_bound() -> None:
+    clock = FakeClock()
+    gate = TokensGate(max_wait_s=60, clock=clock)
+    gate.expect(["ns/a", "ns/deleted-in-between"])
+    clock.now += 3600  # no pass yet (a standby replica): the bound has not started
+    assert not gate()
+    gate.reconciled("ns/a")
+    clock.now += 59
+    assert not gate()
+    clock.now += 1
+    assert gate() and gate.gave_up
+
+
+async def test_after_a_restart_ready_only_once_member_tokens_are_registered() -> None:
+    token = "members-token-of-orders-0123456789"
+    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+        declare_resources(emulator)
+        url = str(server.url).rstrip("/")
+        groups = f"/apis/staticfleet.dev/v1alpha1/namespaces/{NAMESPACE}/consumergroups"
+        secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+        async with aiohttp.ClientSession() as session:
+            # What a restarted operator finds: groups and their token Secrets.
+            for created in (
+                consumer_group("orders", managed_spec("orders", replicas=0)),
+                # A group whose user Secret is missing must not hold readiness back.
+                consumer_group(
+                    "broken",
+                    managed_spec(
+                        "broken", replicas=0, tokenSecretRef={"name": "nope", "key": "token"}
+                    ),
+                ),
+            ):
+                async with session.post(url + groups, json=created) as r:
+                    assert r.status < 300
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "orders-member-token", "namespace": NAMESPACE},
+                "data": {"token": base64.b64encode(token.encode()).decode()},
+            }
+            async with session.post(url + secrets, json=secret) as r:
+                assert r.status < 300
+
+        port = free_port()
+        options = OperatorOptions(
+            namespaces=(NAMESPACE,),
+            store="memory://",
+            coordinator_host="127.0.0.1",
+            coordinator_port=port,
+            interval=0.2,
+        )
+        settings = kopf.OperatorSettings()
+        settings.scanning.disabled = True
+        settings.posting.enabled = False
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_operator(
+                options,
+                AuthConfig(admin_tokens=frozenset({"admin-token-123456"})),
+                stop_flag=stop,
+                credentials=kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE),
+                settings=settings,
+            )
+        )
+        base = f"http://127.0.0.1:{port}"
+        beat = {"group_id": "orders", "generation_id": 1, "member_id": "nobody"}
+        answers: list[int] = []
+        try:
+            async with aiohttp.ClientSession() as session:
+                for _ in range(2000):
+                    with contextlib.suppress(aiohttp.ClientConnectionError):
+                        async with session.get(f"{base}/readyz") as r:
+                            answers.append(r.status)
+                            if r.status == 200:
+                                break
+                    await asyncio.sleep(0.005)
+                assert answers and answers[-1] == 200, answers[-5:]
+                # The moment it is ready, a member with the group's token is let in.
+                async with session.post(
+                    f"{base}/v1/groups/orders/heartbeat",
+                    json=beat,
+                    headers={"Authorization": f"Bearer {token}"},
+                ) as r:
+                    assert r.status == 200, await r.text()
+            assert 503 in answers  # it was unready before (the gate was really consulted)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
