@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from staticfleet.kafka.broker import PORT_RANGE, KafkaBroker
+from staticfleet.kafka.broker import PORT_RANGE, KafkaBroker, format_arguments
 
 pytestmark = pytest.mark.kafka
 
@@ -50,3 +51,9 @@ def test_records_produced_are_consumed_from_their_partitions(
     finally:
         consumer.close()
     assert received == sent
+
+
+def test_a_cluster_id_that_begins_with_a_dash_is_one_argument(tmp_path: Path) -> None:
+    arguments = format_arguments("-CgGHoizROihcOYViBz3jg", tmp_path / "server.properties")
+    assert "--cluster-id=-CgGHoizROihcOYViBz3jg" in arguments
+    assert "--standalone" in arguments
