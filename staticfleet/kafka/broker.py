@@ -262,8 +262,9 @@ class KafkaBroker:
             HEAP,
             "-Xms64m",
             # One broker, two cores shared with the tests: the serial collector is enough
-            # and keeps the resident set small.
+            # and keeps the resident set small; C1 alone halves the time to ready.
             "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             "-cp",

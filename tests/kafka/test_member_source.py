@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from staticfleet.commands.member_cmd import EXIT_OK, read_events
 from staticfleet.demo.ownership import (
@@ -29,6 +27,8 @@ from staticfleet.demo.ownership import (
     ownership_overlaps,
 )
 from staticfleet.kafka.broker import KafkaBroker
+
+from .helpers import end_offsets, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -73,27 +73,6 @@ def coordinator_url(tmp_path: Path) -> Iterator[str]:
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)
-
-
-def produce(bootstrap: str, topic: str, per_partition: int, start: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for partition in range(PARTITIONS):
-        for n in range(start, start + per_partition):
-            producer.produce(topic, value=f"{partition}:{n}".encode(), partition=partition)
-    assert producer.flush(30) == 0
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[tuple[str, int], int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watermarks"})
-    try:
-        return {
-            (topic, partition): consumer.get_watermark_offsets(
-                KafkaTopicPartition(topic, partition), timeout=10
-            )[1]
-            for partition in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
 
 
 class Members:
@@ -151,13 +130,6 @@ class Members:
                 process.wait()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.1)
-
-
 def test_members_consume_a_real_topic_and_a_static_restart_causes_no_rebalance(
     kafka_broker: KafkaBroker,
     kafka_topic: Callable[[int], str],
@@ -166,7 +138,7 @@ def test_members_consume_a_real_topic_and_a_static_restart_causes_no_rebalance(
 ) -> None:
     topic = kafka_topic(PARTITIONS)
     every = {(topic, partition) for partition in range(PARTITIONS)}
-    produce(kafka_broker.bootstrap, topic, per_partition=300, start=0)
+    produce(kafka_broker.bootstrap, topic, PARTITIONS, per_partition=300)
     members = Members(coordinator_url, f"kafka://{kafka_broker.bootstrap}", topic, tmp_path)
     try:
         members.start("a", "reader-0")
@@ -179,7 +151,7 @@ def test_members_consume_a_real_topic_and_a_static_restart_causes_no_rebalance(
             )
 
         wait_for(split_evenly)
-        ends = end_offsets(kafka_broker.bootstrap, topic)
+        ends = end_offsets(kafka_broker.bootstrap, topic, PARTITIONS)
         wait_for(lambda: members.committed() == ends)
 
         # A static restart of one member: same instance id, a new process, no rebalance.
@@ -190,10 +162,10 @@ def test_members_consume_a_real_topic_and_a_static_restart_causes_no_rebalance(
             if row["event"] == "assigned"
         }
         assert members.stop("a") == EXIT_OK, (tmp_path / "a.err").read_text()
-        produce(kafka_broker.bootstrap, topic, per_partition=200, start=300)
+        produce(kafka_broker.bootstrap, topic, PARTITIONS, per_partition=200, start=300)
         members.start("a-restarted", "reader-0")
         wait_for(split_evenly)
-        ends = end_offsets(kafka_broker.bootstrap, topic)
+        ends = end_offsets(kafka_broker.bootstrap, topic, PARTITIONS)
         wait_for(lambda: members.committed() == ends)
         assert ends == {tp: 500 for tp in every}
 
