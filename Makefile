@@ -4,9 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The extras `make install` installs (pyproject.toml); EXTRAS= installs the base package only.
-EXTRAS ?= dev,demo,operator,spark
+EXTRAS ?= dev,demo,operator,spark,kafka
 
-.PHONY: help install demo test test-fast lint bench clean
+.PHONY: help install demo test test-fast lint bench clean kafka kafka-up java-peer
 
 help: ## list the targets, one line each
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-zA-Z0-9_-]+):.*## (.*)$$/\1\t\2/' | expand -t 14
@@ -25,11 +25,11 @@ $(STAMP): pyproject.toml
 demo: install ## the local fleet demo: coordinator + 6 members, five scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
 
-test: install java-assignors ## the whole test suite
+test: install java-assignors kafka java-peer ## the whole test suite (builds the Kafka broker's jars and the Java peers once)
 	$(PY) -m pytest -q
 
-test-fast: install java-assignors ## the tests without the slow process-level and crash tests
-	$(PY) -m pytest -q -m "not slow and not crash"
+test-fast: install java-assignors ## the tests without the slow process-level, crash and Kafka broker tests
+	$(PY) -m pytest -q -m "not slow and not crash and not kafka"
 
 lint: install chart-lint ## ruff, ruff format --check, mypy --strict, and chart-lint
 	$(VENV)/bin/ruff check .
@@ -42,8 +42,21 @@ crds: install ## regenerate crds/ (and the chart's copy) from the pydantic model
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install java-assignors ## benchmarks -> bench/results/*.json (docs/performance.md)
+bench: install java-assignors kafka ## benchmarks -> bench/results/*.json (docs/performance.md)
 	$(PY) -m bench.run
+
+# --- Apache Kafka (kafka/pom.xml) -----------------------------------------------------------
+# The broker's jars resolved by Maven into build/kafka/libs once; the tests marked `kafka` and
+# `make kafka-up` run a single KRaft node on loopback (staticfleet/kafka/broker.py).
+kafka: ## resolve the Kafka 4.4.0 broker's jars (Maven) into build/kafka/libs, once
+	@scripts/install-kafka.sh
+
+kafka-up: install kafka ## a Kafka broker on loopback for manual use (Ctrl-C stops it)
+	$(PY) -m staticfleet.kafka.broker up
+
+# The Java peer (java/consumer-peer): a KafkaConsumer from kafka-clients, the reference client.
+java-peer: ## build the Java KafkaConsumer peer (Maven) into build/
+	@scripts/build-java-peer.sh
 
 clean: ## remove .venv, build/ and the caches
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -28,12 +28,14 @@ BENCHMARKS: tuple[str, ...] = (
     "http",
     "spark",
     "slow_clients",
+    "kafka",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
     "coordinator": "coordinator_bench",
     "http": "http_bench",
     "spark": "spark_bench",
+    "kafka": "kafka_bench",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

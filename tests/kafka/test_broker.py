@@ -1,0 +1,88 @@
+"""The project's own broker: installed by kafka/pom.xml, started on loopback, real records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from staticfleet.kafka.broker import PORT_RANGE, KafkaBroker, format_arguments
+
+from .helpers import end_offsets, produce
+
+pytestmark = pytest.mark.kafka
+
+
+def test_broker_listens_below_the_ephemeral_range(kafka_broker: KafkaBroker) -> None:
+    low, high = PORT_RANGE
+    assert low <= kafka_broker.port < high
+    assert low <= kafka_broker.controller_port < high
+    assert kafka_broker.bootstrap == f"127.0.0.1:{kafka_broker.port}"
+
+
+def test_records_produced_are_consumed_from_their_partitions(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
+) -> None:
+    topic = kafka_topic(3)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    sent = {(partition, f"{partition}-{n}".encode()) for partition in range(3) for n in range(5)}
+    for partition, value in sorted(sent):
+        producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_broker.bootstrap,
+            "group.id": f"{topic}-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, partition, 0) for partition in range(3)])
+    received: set[tuple[int, bytes]] = set()
+    try:
+        for _ in range(100):
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got_partition, payload = message.partition(), message.value()
+                assert got_partition is not None and payload is not None
+                received.add((got_partition, payload))
+            if received == sent:
+                break
+    finally:
+        consumer.close()
+    assert received == sent
+
+
+def test_a_cluster_id_that_begins_with_a_dash_is_one_argument(tmp_path: Path) -> None:
+    arguments = format_arguments("-CgGHoizROihcOYViBz3jg", tmp_path / "server.properties")
+    assert "--cluster-id=-CgGHoizROihcOYViBz3jg" in arguments
+    assert "--standalone" in arguments
+
+
+def test_a_killed_broker_restarts_on_its_log_directory_with_its_records(tmp_path: Path) -> None:
+    broker = KafkaBroker(tmp_path / "broker")
+    broker.start()
+    try:
+        broker.wait_ready(120)
+        broker.create_topic("survivors", 2)
+        produce(broker.bootstrap, "survivors", 2, per_partition=10)
+        broker.kill()
+        assert not broker.running()
+        broker.start()  # the same ports, log directory and cluster id
+        broker.wait_ready(120)
+        assert end_offsets(broker.bootstrap, "survivors", 2) == {
+            ("survivors", 0): 10,
+            ("survivors", 1): 10,
+        }
+    finally:
+        broker.stop()
+    assert not broker.running()
+
+
+def test_a_log_directory_keeps_its_ports_across_broker_objects(tmp_path: Path) -> None:
+    first = KafkaBroker(tmp_path)
+    first._write_config()
+    again = KafkaBroker(tmp_path)
+    assert (again.port, again.controller_port) == (first.port, first.controller_port)
