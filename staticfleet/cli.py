@@ -33,6 +33,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "yaml": "operator",
     "pyspark": "spark",
     "matplotlib": "demo",
+    "confluent_kafka": "kafka",
 }
 
 

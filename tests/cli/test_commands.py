@@ -102,7 +102,8 @@ def test_every_module_named_for_an_extra_is_installed_by_that_extra() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
-    distribution = {"yaml": "pyyaml"}  # import name -> distribution name, where they differ
+    # import name -> distribution name, where they differ
+    distribution = {"yaml": "pyyaml", "confluent_kafka": "confluent-kafka"}
     for module, extra in EXTRA_OF_MODULE.items():
         names = [re.split(r"[<>=\[ ]", req)[0].lower() for req in extras[extra]]
         assert distribution.get(module, module) in names, (module, extra)
