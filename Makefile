@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint bench clean kafka kafka-up
 
 install: $(STAMP)
 
@@ -12,13 +12,13 @@ $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,demo,operator,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,demo,operator,spark,kafka]'
 	touch $(STAMP)
 
 demo: install
 	$(VENV)/bin/staticfleet demo
 
-test: install
+test: install kafka
 	$(PY) -m pytest -q
 
 test-fast: install
@@ -35,8 +35,17 @@ crds: install
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install
+bench: install kafka
 	$(PY) -m bench.run
+
+# --- Apache Kafka (kafka/pom.xml) -----------------------------------------------------------
+# The broker's jars resolved by Maven into build/kafka/libs once; the tests marked `kafka` and
+# `make kafka-up` run a single KRaft node on loopback (staticfleet/kafka/broker.py).
+kafka:
+	@scripts/install-kafka.sh
+
+kafka-up: install kafka
+	$(PY) -m staticfleet.kafka.broker up
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
