@@ -363,6 +363,23 @@ class KafkaTransport:
             ],
         )
 
+    async def wait_for_coordinator(self, group_id: str, timeout_s: float = 30.0) -> None:
+        """Until the group's coordinator is known and loaded (a fresh cluster creates its
+        offsets topic on the first FindCoordinator, answering COORDINATOR_NOT_AVAILABLE
+        meanwhile); for callers that send raw requests rather than retrying as a member."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            try:
+                described = await self.describe_group(group_id)
+                if described.error_code is ErrorCode.NONE:
+                    return
+                problem = described.error_code.name
+            except TransportError as error:
+                problem = str(error)
+            if asyncio.get_running_loop().time() > deadline:
+                raise TransportError(f"no coordinator for group {group_id!r}: {problem}")
+            await asyncio.sleep(0.1)
+
     async def close(self) -> None:
         for connection in self._connections.values():
             connection.close()

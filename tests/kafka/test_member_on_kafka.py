@@ -1,0 +1,246 @@
+"""Our `GroupMember` with its group on a real Kafka broker (KafkaTransport).
+
+The member logic is the one the embedded coordinator tests exercise; here the broker's
+group coordinator answers, and what it says is read back from it (DescribeGroups, and
+commits it validates against the generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from coordinator.client import GroupMember
+from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.errors import CoordinatorError, ErrorCode
+from coordinator.messages import (
+    HeartbeatRequest,
+    JoinGroupProtocol,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    MemberIdentity,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    SyncGroupRequest,
+)
+from coordinator.protocol import Subscription, TopicPartition, encode_subscription
+from staticfleet.kafka.broker import KafkaBroker
+from tests.client.helpers import Ledger, member_config, settled, wait_until
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 6
+_groups = itertools.count()
+
+
+class Fleet:
+    """Members of one group on the broker, each with a transport of its own."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.bootstrap = bootstrap
+        self.group = group
+        self.topic = topic
+        self.ledger = Ledger()
+        self.members: dict[str, GroupMember] = {}
+        self.admin = KafkaTransport(bootstrap)
+
+    async def start(self, instance_id: str, **settings: object) -> GroupMember:
+        config = member_config(
+            instance_id,
+            group_id=self.group,
+            topics=(self.topic,),
+            session_timeout_ms=6_000,
+            rebalance_timeout_ms=10_000,
+            **settings,
+        )
+        member = GroupMember(
+            KafkaTransport(self.bootstrap, client_id=instance_id),
+            config,
+            self.ledger.listener(instance_id),
+        )
+        await member.start()
+        self.members[instance_id] = member
+        return member
+
+    async def stop(self, instance_id: str) -> None:
+        member = self.members.pop(instance_id)
+        await member.close()
+        await member._transport.close()
+
+    def partitions(self) -> frozenset[TopicPartition]:
+        return frozenset(TopicPartition(self.topic, p) for p in range(PARTITIONS))
+
+    async def settle(self, within: float = 30.0) -> None:
+        await wait_until(lambda: settled(self.members.values(), self.partitions()), within)
+
+    async def close(self) -> None:
+        for instance_id in list(self.members):
+            await self.stop(instance_id)
+        await self.admin.close()
+
+
+@pytest.fixture
+async def fleet(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
+) -> AsyncIterator[Fleet]:
+    fleet = Fleet(
+        f"kafka://{kafka_broker.bootstrap}", f"kafka-fleet-{next(_groups)}", kafka_topic(PARTITIONS)
+    )
+    try:
+        yield fleet
+    finally:
+        await fleet.close()
+
+
+async def test_static_rolling_restart_on_kafka_keeps_generation_and_partitions(
+    fleet: Fleet,
+) -> None:
+    ids = ["m0", "m1", "m2"]
+    for instance_id in ids:
+        await fleet.start(instance_id, eager_assignor="static-sticky")
+    await fleet.settle()
+    generation = fleet.members["m0"].generation_id
+    before = {i: fleet.members[i].assignment for i in ids}
+
+    for instance_id in ids:
+        await fleet.stop(instance_id)
+        member = await fleet.start(instance_id, eager_assignor="static-sticky")
+        assert await member.wait_for_assignment(20) == before[instance_id]
+        # The broker answered the static rejoin with the group's generation: no rebalance.
+        assert member.generation_id == generation
+    await fleet.settle()
+
+    described = await fleet.admin.describe_group(fleet.group)
+    assert described.group_state == "Stable"
+    assert sorted(m.group_instance_id or "" for m in described.members) == ids
+    # The broker still accepts the first generation: no rebalance happened on it.
+    for instance_id, member in fleet.members.items():
+        assert member.generation_id == generation
+        await member.commit({tp: 1 for tp in member.assignment})
+        assert before[instance_id] == member.assignment
+    assert not fleet.ledger.violations
+
+
+async def test_fenced_zombie_commit_is_refused_by_the_broker(fleet: Fleet) -> None:
+    zombie = await fleet.start("m0", heartbeat_interval_ms=3_000)
+    await zombie.wait_for_assignment(20)
+    zombie_id, zombie_generation = zombie.member_id, zombie.generation_id
+    # A second process takes over the instance id (a pod restarted while the old one hangs).
+    del fleet.members["m0"]
+    successor = await fleet.start("m0")
+    await successor.wait_for_assignment(20)
+    assert successor.member_id != zombie_id
+
+    answer = await fleet.admin.commit_offsets(
+        OffsetCommitRequest(
+            fleet.group,
+            zombie_generation,
+            zombie_id,
+            "m0",
+            [OffsetCommitPartition(fleet.topic, 0, 42)],
+        )
+    )
+    assert answer.error_code is ErrorCode.FENCED_INSTANCE_ID
+    with pytest.raises(CoordinatorError) as refused:
+        await zombie.commit({TopicPartition(fleet.topic, 0): 42})
+    assert refused.value.code is ErrorCode.FENCED_INSTANCE_ID
+    await wait_until(lambda: zombie.state == "fatal")
+    await zombie.close()
+    await zombie._transport.close()
+    assert await successor.fetch_committed([TopicPartition(fleet.topic, 0)]) == {}
+
+
+async def test_two_bounce_upgrade_to_cooperative_on_kafka_never_double_owns(fleet: Fleet) -> None:
+    ids = ["m0", "m1", "m2"]
+    setting = {"eager_assignor": "range", "cooperative_assignor": "static-sticky"}
+    for instance_id in ids:
+        await fleet.start(instance_id, rebalance_protocol="eager", **setting)
+    await fleet.settle()
+    assert fleet.members["m0"].protocol_name == "range"
+
+    for phase in ("compatible", "cooperative"):
+        for instance_id in ids:
+            await fleet.stop(instance_id)
+            await fleet.start(instance_id, rebalance_protocol=phase, **setting)
+            await fleet.settle()
+            assert not fleet.ledger.violations, fleet.ledger.violations
+        if phase == "compatible":
+            # Every member now offers static-sticky first: the broker's vote selects it.
+            await wait_until(
+                lambda: all(m.protocol_name == "static-sticky" for m in fleet.members.values()),
+                within=30,
+            )
+            await fleet.settle()
+
+    assert all(m.cooperative for m in fleet.members.values())
+    described = await fleet.admin.describe_group(fleet.group)
+    assert (described.group_state, described.protocol_data) == ("Stable", "static-sticky")
+    owners = [tp for m in fleet.members.values() for tp in m.assignment]
+    assert sorted(owners) == sorted(fleet.partitions())
+    assert not fleet.ledger.violations
+
+
+async def test_a_heartbeat_answers_while_the_same_transports_join_is_parked(
+    fleet: Fleet,
+) -> None:
+    """JoinGroup long-polls on a connection of its own, as in Kafka's Java client."""
+    a, b = KafkaTransport(fleet.bootstrap), KafkaTransport(fleet.bootstrap)
+    ids: dict[str, str] = {}
+    try:
+        await fleet.admin.wait_for_coordinator(fleet.group)
+        joins = [raw_join(t, fleet, instance_id) for t, instance_id in ((a, "a"), (b, "b"))]
+        for answer in await asyncio.gather(*joins):
+            ids[answer.member_id] = answer.leader
+        (a_id,) = [m for m in ids if (await describe_instance(fleet, m)) == "a"]
+        (b_id,) = [m for m in ids if m != a_id]
+        generation = (await raw_join(a, fleet, "a", a_id)).generation_id  # no change: no rebalance
+        for transport, member_id in ((a, a_id), (b, b_id)):
+            await transport.sync_group(
+                SyncGroupRequest(fleet.group, generation, member_id, None, "consumer", "range")
+            )
+
+        # a rejoins with new metadata and waits for b, which never rejoins.
+        parked = asyncio.ensure_future(raw_join(a, fleet, "a", a_id, user_data=b"v2"))
+        await asyncio.sleep(0.5)
+        assert not parked.done()
+        started = asyncio.get_running_loop().time()
+        answer = await a.heartbeat(HeartbeatRequest(fleet.group, generation, a_id, "a"))
+        assert answer.error_code is ErrorCode.REBALANCE_IN_PROGRESS
+        assert asyncio.get_running_loop().time() - started < 1.0
+        assert not parked.done()
+        await b.leave_group(LeaveGroupRequest(fleet.group, [MemberIdentity(b_id, "b")]))
+        assert (await parked).error_code is ErrorCode.NONE
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def raw_join(
+    transport: KafkaTransport,
+    fleet: Fleet,
+    instance_id: str,
+    member_id: str = "",
+    user_data: bytes | None = None,
+) -> JoinGroupResponse:
+    # New metadata from a known member makes the broker rebalance (and park the join).
+    metadata = encode_subscription(Subscription(topics=(fleet.topic,), user_data=user_data))
+    return await transport.join_group(
+        JoinGroupRequest(
+            group_id=fleet.group,
+            session_timeout_ms=6_000,
+            rebalance_timeout_ms=5_000,
+            member_id=member_id,
+            group_instance_id=instance_id,
+            protocol_type="consumer",
+            protocols=[JoinGroupProtocol("range", metadata)],
+        )
+    )
+
+
+async def describe_instance(fleet: Fleet, member_id: str) -> str | None:
+    described = await fleet.admin.describe_group(fleet.group)
+    return next(m.group_instance_id for m in described.members if m.member_id == member_id)
