@@ -193,8 +193,8 @@ async def test_a_heartbeat_answers_while_the_same_transports_join_is_parked(
     try:
         await fleet.admin.wait_for_coordinator(fleet.group)
         joins = [raw_join(t, fleet, instance_id) for t, instance_id in ((a, "a"), (b, "b"))]
-        for answer in await asyncio.gather(*joins):
-            ids[answer.member_id] = answer.leader
+        for joined in await asyncio.gather(*joins):
+            ids[joined.member_id] = joined.leader
         (a_id,) = [m for m in ids if (await describe_instance(fleet, m)) == "a"]
         (b_id,) = [m for m in ids if m != a_id]
         generation = (await raw_join(a, fleet, "a", a_id)).generation_id  # no change: no rebalance
@@ -208,8 +208,8 @@ async def test_a_heartbeat_answers_while_the_same_transports_join_is_parked(
         await asyncio.sleep(0.5)
         assert not parked.done()
         started = asyncio.get_running_loop().time()
-        answer = await a.heartbeat(HeartbeatRequest(fleet.group, generation, a_id, "a"))
-        assert answer.error_code is ErrorCode.REBALANCE_IN_PROGRESS
+        beat = await a.heartbeat(HeartbeatRequest(fleet.group, generation, a_id, "a"))
+        assert beat.error_code is ErrorCode.REBALANCE_IN_PROGRESS
         assert asyncio.get_running_loop().time() - started < 1.0
         assert not parked.done()
         await b.leave_group(LeaveGroupRequest(fleet.group, [MemberIdentity(b_id, "b")]))
