@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint bench clean kafka kafka-up
+.PHONY: install demo test test-fast lint bench clean kafka kafka-up java-peer
 
 install: $(STAMP)
 
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 demo: install
 	$(VENV)/bin/staticfleet demo
 
-test: install kafka
+test: install kafka java-peer
 	$(PY) -m pytest -q
 
 test-fast: install
@@ -46,6 +46,10 @@ kafka:
 
 kafka-up: install kafka
 	$(PY) -m staticfleet.kafka.broker up
+
+# The Java peer (java/consumer-peer): a KafkaConsumer from kafka-clients, the reference client.
+java-peer:
+	@scripts/build-java-peer.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

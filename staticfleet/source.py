@@ -1,4 +1,7 @@
-"""A synthetic partitioned source: an always-growing log per (topic, partition), no broker.
+"""What a member reads: the `PartitionReader` interface, and a synthetic source behind it.
+
+The synthetic source is an always-growing log per (topic, partition), no broker (the Kafka
+one is `staticfleet.kafka.source`).
 
 Every record is a pure function of (topic, partition, offset), and a partition's end offset
 is a pure function of wall-clock time, so independent member processes agree on what each
@@ -12,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from coordinator.protocol import TopicPartition
 
@@ -30,6 +34,28 @@ class Record:
     timestamp_ms: int
     key: bytes
     value: bytes
+
+
+class PartitionReader(Protocol):
+    """Reads exactly the partitions it is told to, from the offsets it is told to.
+
+    Assignment is manual: the member's group decides who reads what, the reader never joins
+    a group of its own. Nothing here blocks the event loop for long.
+    """
+
+    def assign(self, start_offsets: Mapping[TopicPartition, int | None]) -> None:
+        """Start reading these partitions at these offsets (None: the oldest retained)."""
+        ...
+
+    def unassign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop reading these partitions; records of theirs not yet returned are dropped."""
+        ...
+
+    def poll(self, max_records: int) -> list[Record]:
+        """Records that have arrived on the assigned partitions, without waiting."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class SyntheticSource:
@@ -79,6 +105,38 @@ class SyntheticSource:
         first = max(offset, self.start_offset(tp))
         last = min(self.end_offset(tp), first + max_records)
         return [self.record(tp, position) for position in range(first, last)]
+
+
+class SyntheticReader:
+    """`PartitionReader` over a `SyntheticSource`: a read position per assigned partition."""
+
+    def __init__(self, source: SyntheticSource) -> None:
+        self.source = source
+        self._positions: dict[TopicPartition, int] = {}
+
+    def assign(self, start_offsets: Mapping[TopicPartition, int | None]) -> None:
+        for tp, offset in start_offsets.items():
+            # A committed offset older than retention resumes at the log start (earliest).
+            self._positions[tp] = max(offset or 0, self.source.start_offset(tp))
+
+    def unassign(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._positions.pop(tp, None)
+
+    def poll(self, max_records: int) -> list[Record]:
+        records: list[Record] = []
+        for tp, position in list(self._positions.items()):
+            if len(records) >= max_records:
+                break
+            batch = self.source.read(tp, position, max_records - len(records))
+            # Re-inserted at the end: the next poll starts with the partitions read least.
+            del self._positions[tp]
+            self._positions[tp] = batch[-1].offset + 1 if batch else position
+            records.extend(batch)
+        return records
+
+    def close(self) -> None:
+        self._positions.clear()
 
 
 def _digest(topic: str, partition: int, offset: int) -> bytes:

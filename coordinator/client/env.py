@@ -21,6 +21,9 @@ REBALANCE_TIMEOUT_MS: Final = "STATICFLEET_REBALANCE_TIMEOUT_MS"
 HEARTBEAT_INTERVAL_MS: Final = "STATICFLEET_HEARTBEAT_INTERVAL_MS"
 TOKEN: Final = "STATICFLEET_TOKEN"
 EVENT_LOG: Final = "STATICFLEET_EVENT_LOG"  # JSON-lines path; unset or "-": stdout
+# What the member reads: unset or "synthetic", or kafka://host:port. Not in ALL: the operator
+# does not inject it, a pod template may set it.
+SOURCE: Final = "STATICFLEET_SOURCE"
 
 ALL: Final = (
     COORDINATOR_URL,

@@ -1,7 +1,8 @@
 """`staticfleet member run`: one fleet member process over HTTP.
 
-It joins the group, consumes its assigned partitions of the synthetic source, resumes from
-committed offsets on assignment, commits periodically and before giving partitions away,
+It joins the group, consumes its assigned partitions (of the synthetic source, or of real
+Kafka topics with `--source kafka://host:port`), resumes from committed offsets on
+assignment, commits through the group periodically and before giving partitions away,
 and writes one JSON line per ownership event (the evidence the tests and the demo use to
 prove no partition was owned by two members at once). Settings come from flags or from the
 environment the operator injects (`coordinator.client.env`); a flag wins.
@@ -20,7 +21,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,8 +34,22 @@ from coordinator.client.member import GroupMember
 from coordinator.client.strategy import ConfigurationError
 from coordinator.client.transport import Transport, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
+from coordinator.messages import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from coordinator.protocol import TopicPartition
-from staticfleet.source import SyntheticSource, wall_clock_ms
+from staticfleet.source import PartitionReader, SyntheticReader, SyntheticSource, wall_clock_ms
 
 logger = logging.getLogger("staticfleet.member")
 
@@ -62,9 +77,10 @@ def register(subparsers: Any) -> None:
     commands = member.add_subparsers(dest="member_command", required=True)
     run = commands.add_parser(
         "run",
-        help="join a group and consume its synthetic partitions until SIGTERM",
+        help="join a group and consume its partitions until SIGTERM",
         description=(
-            "Join a consumer group as one member and consume the synthetic source. Every "
+            "Join a consumer group as one member and consume its partitions of the synthetic "
+            "source or of real Kafka topics (--source kafka://host:port). Every "
             "setting can come from a flag or from its STATICFLEET_* environment variable "
             "(see docs/client.md); a flag wins."
         ),
@@ -113,6 +129,13 @@ def register(subparsers: Any) -> None:
     run.add_argument("--client-id", default=None, help="client id reported to the coordinator")
     run.add_argument("--commit-interval-ms", type=int, default=1000)
     run.add_argument("--poll-interval-ms", type=int, default=100)
+    run.add_argument(
+        "--source",
+        help=f"synthetic, or kafka://host:port to read real topics [{env.SOURCE}] (synthetic)",
+    )
+    run.add_argument(
+        "--max-poll-records", type=int, default=2000, help="records read per poll at most"
+    )
     run.add_argument("--records-per-second", type=float, default=10.0, help="per partition")
     run.add_argument("--retention-records", type=int, default=10_000, help="per partition")
     run.add_argument(
@@ -150,6 +173,8 @@ class Settings:
         commit_interval_ms: int,
         poll_interval_ms: int,
         source: SyntheticSource,
+        kafka_bootstrap: str | None = None,
+        max_poll_records: int = 2000,
     ) -> None:
         self.url = url
         self.token = token
@@ -159,6 +184,9 @@ class Settings:
         self.commit_interval_ms = commit_interval_ms
         self.poll_interval_ms = poll_interval_ms
         self.source = source
+        # Set: read real topics from this cluster instead of the synthetic source.
+        self.kafka_bootstrap = kafka_bootstrap
+        self.max_poll_records = max_poll_records
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -213,8 +241,16 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         client_id=args.client_id or f"staticfleet-member-{instance_id or os.getpid()}",
         leave_group_on_close=args.leave_on_close,
     )
-    if args.commit_interval_ms <= 0 or args.poll_interval_ms <= 0:
-        raise ValueError("--commit-interval-ms and --poll-interval-ms must be positive")
+    if args.commit_interval_ms <= 0 or args.poll_interval_ms <= 0 or args.max_poll_records <= 0:
+        raise ValueError(
+            "--commit-interval-ms, --poll-interval-ms and --max-poll-records must be positive"
+        )
+    source_url = pick(args.source, env.SOURCE) or "synthetic"
+    kafka_bootstrap = None
+    if source_url != "synthetic":
+        from staticfleet.kafka.source import bootstrap_of
+
+        kafka_bootstrap = bootstrap_of(source_url)
     return Settings(
         url=url,
         token=pick(args.token, env.TOKEN),
@@ -228,6 +264,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
             retention_records=args.retention_records,
             epoch_ms=args.source_epoch_ms,
         ),
+        kafka_bootstrap=kafka_bootstrap,
+        max_poll_records=args.max_poll_records,
     )
 
 
@@ -294,15 +332,18 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
 class SourceConsumer:
     """Consumes the owned partitions and keeps the offsets honest across rebalances.
 
-    It is the member's rebalance listener: positions start from the committed offset when
-    a partition is assigned, and are committed before a partition is revoked.
+    It is the member's rebalance listener: reading starts from the committed offset when
+    a partition is assigned; on revoke the position is committed, then the partition is
+    handed back (unassigned from the reader); a lost partition is dropped uncommitted.
+    `positions` holds the next offset to process of each owned partition read so far.
     """
 
-    def __init__(self, source: SyntheticSource, events: EventLog) -> None:
-        self._source = source
+    def __init__(self, reader: PartitionReader, events: EventLog) -> None:
+        self.reader = reader
         self.events = events
         self.member: GroupMember | None = None
         self.positions: dict[TopicPartition, int] = {}
+        self.owned: set[TopicPartition] = set()
         self.consumed = 0
 
     async def on_partitions_assigned(self, partitions: Partitions) -> None:
@@ -315,29 +356,38 @@ class SourceConsumer:
             logger.warning("could not fetch committed offsets, starting at log start: %s", error)
             committed = {}
         for tp in partitions:
-            self.positions[tp] = max(committed.get(tp, 0), self._source.start_offset(tp))
+            if tp in committed:
+                self.positions[tp] = committed[tp]
+        self.owned.update(partitions)
+        self.reader.assign({tp: committed.get(tp) for tp in partitions})
 
     async def on_partitions_revoked(self, partitions: Partitions) -> None:
         await self.commit(partitions)
-        for tp in partitions:
-            self.positions.pop(tp, None)
+        self._drop(partitions)
         self.events.write(REVOKED, partitions=partition_list(partitions))
 
     def on_partitions_lost(self, partitions: Partitions) -> None:
         # Someone else may own these already: drop them without committing.
-        for tp in partitions:
-            self.positions.pop(tp, None)
+        self._drop(partitions)
         self.events.write(LOST, partitions=partition_list(partitions))
 
-    def consume_available(self, max_records: int = 1000) -> int:
-        """Read what has arrived on every owned partition (no await: no rebalance can
+    def _drop(self, partitions: Partitions) -> None:
+        self.reader.unassign(partitions)
+        self.owned.difference_update(partitions)
+        for tp in partitions:
+            self.positions.pop(tp, None)
+
+    def consume_available(self, max_records: int = 2000) -> int:
+        """Process what has arrived on the owned partitions (no await: no rebalance can
         interleave, so a revoked partition is never advanced after its commit)."""
         total = 0
-        for tp, position in list(self.positions.items()):
-            records = self._source.read(tp, position, max_records)
-            if records:
-                self.positions[tp] = records[-1].offset + 1
-                total += len(records)
+        for record in self.reader.poll(max_records):
+            tp = TopicPartition(record.topic, record.partition)
+            # A record of a partition handed away, or one already processed, is skipped.
+            if tp not in self.owned or record.offset < self.positions.get(tp, 0):
+                continue
+            self.positions[tp] = record.offset + 1
+            total += 1
         self.consumed += total
         return total
 
@@ -380,12 +430,22 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     transport = open_transport(settings.url, settings.token, config.client_id)
-    consumer = SourceConsumer(settings.source, events)
+    reader: PartitionReader
+    if settings.kafka_bootstrap is not None:
+        from staticfleet.kafka.source import KafkaReader
+
+        reader = KafkaReader(settings.kafka_bootstrap, client_id=config.client_id)
+        # The leader assigns what the cluster has, as a Kafka consumer does.
+        transport = ClusterTopicMetadata(transport, settings.kafka_bootstrap, config.topics)
+    else:
+        reader = SyntheticReader(settings.source)
+    consumer = SourceConsumer(reader, events)
     try:
         member = GroupMember(transport, config, consumer)
     except ConfigurationError as error:
         print(f"staticfleet member run: {error}", file=sys.stderr)
         await transport.close()
+        reader.close()
         events.close()
         return EXIT_USAGE
     consumer.member = member
@@ -405,6 +465,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         await member.close(leave=settings.leave_on_close)
         events.write(STOPPED, consumed=consumer.consumed)
         await transport.close()
+        reader.close()
         events.close()
     return code
 
@@ -418,12 +479,14 @@ async def _consume_until_stopped(
     next_commit = asyncio.get_running_loop().time() + settings.commit_interval_ms / 1000
     try:
         while not stop.is_set() and not fatal.done():
-            consumer.consume_available()
+            consumed = consumer.consume_available(settings.max_poll_records)
             if asyncio.get_running_loop().time() >= next_commit:
                 await consumer.commit()
                 next_commit += settings.commit_interval_ms / 1000
+            # A full batch says more is waiting: only yield to the member's tasks then.
+            busy = consumed >= settings.max_poll_records
             await asyncio.wait(
-                {fatal, stopped}, timeout=poll_s, return_when=asyncio.FIRST_COMPLETED
+                {fatal, stopped}, timeout=0 if busy else poll_s, return_when=asyncio.FIRST_COMPLETED
             )
     finally:
         stopped.cancel()
@@ -447,3 +510,42 @@ def _report_fatal(member: GroupMember, consumer: SourceConsumer) -> int:
         return EXIT_FENCED
     print(f"staticfleet member run: fatal: {error}", file=sys.stderr)
     return EXIT_FATAL
+
+
+class ClusterTopicMetadata:
+    """A transport whose topic metadata comes from the Kafka cluster the member reads.
+
+    The group's leader assigns the partitions the cluster has (as a Kafka consumer's leader
+    does from its own metadata), so partition counts need not be repeated by hand.
+    """
+
+    def __init__(self, transport: Transport, bootstrap: str, topics: Sequence[str]) -> None:
+        self._transport = transport
+        self._bootstrap = bootstrap
+        self._topics = tuple(topics)
+
+    async def topic_metadata(self) -> dict[str, int]:
+        from staticfleet.kafka.source import partition_counts
+
+        return await asyncio.to_thread(partition_counts, self._bootstrap, self._topics)
+
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+        return await self._transport.join_group(request)
+
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+        return await self._transport.sync_group(request)
+
+    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+        return await self._transport.heartbeat(request)
+
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+        return await self._transport.leave_group(request)
+
+    async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+        return await self._transport.commit_offsets(request)
+
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+        return await self._transport.fetch_offsets(request)
+
+    async def close(self) -> None:
+        await self._transport.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from coordinator.protocol import TopicPartition
-from staticfleet.source import SyntheticSource
+from staticfleet.source import SyntheticReader, SyntheticSource
 
 TP = TopicPartition("t", 0)
 
@@ -36,3 +36,22 @@ def test_records_are_deterministic_and_the_log_grows_with_time():
     tail = source.read(TP, source.end_offset(TP) - 3)
     assert [r.offset for r in tail] == [source.end_offset(TP) - 3 + i for i in range(3)]
     assert source.read(TP, source.end_offset(TP)) == []
+
+
+def test_the_synthetic_reader_reads_what_is_assigned_from_where_it_is_told():
+    clock = FakeClock(10_000)  # 100 records per partition so far
+    source = SyntheticSource(records_per_second=10, retention_records=50, clock_ms=clock)
+    reader = SyntheticReader(source)
+    other = TopicPartition("t", 1)
+    reader.assign({TP: 90, other: None})  # None: the oldest retained record
+    records = reader.poll(max_records=1000)
+    offsets = {(r.partition, r.offset) for r in records}
+    assert {offset for partition, offset in offsets if partition == 0} == set(range(90, 100))
+    assert min(offset for partition, offset in offsets if partition == 1) == source.start_offset(
+        other
+    )
+    assert reader.poll(max_records=1000) == []
+
+    reader.unassign([TP])
+    clock.now_ms += 1_000
+    assert {r.partition for r in reader.poll(max_records=1000)} == {1}

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from staticfleet.kafka.broker import PORT_RANGE, KafkaBroker
+from staticfleet.kafka.broker import PORT_RANGE, KafkaBroker, format_arguments
+
+from .helpers import end_offsets, produce
 
 pytestmark = pytest.mark.kafka
 
@@ -50,3 +53,29 @@ def test_records_produced_are_consumed_from_their_partitions(
     finally:
         consumer.close()
     assert received == sent
+
+
+def test_a_cluster_id_that_begins_with_a_dash_is_one_argument(tmp_path: Path) -> None:
+    arguments = format_arguments("-CgGHoizROihcOYViBz3jg", tmp_path / "server.properties")
+    assert "--cluster-id=-CgGHoizROihcOYViBz3jg" in arguments
+    assert "--standalone" in arguments
+
+
+def test_a_killed_broker_restarts_on_its_log_directory_with_its_records(tmp_path: Path) -> None:
+    broker = KafkaBroker(tmp_path / "broker")
+    broker.start()
+    try:
+        broker.wait_ready(120)
+        broker.create_topic("survivors", 2)
+        produce(broker.bootstrap, "survivors", 2, per_partition=10)
+        broker.kill()
+        assert not broker.running()
+        broker.start()  # the same ports, log directory and cluster id
+        broker.wait_ready(120)
+        assert end_offsets(broker.bootstrap, "survivors", 2) == {
+            ("survivors", 0): 10,
+            ("survivors", 1): 10,
+        }
+    finally:
+        broker.stop()
+    assert not broker.running()

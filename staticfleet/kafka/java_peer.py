@@ -1,0 +1,111 @@
+"""Launch the Java peer (java/consumer-peer): a real KafkaConsumer in a group on the broker.
+
+It is the reference client: what Kafka's own consumer does in a rebalance (the KIP-429
+two-bounce, static membership) is what ours is compared with, and a group can mix both. Its
+event log has the shape of `staticfleet member run`'s (plus `"client": "java"`), so
+`staticfleet.demo.ownership` reads either.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from staticfleet.kafka.broker import REPO_ROOT
+
+BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-java-peer.sh"
+PEER_DIR = REPO_ROOT / "build" / "java-peer"
+MAIN_CLASS = "io.staticfleet.peer.ConsumerPeer"
+
+
+def ensure_built() -> Path:
+    """Build the peer with Maven when absent or changed (once; prints one progress line)."""
+    subprocess.run([str(BUILD_SCRIPT)], check=True)
+    return PEER_DIR
+
+
+class JavaPeer:
+    """One Java consumer process; `start()` returns at once, `stop()` is SIGTERM (clean)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        topics: Sequence[str],
+        event_log: Path,
+        *,
+        instance_id: str | None = None,
+        strategies: Sequence[str] = ("range",),
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 500,
+        commit_interval_ms: int = 500,
+    ) -> None:
+        self.event_log = Path(event_log)
+        self.stderr_path = self.event_log.with_suffix(".err")
+        self.arguments = [
+            "--bootstrap",
+            bootstrap,
+            "--group-id",
+            group_id,
+            "--topics",
+            ",".join(topics),
+            "--strategies",
+            ",".join(strategies),
+            "--session-timeout-ms",
+            str(session_timeout_ms),
+            "--heartbeat-interval-ms",
+            str(heartbeat_interval_ms),
+            "--commit-interval-ms",
+            str(commit_interval_ms),
+            "--events",
+            str(self.event_log),
+        ]
+        if instance_id:
+            self.arguments += ["--instance-id", instance_id]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        classpath = f"{PEER_DIR / 'consumer-peer.jar'}:{PEER_DIR / 'lib'}/*"
+        # A small client JVM: two cores are shared by the broker, the peers and the tests.
+        return [
+            "java",
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            classpath,
+            MAIN_CLASS,
+            *self.arguments,
+        ]
+
+    def start(self) -> None:
+        ensure_built()
+        self.event_log.parent.mkdir(parents=True, exist_ok=True)
+        with self.stderr_path.open("ab") as stderr:
+            self._process = subprocess.Popen(
+                self.command(), stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL
+            )
+
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM: the consumer commits, closes (a static member stays in the group)."""
+        process = self._process
+        if process is None:
+            return 0
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        return process.returncode
+
+    def kill(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()

@@ -1,0 +1,84 @@
+"""Small helpers the broker-backed tests share: records in, offsets and group state out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from confluent_kafka import Consumer, ConsumerGroupState, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient
+
+from staticfleet.commands.member_cmd import read_events
+from staticfleet.demo.ownership import MemberLog, holdings
+
+
+def produce(
+    bootstrap: str, topic: str, partitions: int, per_partition: int, start: int = 0
+) -> None:
+    """`per_partition` records into every partition, values `partition:n` from n = start."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition in range(partitions):
+        for n in range(start, start + per_partition):
+            producer.produce(topic, value=f"{partition}:{n}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[tuple[str, int], int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watermarks"})
+    try:
+        return {
+            (topic, partition): consumer.get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=10
+            )[1]
+            for partition in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def group_assignor(bootstrap: str, group_id: str) -> tuple[str, str]:
+    """(the group's selected assignor, its state) as the broker describes the group."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    description = admin.describe_consumer_groups([group_id])[group_id].result(10)
+    state = description.state
+    name = state.name if isinstance(state, ConsumerGroupState) else str(state)
+    return description.partition_assignor, name
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not reached in {timeout}s: {what}"
+        time.sleep(0.1)
+
+
+def member_logs(paths: Iterable[tuple[str, Path]]) -> list[MemberLog]:
+    """(owner, event log path) pairs -> logs; the path's stem names the process."""
+    return [
+        MemberLog(owner=owner, process=path.stem, rows=read_events(path))
+        for owner, path in paths
+        if path.exists()
+    ]
+
+
+def owned_now(logs: Iterable[MemberLog]) -> dict[str, set[tuple[str, int]]]:
+    owned: dict[str, set[tuple[str, int]]] = {}
+    for log in logs:
+        for holding in holdings(log):
+            if holding.end_ms is None:
+                owned.setdefault(holding.owner, set()).add(holding.partition)
+    return owned
+
+
+def complete_and_disjoint(
+    owned: dict[str, set[tuple[str, int]]], every: set[tuple[str, int]], owners: int
+) -> bool:
+    union: set[tuple[str, int]] = set().union(*owned.values()) if owned else set()
+    return (
+        len(owned) == owners
+        and all(owned.values())
+        and union == every
+        and sum(map(len, owned.values())) == len(every)
+    )
