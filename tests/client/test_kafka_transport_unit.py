@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from kafka.protocol.consumer.group import JoinGroupRequest
+from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse, JoinGroupRequest
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
 from coordinator.client.kafka_transport import (
@@ -49,3 +52,49 @@ async def test_an_unreachable_cluster_is_a_retriable_transport_error() -> None:
     with pytest.raises(TransportError, match="cannot connect"):
         await transport.topic_metadata()
     await transport.close()
+
+
+async def test_concurrent_requests_on_one_connection_never_interleave() -> None:
+    """Two callers on one connection: the second waits for the first's answer (and for the
+    version negotiation), as a broker reads one request per connection at a time."""
+    frames: list[tuple[int, int]] = []  # (api key, correlation id) in arrival order
+
+    async def broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+            except asyncio.IncompleteReadError:
+                return
+            body = await reader.readexactly(size)
+            api_key = int.from_bytes(body[0:2], "big")
+            correlation = int.from_bytes(body[4:8], "big")
+            frames.append((api_key, correlation))
+            await asyncio.sleep(0.05)  # slow broker: a second request would overtake
+            if api_key == ApiVersionsRequest.API_KEY:
+                key = ApiVersionsResponse.ApiVersion
+                answer = ApiVersionsResponse[3](
+                    error_code=0,
+                    api_keys=[key(api_key=HeartbeatRequest.API_KEY, min_version=0, max_version=4)],
+                )
+            else:
+                answer = HeartbeatResponse[4](error_code=27)
+            answer.with_header(correlation_id=correlation)
+            payload = answer.encode(header=True)
+            writer.write(len(payload).to_bytes(4, "big") + payload)
+            await writer.drain()
+
+    server = await asyncio.start_server(broker, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    connection = KafkaConnection(BrokerAddress("127.0.0.1", port), "test")
+    fields = {"group_id": "g", "generation_id": 1, "member_id": "m", "group_instance_id": None}
+    answers = await asyncio.gather(
+        connection.send(HeartbeatRequest, (3, 4), fields, 5),
+        connection.send(HeartbeatRequest, (3, 4), fields, 5),
+    )
+    assert [a.error_code for a in answers] == [27, 27]
+    assert [key for key, _ in frames] == [ApiVersionsRequest.API_KEY] + [
+        HeartbeatRequest.API_KEY
+    ] * 2
+    connection.close()
+    server.close()
+    await server.wait_closed()

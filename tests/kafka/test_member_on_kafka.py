@@ -189,18 +189,23 @@ async def test_a_heartbeat_answers_while_the_same_transports_join_is_parked(
 ) -> None:
     """JoinGroup long-polls on a connection of its own, as in Kafka's Java client."""
     a, b = KafkaTransport(fleet.bootstrap), KafkaTransport(fleet.bootstrap)
-    ids: dict[str, str] = {}
     try:
         await fleet.admin.wait_for_coordinator(fleet.group)
-        joins = [raw_join(t, fleet, instance_id) for t, instance_id in ((a, "a"), (b, "b"))]
-        for joined in await asyncio.gather(*joins):
-            ids[joined.member_id] = joined.leader
-        (a_id,) = [m for m in ids if (await describe_instance(fleet, m)) == "a"]
-        (b_id,) = [m for m in ids if m != a_id]
-        generation = (await raw_join(a, fleet, "a", a_id)).generation_id  # no change: no rebalance
-        for transport, member_id in ((a, a_id), (b, b_id)):
+        first = await raw_join(a, fleet, "a")
+        a_id = first.member_id
+        await a.sync_group(
+            SyncGroupRequest(fleet.group, first.generation_id, a_id, "a", "consumer", "range")
+        )
+        # b joins (the group rebalances), a rejoins: both in the next generation.
+        b_joins = asyncio.ensure_future(raw_join(b, fleet, "b"))
+        await asyncio.sleep(0.3)
+        generation = (await raw_join(a, fleet, "a", a_id)).generation_id
+        b_id = (await b_joins).member_id
+        for transport, member_id, instance_id in ((a, a_id, "a"), (b, b_id, "b")):
             await transport.sync_group(
-                SyncGroupRequest(fleet.group, generation, member_id, None, "consumer", "range")
+                SyncGroupRequest(
+                    fleet.group, generation, member_id, instance_id, "consumer", "range"
+                )
             )
 
         # a rejoins with new metadata and waits for b, which never rejoins.
@@ -239,8 +244,3 @@ async def raw_join(
             protocols=[JoinGroupProtocol("range", metadata)],
         )
     )
-
-
-async def describe_instance(fleet: Fleet, member_id: str) -> str | None:
-    described = await fleet.admin.describe_group(fleet.group)
-    return next(m.group_instance_id for m in described.members if m.member_id == member_id)
