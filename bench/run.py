@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS: tuple[str, ...] = ("assignors", "coordinator", "http", "spark")
+BENCHMARKS: tuple[str, ...] = ("assignors", "coordinator", "http", "spark", "batch_leave")
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
     "coordinator": "coordinator_bench",
