@@ -66,9 +66,9 @@ class Fleet:
         self.members[instance_id] = member
         return member
 
-    async def stop(self, instance_id: str) -> None:
+    async def stop(self, instance_id: str, leave: bool | None = None) -> None:
         member = self.members.pop(instance_id)
-        await member.close()
+        await member.close(leave=leave)
         await member._transport.close()
 
     def partitions(self) -> frozenset[TopicPartition]:
@@ -122,6 +122,25 @@ async def test_static_rolling_restart_on_kafka_keeps_generation_and_partitions(
         assert member.generation_id == generation
         await member.commit({tp: 1 for tp in member.assignment})
         assert before[instance_id] == member.assignment
+    assert not fleet.ledger.violations
+
+
+async def test_static_sticky_keeps_partitions_by_instance_on_kafka_in_eager_rebalances(
+    fleet: Fleet,
+) -> None:
+    """Eager members revoke everything and a broker keeps no last assignments: the leader's
+    memory of what it assigned, by instance id, keeps `static-sticky` sticky."""
+    for instance_id in ("m0", "m1", "m2", "m3"):
+        await fleet.start(instance_id, eager_assignor="static-sticky")
+        await fleet.settle()
+    before = {i: m.assignment for i, m in fleet.members.items()}
+    # A member other than the leader leaves, the first one in instance order, so that an
+    # assignment made from scratch would hand the survivors different partitions.
+    leaving = min(i for i, m in fleet.members.items() if not m.is_leader)
+    await fleet.stop(leaving, leave=True)
+    await fleet.settle()
+    for instance_id, member in fleet.members.items():
+        assert before[instance_id] <= member.assignment, instance_id
     assert not fleet.ledger.violations
 
 
