@@ -13,6 +13,12 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from coordinator.assignors import (
+    PartitionAssignor,
+    StaticStickyAssignor,
+    decode_subscription_info,
+    get_assignor,
+)
 from coordinator.client import GroupMember
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.errors import CoordinatorError, ErrorCode
@@ -27,7 +33,12 @@ from coordinator.messages import (
     OffsetCommitRequest,
     SyncGroupRequest,
 )
-from coordinator.protocol import Subscription, TopicPartition, encode_subscription
+from coordinator.protocol import (
+    Subscription,
+    TopicPartition,
+    decode_subscription,
+    encode_subscription,
+)
 from staticfleet.kafka.broker import KafkaBroker
 from tests.client.helpers import Ledger, member_config, settled, wait_until
 
@@ -48,7 +59,12 @@ class Fleet:
         self.members: dict[str, GroupMember] = {}
         self.admin = KafkaTransport(bootstrap)
 
-    async def start(self, instance_id: str, **settings: object) -> GroupMember:
+    async def start(
+        self,
+        instance_id: str,
+        assignor_factory: Callable[[str], PartitionAssignor] = get_assignor,
+        **settings: object,
+    ) -> GroupMember:
         config = member_config(
             instance_id,
             group_id=self.group,
@@ -61,6 +77,7 @@ class Fleet:
             KafkaTransport(self.bootstrap, client_id=instance_id),
             config,
             self.ledger.listener(instance_id),
+            assignor_factory=assignor_factory,
         )
         await member.start()
         self.members[instance_id] = member
@@ -144,6 +161,62 @@ async def test_static_sticky_keeps_partitions_by_instance_on_kafka_in_eager_reba
     assert not fleet.ledger.violations
 
 
+def static_sticky_v(version: int) -> Callable[[str], PartitionAssignor]:
+    def factory(name: str) -> PartitionAssignor:
+        return (
+            StaticStickyAssignor(version=version) if name == "static-sticky" else get_assignor(name)
+        )
+
+    return factory
+
+
+async def test_kip268_version_probing_on_kafka_downgrades_then_upgrades_after_leader_bounce(
+    fleet: Fleet,
+) -> None:
+    async def start(instance_id: str, version: int) -> GroupMember:
+        return await fleet.start(
+            instance_id,
+            static_sticky_v(version),
+            rebalance_protocol="cooperative",
+            cooperative_assignor="static-sticky",
+        )
+
+    leader = await start("m0", 1)
+    await leader.wait_for_assignment(20)
+    newer = await start("m1", 2)
+    await fleet.settle()
+    assert leader.is_leader
+    newer_assignor = newer.assignor("static-sticky")
+    assert isinstance(newer_assignor, StaticStickyAssignor)
+    # The v1 leader could not read v2: it probed, the newer member downgraded.
+    await wait_until(lambda: newer_assignor.used_version == 1, within=20)
+    assert await subscription_versions(fleet) == {"m0": 1, "m1": 1}
+
+    await fleet.stop("m0")
+    upgraded = await start("m0", 2)
+    await wait_until(
+        lambda: (
+            newer_assignor.used_version == 2
+            and upgraded.assignor("static-sticky").used_version == 2  # type: ignore[attr-defined]
+            and settled(fleet.members.values(), fleet.partitions())
+        ),
+        within=30,
+    )
+    await wait_until(lambda: not newer._rejoin_event.is_set())
+    assert await subscription_versions(fleet) == {"m0": 2, "m1": 2}
+    assert not fleet.ledger.violations
+
+
+async def subscription_versions(fleet: Fleet) -> dict[str | None, int]:
+    described = await fleet.admin.describe_group(fleet.group)
+    versions: dict[str | None, int] = {}
+    for m in described.members:
+        info = decode_subscription_info(decode_subscription(m.member_metadata).user_data)
+        assert info is not None
+        versions[m.group_instance_id] = info.version
+    return versions
+
+
 async def test_fenced_zombie_commit_is_refused_by_the_broker(fleet: Fleet) -> None:
     zombie = await fleet.start("m0", heartbeat_interval_ms=3_000)
     await zombie.wait_for_assignment(20)
@@ -175,16 +248,24 @@ async def test_fenced_zombie_commit_is_refused_by_the_broker(fleet: Fleet) -> No
 
 async def test_two_bounce_upgrade_to_cooperative_on_kafka_never_double_owns(fleet: Fleet) -> None:
     ids = ["m0", "m1", "m2"]
-    setting = {"eager_assignor": "range", "cooperative_assignor": "static-sticky"}
+
+    async def start(instance_id: str, phase: str) -> None:
+        await fleet.start(
+            instance_id,
+            rebalance_protocol=phase,
+            eager_assignor="range",
+            cooperative_assignor="static-sticky",
+        )
+
     for instance_id in ids:
-        await fleet.start(instance_id, rebalance_protocol="eager", **setting)
+        await start(instance_id, "eager")
     await fleet.settle()
     assert fleet.members["m0"].protocol_name == "range"
 
     for phase in ("compatible", "cooperative"):
         for instance_id in ids:
             await fleet.stop(instance_id)
-            await fleet.start(instance_id, rebalance_protocol=phase, **setting)
+            await start(instance_id, phase)
             await fleet.settle()
             assert not fleet.ledger.violations, fleet.ledger.violations
         if phase == "compatible":
