@@ -26,6 +26,7 @@ BENCHMARKS: tuple[str, ...] = (
     "coordinator",
     "http",
     "spark",
+    "kafka",
     "batch_leave",
     "conformance",
 )
@@ -34,6 +35,7 @@ MODULES: dict[str, str] = {
     "coordinator": "coordinator_bench",
     "http": "http_bench",
     "spark": "spark_bench",
+    "kafka": "kafka_bench",
     "conformance": "conformance_bench",
 }
 
