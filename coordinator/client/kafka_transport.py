@@ -299,6 +299,8 @@ class KafkaTransport:
             request.group_id, "control", KafkaOffsetFetchRequest, FETCH_VERSIONS, fields
         )
         result = answer.groups[0]
+        # v8+ carries the group's error per group, not at the top level.
+        self._check_coordinator(request.group_id, [error_code(result.error_code)])
         return OffsetFetchResponse(
             error_code(result.error_code),
             [

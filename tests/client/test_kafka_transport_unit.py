@@ -7,7 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse, JoinGroupRequest
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -25,6 +30,7 @@ from coordinator.client.kafka_transport import (
 from coordinator.client.transport import TransportError
 from coordinator.errors import ErrorCode
 from coordinator.messages import HeartbeatRequest as HeartbeatRequest_
+from coordinator.messages import OffsetFetchRequest
 
 
 def test_parse_bootstrap_reads_several_brokers_and_defaults_the_port() -> None:
@@ -157,6 +163,21 @@ async def test_a_moved_coordinator_is_forgotten_and_the_error_is_retriable(code:
         await transport.close()
     finds = [key for key in broker.frames if key == FindCoordinatorRequest.API_KEY]
     assert len(finds) == 2  # one per attempt: the coordinator was forgotten in between
+
+
+async def test_offset_fetch_group_level_not_coordinator_is_retriable() -> None:
+    group = OffsetFetchResponse.OffsetFetchResponseGroup
+
+    def answer(api_key: int, port: int) -> Any:
+        if api_key == FindCoordinatorRequest.API_KEY:
+            return coordinator_here(port)
+        return OffsetFetchResponse[9](groups=[group(group_id="g", topics=[], error_code=16)])
+
+    async with FakeBroker(answer) as broker:
+        transport = KafkaTransport(f"kafka://127.0.0.1:{broker.port}")
+        with pytest.raises(TransportError, match="NOT_COORDINATOR"):
+            await transport.fetch_offsets(OffsetFetchRequest("g"))
+        await transport.close()
 
 
 async def test_a_cancelled_request_closes_its_connection() -> None:
