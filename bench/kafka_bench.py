@@ -22,6 +22,7 @@ Not part of `make test`; `make bench` runs it (bench/results/kafka.json).
 from __future__ import annotations
 
 import bisect
+import importlib.util
 import json
 import os
 import shutil
@@ -244,6 +245,27 @@ def member_throughput(workdir: Path, records: int) -> dict[str, Any]:
         broker.stop()
 
 
+def _owners(rows: list[dict[str, Any]]) -> dict[int, str]:
+    """Partition -> the instance holding it after these rows (assigned adds, revoked,
+    lost and stopped end a holding)."""
+    held: dict[str, set[int]] = {}
+    for row in sorted(rows, key=lambda row: row["ts_ms"]):
+        owned = held.setdefault(row["instance_id"], set())
+        if row["event"] == "assigned":
+            owned.update(p for _, p in row["partitions"])
+        elif row["event"] in ("revoked", "lost"):
+            owned.difference_update(p for _, p in row["partitions"])
+        elif row["event"] in ("stopped", "fatal"):
+            owned.clear()
+    return {p: instance for instance, owned in held.items() for p in owned}
+
+
+def _evenly_held(rows: list[dict[str, Any]], instances: tuple[str, ...], partitions: int) -> bool:
+    owners = _owners(rows)
+    counts = [list(owners.values()).count(instance) for instance in instances]
+    return len(owners) == partitions and max(counts) - min(counts) <= 1 and min(counts) > 0
+
+
 def _start_coordinator(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     ready = workdir / "coordinator.ready"
     process = subprocess.Popen(
@@ -340,8 +362,20 @@ def _summary(latencies: list[int]) -> dict[str, Any]:
     }
 
 
-def rolling_restart(workdir: Path, rate: int, settle_s: float) -> dict[str, Any]:
-    broker = KafkaBroker(workdir / "broker-rolling")
+def kafka_group_available() -> bool:
+    """Whether this checkout's members can keep their group on a Kafka cluster
+    (`STATICFLEET_COORDINATOR_URL=kafka://…`, the Kafka transport of issue 11 part B)."""
+    return importlib.util.find_spec("coordinator.client.kafka_transport") is not None
+
+
+def rolling_restart(
+    workdir: Path, rate: int, settle_s: float, group_on: str = "embedded"
+) -> dict[str, Any]:
+    """`group_on`: "embedded" (a `coordinator serve` process) or "kafka" (the broker's own
+    group coordinator); the records come from the broker either way."""
+    workdir = workdir / f"rolling-{group_on}"
+    workdir.mkdir(parents=True)
+    broker = KafkaBroker(workdir / "broker")
     broker.start()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     coordinator: subprocess.Popen[bytes] | None = None
@@ -353,7 +387,10 @@ def rolling_restart(workdir: Path, rate: int, settle_s: float) -> dict[str, Any]
         broker.wait_ready(180)
         topic = "rolling"
         broker.create_topic(topic, partitions)
-        coordinator, url = _start_coordinator(workdir)
+        if group_on == "kafka":
+            url = f"kafka://{broker.bootstrap}"
+        else:
+            coordinator, url = _start_coordinator(workdir)
 
         def start(instance: str, incarnation: int) -> None:
             log = workdir / f"{instance}-{incarnation}.jsonl"
@@ -388,16 +425,16 @@ def rolling_restart(workdir: Path, rate: int, settle_s: float) -> dict[str, Any]
         for instance in instances:
             start(instance, 0)
         deadline = time.monotonic() + 120
-        while {row["instance_id"] for row in rows() if row["event"] == "assigned"} != set(
-            instances
-        ):
-            assert time.monotonic() < deadline, "members did not join"
+        while not _evenly_held(rows(), instances, partitions):
+            assert time.monotonic() < deadline, "members did not share the partitions"
             time.sleep(0.2)
         time.sleep(settle_s)
         steady_start_ms = int(time.time() * 1000)
         time.sleep(settle_s)
         restart_start_ms = int(time.time() * 1000)
-        generations_before = {row["generation_id"] for row in rows() if row["event"] == "assigned"}
+        before = rows()
+        generation_before = max(r["generation_id"] for r in before if r["event"] == "assigned")
+        owner_before = _owners(before)
         for instance in instances:
             processes[instance].send_signal(signal.SIGTERM)
             processes[instance].wait(30)
@@ -421,19 +458,22 @@ def rolling_restart(workdir: Path, rate: int, settle_s: float) -> dict[str, Any]
 
         after = [row for row in all_rows if row["ts_ms"] >= restart_start_ms]
         generations_after = {row["generation_id"] for row in after if row["event"] == "assigned"}
-        owners: dict[int, set[str]] = {}
-        for row in all_rows:
-            if row["event"] == "assigned":
-                for _, p in row["partitions"]:
-                    owners.setdefault(p, set()).add(row["instance_id"])
+        moved = {
+            p
+            for row in after
+            if row["event"] == "assigned"
+            for _, p in row["partitions"]
+            if owner_before.get(p) != row["instance_id"]
+        }
         return {
+            "group_on": group_on,
             "members": len(instances),
             "partitions": partitions,
             "produce_rate_records_per_second": rate,
-            "rebalances_during_restart": len(generations_after - generations_before),
-            "generation_before": sorted(generations_before),
+            "rebalances_during_restart": len(generations_after - {generation_before}),
+            "generation_before": generation_before,
             "generation_after": sorted(generations_after),
-            "partitions_that_changed_owner": sum(1 for names in owners.values() if len(names) > 1),
+            "partitions_that_changed_owner": len(moved),
             # A stopping static member revokes what it holds on close and its successor is
             # given the same partitions back; "lost" would mean a member was dropped.
             "lost_during_restart": sum(1 for row in after if row["event"] == "lost"),
@@ -460,6 +500,7 @@ def rolling_restart(workdir: Path, rate: int, settle_s: float) -> dict[str, Any]
 def run(quick: bool) -> dict[str, Any]:
     ensure_installed()
     workdir = Path(tempfile.mkdtemp(prefix="staticfleet-kafka-bench-"))
+    rate, settle_s = (600, 2.0) if quick else (3000, 5.0)
     try:
         load_before = os.getloadavg()
         results: dict[str, Any] = {
@@ -468,10 +509,12 @@ def run(quick: bool) -> dict[str, Any]:
             "install_warm": install(workdir / "warm", None),
             "broker": broker_start(workdir, 1 if quick else 3),
             "member": member_throughput(workdir, 100_000 if quick else 2_000_000),
-            "rolling_restart": rolling_restart(
-                workdir, rate=600 if quick else 3000, settle_s=2.0 if quick else 5.0
-            ),
+            "rolling_restart": rolling_restart(workdir, rate, settle_s),
         }
+        if kafka_group_available():
+            results["rolling_restart_group_on_kafka"] = rolling_restart(
+                workdir, rate, settle_s, group_on="kafka"
+            )
         results["load_average_1m_before_after"] = [
             round(load_before[0], 2),
             round(os.getloadavg()[0], 2),
