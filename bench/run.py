@@ -29,6 +29,8 @@ BENCHMARKS: tuple[str, ...] = (
     "spark",
     "slow_clients",
     "kafka",
+    "batch_leave",
+    "conformance",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
@@ -36,6 +38,7 @@ MODULES: dict[str, str] = {
     "http": "http_bench",
     "spark": "spark_bench",
     "kafka": "kafka_bench",
+    "conformance": "conformance_bench",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

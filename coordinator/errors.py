@@ -8,7 +8,10 @@ from enum import IntEnum
 class ErrorCode(IntEnum):
     NONE = 0
     UNKNOWN_SERVER_ERROR = -1
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    REQUEST_TIMED_OUT = 7
     OFFSET_METADATA_TOO_LARGE = 12
+    COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     ILLEGAL_GENERATION = 22
@@ -17,6 +20,8 @@ class ErrorCode(IntEnum):
     UNKNOWN_MEMBER_ID = 25
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
@@ -25,15 +30,26 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
+    UNSTABLE_OFFSET_COMMIT = 88
 
 
 # One sentence per code that a user can act on; used in logs, HTTP errors and exceptions.
 ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.NONE: "no error",
     ErrorCode.UNKNOWN_SERVER_ERROR: "the coordinator hit an unexpected error; see its log",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "the topic or partition does not exist on the cluster",
+    ErrorCode.REQUEST_TIMED_OUT: "the broker timed the request out; retry",
     ErrorCode.OFFSET_METADATA_TOO_LARGE: (
         "the commit's metadata string is longer than the coordinator's limit "
         "(offset_metadata_max_bytes)"
+    ),
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: (
+        "the coordinator is still loading the group; retry shortly"
+    ),
+    ErrorCode.INVALID_COMMIT_OFFSET_SIZE: "the offset commit was too large to write",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "the credentials do not allow access to the topic",
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: (
+        "a transaction on the partition is not yet committed; retry the fetch"
     ),
     ErrorCode.COORDINATOR_NOT_AVAILABLE: "the coordinator is not available; retry shortly",
     ErrorCode.NOT_COORDINATOR: "this coordinator does not own the group; look it up again",

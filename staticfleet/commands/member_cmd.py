@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from coordinator.client import env
 from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
 from coordinator.client.http import HttpTransport
+from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.listener import Partitions
 from coordinator.client.member import GroupMember
 from coordinator.client.strategy import ConfigurationError
@@ -84,7 +85,15 @@ def register(subparsers: Any) -> None:
             "(see docs/client.md); a flag wins."
         ),
     )
-    run.add_argument("--coordinator-url", help=f"coordinator base URL [{env.COORDINATOR_URL}]")
+    run.add_argument(
+        "--coordinator-url",
+        "--coordinator",
+        dest="coordinator_url",
+        help=(
+            "coordinator base URL, http(s)://... for ours or kafka://host:port[,host:port] "
+            f"for a Kafka cluster's group coordinator [{env.COORDINATOR_URL}]"
+        ),
+    )
     run.add_argument("--group-id", help=f"consumer group id [{env.GROUP_ID}]")
     run.add_argument(
         "--instance-id", help=f"group.instance.id; empty for a dynamic member [{env.INSTANCE_ID}]"
@@ -408,6 +417,14 @@ class SourceConsumer:
         )
 
 
+def open_transport(url: str, token: str | None, client_id: str) -> Transport:
+    """Our coordinator over HTTP, or a Kafka cluster's group coordinator for kafka:// URLs
+    (the group and its offsets then live on the cluster)."""
+    if url.startswith("kafka://"):
+        return KafkaTransport(url, client_id=client_id)
+    return HttpTransport(url, token)
+
+
 async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
     config = settings.config
     events = EventLog.open(
@@ -420,7 +437,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         # still works there.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    transport: Transport = HttpTransport(settings.url, settings.token)
+    transport = open_transport(settings.url, settings.token, config.client_id)
     reader: PartitionReader
     if settings.kafka_bootstrap is not None:
         from staticfleet.kafka.source import KafkaReader

@@ -1,0 +1,190 @@
+"""Run every scenario against our coordinator and a Kafka broker; compare step by step.
+
+A difference is acceptable only when it is listed here: in `ISSUE_9_EXPECTED` (divergences
+another change removes; keyed by the item number of that list, to be deleted once merged)
+or in `DOCUMENTED` (kept on purpose; each one is also explained in docs/coordinator.md,
+"Where we differ from Kafka, and why"). Every other difference fails the conformance test.
+
+    python -m staticfleet.conformance.runner --bootstrap 127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from staticfleet.conformance.scenarios import SCENARIOS, TOPIC_PARTITIONS, Scenario
+from staticfleet.conformance.session import Session, Step
+from staticfleet.conformance.targets import EmbeddedTarget, KafkaTarget, Target
+
+TOPIC = "conformance"
+
+# Issue-9 item number -> the (scenario, step) pairs where our coordinator answers
+# differently from the broker because of that item. Delete an entry once the item is fixed.
+ISSUE_9_EXPECTED: dict[int, list[tuple[str, str]]] = {
+    10: [
+        ("offset_commit_and_fetch", "a commit to the empty group id"),
+        ("offset_commit_and_fetch", "a fetch from the empty group id"),
+    ],
+    11: [("offset_commit_and_fetch", "CompletingRebalance: the old generation")],
+    12: [("batch_leave_mixed", "an empty leave")],
+    14: [("inconsistent_group_protocol", "an unknown member id offering nothing in common")],
+    15: [("batch_leave_mixed", "one batch, mixed results")],
+    16: [("offset_commit_and_fetch", "a fetch naming a stale generation")],
+    17: [("offset_commit_and_fetch", "a generation to a group that does not exist")],
+    18: [("empty_group", "the group is empty")],
+    19: [
+        ("lone_static_member_changes_protocol", "b joins with an empty instance id"),
+        # DescribeGroups fills member assignments while PreparingRebalance/CompletingRebalance.
+        ("kip394_member_id_required", "describe"),
+        ("compatible_phase", "cooperative selected"),
+        ("batch_leave_mixed", "after the batch"),
+        ("heartbeat_per_state", "PreparingRebalance"),
+        ("heartbeat_per_state", "CompletingRebalance"),
+        ("static_session_expiry", "a is gone"),
+        ("static_session_expiry", "b alone"),
+    ],
+}
+
+# Differences kept on purpose: (scenario, step) -> the reason (also in docs/coordinator.md).
+_NO_PARTITION_CHECK = (
+    "our coordinator does not check committed partitions against its topic metadata (the "
+    "operator may set the metadata after members commit); the broker answers "
+    "UNKNOWN_TOPIC_OR_PARTITION from its metadata cache"
+)
+DOCUMENTED: dict[tuple[str, str], str] = {
+    ("offset_commit_and_fetch", "a partition the topic does not have"): _NO_PARTITION_CHECK,
+    ("offset_commit_and_fetch", "fetch all at the end"): _NO_PARTITION_CHECK,
+}
+
+
+@dataclass
+class StepResult:
+    label: str
+    kafka: dict[str, Any] | None
+    embedded: dict[str, Any] | None
+
+    @property
+    def equal(self) -> bool:
+        return self.kafka == self.embedded
+
+
+@dataclass
+class ScenarioResult:
+    name: str
+    steps: list[StepResult] = field(default_factory=list)
+
+    @property
+    def differences(self) -> list[StepResult]:
+        return [step for step in self.steps if not step.equal]
+
+
+def expected_reason(scenario: str, label: str) -> str | None:
+    for item, places in ISSUE_9_EXPECTED.items():
+        if (scenario, label) in places:
+            return f"issue 9 item {item}"
+    return DOCUMENTED.get((scenario, label))
+
+
+def align(name: str, kafka: list[Step], embedded: list[Step]) -> ScenarioResult:
+    result = ScenarioResult(name)
+    for index in range(max(len(kafka), len(embedded))):
+        k = kafka[index] if index < len(kafka) else None
+        e = embedded[index] if index < len(embedded) else None
+        label = (k or e).label if (k or e) else ""  # type: ignore[union-attr]
+        if k is not None and e is not None and k.label != e.label:
+            label = f"{k.label} | {e.label}"
+        result.steps.append(StepResult(label, k.record if k else None, e.record if e else None))
+    return result
+
+
+async def run_on(target: Target, name: str, scenario: Scenario) -> list[Step]:
+    group_id = f"conformance-{name}-{uuid.uuid4().hex[:8]}"
+    await target.prepare(group_id, {TOPIC: TOPIC_PARTITIONS})
+    session = Session(target, group_id, TOPIC)
+    try:
+        await asyncio.wait_for(scenario(session), timeout=60)
+    finally:
+        for task in session.tasks:
+            task.cancel()
+        await target.end_scenario()
+    return session.steps
+
+
+async def run_all(
+    bootstrap: str,
+    create_topic: Callable[[str, int], None] | None = None,
+    names: Iterable[str] | None = None,
+) -> list[ScenarioResult]:
+    """Each scenario on both coordinators (the two runs concurrently), compared."""
+    kafka = KafkaTarget(f"kafka://{bootstrap}", create_topic)
+    embedded = EmbeddedTarget()
+    results = []
+    try:
+        for name in names or SCENARIOS:
+            scenario = SCENARIOS[name]
+            kafka_steps, embedded_steps = await asyncio.gather(
+                run_on(kafka, name, scenario), run_on(embedded, name, scenario)
+            )
+            results.append(align(name, kafka_steps, embedded_steps))
+    finally:
+        await kafka.close()
+        await embedded.close()
+    return results
+
+
+def summary(results: list[ScenarioResult]) -> dict[str, Any]:
+    steps = [step for result in results for step in result.steps]
+    differing = [(r.name, s) for r in results for s in r.differences]
+    return {
+        "scenarios": len(results),
+        "steps": len(steps),
+        "steps_equal": sum(step.equal for step in steps),
+        "expected_issue_9": sum(
+            1 for name, s in differing if expected_reason(name, s.label) in _issue_9_reasons()
+        ),
+        "documented": sum(1 for name, s in differing if (name, s.label) in DOCUMENTED),
+        "unexplained": [
+            f"{name}: {s.label}" for name, s in differing if expected_reason(name, s.label) is None
+        ],
+    }
+
+
+def _issue_9_reasons() -> set[str | None]:
+    return {f"issue 9 item {item}" for item in ISSUE_9_EXPECTED}
+
+
+def report(results: list[ScenarioResult]) -> str:
+    lines = []
+    for result in results:
+        lines.append(
+            f"{result.name}: {len(result.steps) - len(result.differences)}"
+            f"/{len(result.steps)} steps equal"
+        )
+        for step in result.differences:
+            reason = expected_reason(result.name, step.label) or "UNEXPLAINED"
+            lines.append(f"  differs ({reason}): {step.label}")
+            lines.append(f"    kafka:    {json.dumps(step.kafka, default=str)}")
+            lines.append(f"    embedded: {json.dumps(step.embedded, default=str)}")
+    lines.append(json.dumps(summary(results)))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", required=True, help="host:port of a Kafka broker")
+    parser.add_argument("scenarios", nargs="*", help="names (default: all)")
+    args = parser.parse_args(argv)
+    results = asyncio.run(run_all(args.bootstrap, None, args.scenarios or None))
+    print(report(results))
+    return 0 if not summary(results)["unexplained"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
