@@ -28,5 +28,4 @@ def run(quick: bool) -> dict[str, Any]:
     summary["per_scenario"] = {
         r.name: {"steps": len(r.steps), "equal": len(r.steps) - len(r.differences)} for r in results
     }
-    summary["issue_9_items_expected"] = sorted(runner.ISSUE_9_EXPECTED)
     return summary

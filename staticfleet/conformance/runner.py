@@ -1,9 +1,8 @@
 """Run every scenario against our coordinator and a Kafka broker; compare step by step.
 
-A difference is acceptable only when it is listed here: in `ISSUE_9_EXPECTED` (divergences
-another change removes; keyed by the item number of that list, to be deleted once merged)
-or in `DOCUMENTED` (kept on purpose; each one is also explained in docs/coordinator.md,
-"Where we differ from Kafka, and why"). Every other difference fails the conformance test.
+A difference is acceptable only when it is listed here, in `DOCUMENTED` (kept on purpose;
+each one is also explained in docs/coordinator.md, "Where we differ from Kafka, and why").
+Every other difference fails the conformance test.
 
     python -m staticfleet.conformance.runner --bootstrap 127.0.0.1:9092
 """
@@ -25,42 +24,30 @@ from staticfleet.conformance.targets import EmbeddedTarget, KafkaTarget, Target
 
 TOPIC = "conformance"
 
-# Issue-9 item number -> the (scenario, step) pairs where our coordinator answers
-# differently from the broker because of that item. Delete an entry once the item is fixed.
-ISSUE_9_EXPECTED: dict[int, list[tuple[str, str]]] = {
-    10: [
-        ("offset_commit_and_fetch", "a commit to the empty group id"),
-        ("offset_commit_and_fetch", "a fetch from the empty group id"),
-    ],
-    11: [("offset_commit_and_fetch", "CompletingRebalance: the old generation")],
-    12: [("batch_leave_mixed", "an empty leave")],
-    14: [("inconsistent_group_protocol", "an unknown member id offering nothing in common")],
-    15: [("batch_leave_mixed", "one batch, mixed results")],
-    16: [("offset_commit_and_fetch", "a fetch naming a stale generation")],
-    17: [("offset_commit_and_fetch", "a generation to a group that does not exist")],
-    18: [("empty_group", "the group is empty")],
-    19: [
-        ("lone_static_member_changes_protocol", "b joins with an empty instance id"),
-        # DescribeGroups fills member assignments while PreparingRebalance/CompletingRebalance.
-        ("kip394_member_id_required", "describe"),
-        ("compatible_phase", "cooperative selected"),
-        ("batch_leave_mixed", "after the batch"),
-        ("heartbeat_per_state", "PreparingRebalance"),
-        ("heartbeat_per_state", "CompletingRebalance"),
-        ("static_session_expiry", "a is gone"),
-        ("static_session_expiry", "b alone"),
-    ],
-}
-
 # Differences kept on purpose: (scenario, step) -> the reason (also in docs/coordinator.md).
 _NO_PARTITION_CHECK = (
     "our coordinator does not check committed partitions against its topic metadata (the "
     "operator may set the metadata after members commit); the broker answers "
     "UNKNOWN_TOPIC_OR_PARTITION from its metadata cache"
 )
+_EMPTY_GROUP_ID = (
+    "the empty group id is INVALID_GROUP_ID for every request here; the broker lets offsets "
+    "be committed and fetched under it (for clients from before KIP-289), and our HTTP paths "
+    "cannot name it"
+)
 DOCUMENTED: dict[tuple[str, str], str] = {
     ("offset_commit_and_fetch", "a partition the topic does not have"): _NO_PARTITION_CHECK,
     ("offset_commit_and_fetch", "fetch all at the end"): _NO_PARTITION_CHECK,
+    ("offset_commit_and_fetch", "a generation to a group that does not exist"): (
+        "our API mirrors OffsetCommit v8: ILLEGAL_GENERATION; the broker answers v9 with "
+        "GROUP_ID_NOT_FOUND"
+    ),
+    ("offset_commit_and_fetch", "a commit to the empty group id"): _EMPTY_GROUP_ID,
+    ("offset_commit_and_fetch", "a fetch from the empty group id"): _EMPTY_GROUP_ID,
+    ("lone_static_member_changes_protocol", "b joins with an empty instance id"): (
+        "an empty group_instance_id is INVALID_REQUEST here (it would be a static member "
+        "nobody can address); the broker accepts it and only Kafka's Java client refuses it"
+    ),
 }
 
 
@@ -86,9 +73,6 @@ class ScenarioResult:
 
 
 def expected_reason(scenario: str, label: str) -> str | None:
-    for item, places in ISSUE_9_EXPECTED.items():
-        if (scenario, label) in places:
-            return f"issue 9 item {item}"
     return DOCUMENTED.get((scenario, label))
 
 
@@ -146,18 +130,11 @@ def summary(results: list[ScenarioResult]) -> dict[str, Any]:
         "scenarios": len(results),
         "steps": len(steps),
         "steps_equal": sum(step.equal for step in steps),
-        "expected_issue_9": sum(
-            1 for name, s in differing if expected_reason(name, s.label) in _issue_9_reasons()
-        ),
         "documented": sum(1 for name, s in differing if (name, s.label) in DOCUMENTED),
         "unexplained": [
             f"{name}: {s.label}" for name, s in differing if expected_reason(name, s.label) is None
         ],
     }
-
-
-def _issue_9_reasons() -> set[str | None]:
-    return {f"issue 9 item {item}" for item in ISSUE_9_EXPECTED}
 
 
 def report(results: list[ScenarioResult]) -> str:

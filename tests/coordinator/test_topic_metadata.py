@@ -19,6 +19,8 @@ import pytest
 from coordinator import (
     ErrorCode,
     JoinGroupResponse,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
     SqliteStore,
     SyncGroupRequest,
     SyncGroupRequestAssignment,
@@ -393,3 +395,37 @@ async def form_with_assignments(
     assert all(s.error_code == ErrorCode.NONE for s in await asyncio.gather(*syncs))
     assert await harness.state() == "Stable"
     return responses
+
+
+async def test_static_replacement_that_rebalances_is_stored_so_a_restart_fences_the_old_id(
+    tmp_path: Path,
+) -> None:
+    # A static member restarting with other topics starts a rebalance (above); the rebalance
+    # lives in memory until its sync. A coordinator that dies before then must still know
+    # the new member id, or it would revive the old one and let a zombie commit. (The
+    # Hypothesis stateful test found this.)
+    path = tmp_path / "coordinator.db"
+    first = await Harness(store=SqliteStore(path)).start()
+    await first.coordinator.set_topic_metadata({TOPIC: 6, "audit": 2})
+    formed = await form(first, ["i-0", "i-1"])
+    old_id = next(r.member_id for r in formed if r.member_id.startswith("i-0"))
+    rejoin = first.join(join_request(instance_id="i-0", metadata=subscription(TOPIC, "audit")))
+    await settle()
+    assert not rejoin.done()  # parked: the group is rebalancing
+    assert await first.state() == "PreparingRebalance"
+    rejoin.cancel()
+    # No close(): the process "dies" here; a new coordinator opens the same file.
+    second = await Harness(store=SqliteStore(path)).start()
+    try:
+        committed = await second.coordinator.commit_offsets(
+            OffsetCommitRequest(
+                GROUP,
+                second.coordinator.generation_of(GROUP),
+                old_id,
+                "i-0",
+                [OffsetCommitPartition(TOPIC, 0, 1)],
+            )
+        )
+        assert committed.partitions[0].error_code == ErrorCode.FENCED_INSTANCE_ID
+    finally:
+        await second.coordinator.close()
