@@ -35,6 +35,7 @@ from coordinator.server import (
 )
 from coordinator.server.context import CONTEXT
 from staticfleet_operator import handlers
+from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.reconcile import Operator
@@ -59,6 +60,9 @@ class OperatorOptions:
     health_port: int | None = None
     interval: float = handlers.DEFAULT_INTERVAL_SECONDS
     initial_rebalance_delay_ms: int = 3000
+    # Where rebalances of Kafka-coordinated groups, seen by describe, are journaled (JSON
+    # lines per group id, the analytics' input); none: not recorded.
+    kafka_journal_dir: Path | None = None
 
 
 def kopf_settings(options: OperatorOptions) -> kopf.OperatorSettings:
@@ -130,6 +134,7 @@ async def run_operator(
         authenticator=authenticator_of(app),
         # The server's registry: its /metrics shows the operator's series too.
         metrics=OperatorMetrics(app[CONTEXT].metrics.registry),
+        journal=RebalanceJournal(options.kafka_journal_dir) if options.kafka_journal_dir else None,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)
@@ -189,6 +194,7 @@ async def run_operator(
                 await watcher
         await server.stop()
         await coordinator.close()
+        await operator.kafka.close()
         await operator.kube.close()
 
 
