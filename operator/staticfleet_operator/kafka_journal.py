@@ -32,6 +32,7 @@ _REBALANCING = frozenset({"PreparingRebalance", "CompletingRebalance"})
 class _Seen:
     rebalancing: bool = False
     protocol: str = ""
+    generation: int = -1
     # instance id (or member id for dynamic members) -> (member id, partitions)
     owners: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = field(default_factory=dict)
 
@@ -73,9 +74,11 @@ class RebalanceJournal:
             rows.append((JournalKind.REBALANCE_STARTED, None, None, {"reason": "seen by describe"}))
             started = True
         if group.group_state == "Stable" and seen is not None:
-            moved = group.protocol_data != seen.protocol or {
-                key: parts for key, (_, parts) in owners.items()
-            } != {key: parts for key, (_, parts) in seen.owners.items()}
+            moved = (
+                group.protocol_data != seen.protocol or group.generation_id != seen.generation
+            ) or {key: parts for key, (_, parts) in owners.items()} != {
+                key: parts for key, (_, parts) in seen.owners.items()
+            }
             if moved:
                 if not started:
                     rows.append(
@@ -93,7 +96,9 @@ class RebalanceJournal:
                     if before is not None and before[0] != member_id and key != member_id:
                         rows.append((JournalKind.STATIC_REJOIN, member_id, key, {}))
         if group.group_state == "Stable" or seen is None:
-            self._seen[group.group_id] = _Seen(rebalancing, group.protocol_data, owners)
+            self._seen[group.group_id] = _Seen(
+                rebalancing, group.protocol_data, group.generation_id, owners
+            )
         else:
             seen.rebalancing = started
         events = [
