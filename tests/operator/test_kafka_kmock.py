@@ -18,8 +18,10 @@ import pytest
 from coordinator.client import GroupMember
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.journal import read_jsonl
+from staticfleet.demo.ownership import all_holdings, ownership_overlaps
 from staticfleet.kafka.broker import KafkaBroker
 from staticfleet_operator.members import INSTANCE_ID_ANNOTATION
+from tests.kafka.helpers import member_logs
 from tests.operator.kube_harness import (
     STOCK_INSTANCE_ID,
     STOCK_STRATEGY,
@@ -200,3 +202,45 @@ async def test_librdkafka_two_bounce_is_refused_and_the_switch_works(
         restarted = cluster.kubelet.history[started:]
         assert sorted(e.instance_id for e in restarted) == [f"{group_id}-{s}" for s in range(3)]
         assert {e.protocol for e in restarted} == {"cooperative"}
+
+
+async def test_java_fleet_restart_two_bounce_without_double_ownership_and_scale_down(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    topic = kafka_topic(6)
+    bootstrap = kafka_broker.bootstrap
+    group_id, spec = kafka_spec(bootstrap, topic, replicas=3, family="java")
+    logs = tmp_path / "java"
+    async with running_cluster(java_logs=logs) as cluster:
+        await cluster.create_group("jv", spec)
+        await cluster.eventually(lambda: cluster.group_settled("jv", 3), timeout=120)
+        ids = [f"{group_id}-{slot}" for slot in range(3)]
+        assert sorted(await broker_members(bootstrap, group_id)) == ids
+        pods = await cluster.pods("jv")
+        assert {env_of(p)[STOCK_STRATEGY] for p in pods} == {
+            "org.apache.kafka.clients.consumer.RangeAssignor"
+        }
+
+        await cluster.update_spec("jv", {"rebalance": {"protocol": "cooperative"}})
+
+        async def completed() -> dict[str, Any] | None:
+            body = await cluster.get_group("jv")
+            status = body.get("status") or {}
+            done = (status.get("rollout") or {}).get("phase") == "Completed"
+            return body if done and status.get("selectedProtocol") == "cooperative-sticky" else None
+
+        await cluster.eventually(completed, timeout=240, what="Java two-bounce completed")
+        strategies = {env_of(p)[STOCK_STRATEGY] for p in await cluster.pods("jv")}
+        assert strategies == {"org.apache.kafka.clients.consumer.CooperativeStickyAssignor"}
+
+        await cluster.update_spec("jv", {"replicas": 2})
+        await cluster.eventually(lambda: cluster.group_settled("jv", 2), timeout=60)
+        left = await events(cluster, "MembersLeft")
+        assert len(left) == 1 and ids[2] in left[0]["message"]
+        assert sorted(await broker_members(bootstrap, group_id)) == ids[:2]
+
+    # From the consumers' own callback logs: no partition was ever owned by two of them.
+    everything = member_logs([(path.stem.rsplit("-", 1)[0], path) for path in logs.glob("*.jsonl")])
+    assert len(everything) == 3 + 2 * 3  # the first three, then two bounces of three
+    end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
+    assert list(ownership_overlaps(all_holdings(everything), end_ms)) == []
