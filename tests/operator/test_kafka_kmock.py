@@ -244,3 +244,52 @@ async def test_java_fleet_restart_two_bounce_without_double_ownership_and_scale_
     assert len(everything) == 3 + 2 * 3  # the first three, then two bounces of three
     end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
     assert list(ownership_overlaps(all_holdings(everything), end_ms)) == []
+
+
+async def test_adopted_executors_on_kafka_get_ids_from_the_webhook(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
+) -> None:
+    topic = kafka_topic(4)
+    bootstrap = kafka_broker.bootstrap
+    group_id = f"kop-{uuid.uuid4().hex[:8]}"
+    spec = {
+        "groupId": group_id,
+        "topics": [{"name": topic}],
+        "selector": {"matchLabels": {"spark-role": "executor"}},
+        "coordinator": {
+            "type": "kafka",
+            "bootstrapServers": bootstrap,
+            "clientFamily": "librdkafka",
+        },
+    }
+
+    def executor(name: str) -> dict[str, Any]:
+        labels = {"staticfleet.dev/group": "spark", "spark-role": "executor"}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"containers": [{"name": "executor", "image": "spark:3.5"}]},
+        }
+
+    async with running_cluster(webhook=True) as cluster:
+        await cluster.create_group("spark", spec)
+        await cluster.passes(2)
+        for index in range(2):
+            created = await cluster.admit_and_create(executor(f"exec-{index}"))
+            values = env_of(created)
+            assert values[STOCK_INSTANCE_ID] == f"{group_id}-{index}"
+            assert values["KAFKA_GROUP_ID"] == group_id
+            assert values["KAFKA_BOOTSTRAP_SERVERS"] == bootstrap
+            assert values[STOCK_STRATEGY] == "range"
+            assert "STATICFLEET_TOKEN" not in values
+        ids = [f"{group_id}-0", f"{group_id}-1"]
+
+        async def joined() -> bool:
+            return sorted(await broker_members(bootstrap, group_id)) == ids
+
+        await cluster.eventually(joined, timeout=60, what="both executors on the broker")
+        await cluster.eventually(lambda: cluster.group_settled("spark", 2), timeout=30)
+        # No member token Secret for a group on a Kafka cluster.
+        secrets = await cluster.kube._request("GET", "/api/v1/namespaces/default/secrets")
+        assert secrets.get("items", []) == []
