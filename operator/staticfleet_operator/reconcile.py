@@ -197,20 +197,19 @@ async def _unreachable(
 
 
 async def _report_once(op: Operator, body: Mapping[str, Any], reason: str, message: str) -> None:
-    """A Warning Event for a problem, once until the problem changes or clears."""
+    """A Warning Event for a problem, once until its message changes or it clears (one
+    slot per reason, so two standing problems do not take turns)."""
     metadata = body.get("metadata") or {}
-    key = group_key(str(metadata["namespace"]), str(metadata["name"]))
-    if op.reported.get(key) != f"{reason}: {message}":
-        op.reported[key] = f"{reason}: {message}"
+    key = f"{group_key(str(metadata['namespace']), str(metadata['name']))}/{reason}"
+    if op.reported.get(key) != message:
+        op.reported[key] = message
         log.warning("%s: %s", key, message)
         await op.kube.post_event(body, reason, message, warning=True)
 
 
 def _reachable_again(op: Operator, namespace: str, name: str) -> None:
     """The coordinator answered: a later outage is reported again."""
-    key = group_key(namespace, name)
-    if op.reported.get(key, "").startswith("CoordinatorUnreachable"):
-        del op.reported[key]
+    op.reported.pop(f"{group_key(namespace, name)}/CoordinatorUnreachable", None)
 
 
 async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec) -> str:
@@ -235,6 +234,8 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     state = rollout_from_status(previous)
     done = "observed"
     refusal = unsafe_protocol_change(spec, members)
+    if refusal is None:
+        op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
     switching = switch_slots(spec, members) if refusal is None else []
 
     excess = [m for m in members if m.slot >= replicas]
@@ -646,7 +647,8 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
         op.rebuilt.discard(group_key(namespace, name))
         forget_member_token(op, namespace, name, spec.group_id)
         op.metrics.forget_group(namespace, name)
-        op.reported.pop(group_key(namespace, name), None)
+        for key in [k for k in op.reported if k.startswith(group_key(namespace, name) + "/")]:
+            del op.reported[key]
         return f"finalized: left {instance_ids}"
 
 
