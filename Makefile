@@ -22,7 +22,7 @@ test: install kafka java-peer
 	$(PY) -m pytest -q
 
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not crash"
+	$(PY) -m pytest -q -m "not slow and not crash and not kafka"
 
 lint: install chart-lint
 	$(VENV)/bin/ruff check .

@@ -21,12 +21,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS: tuple[str, ...] = ("assignors", "coordinator", "http", "spark")
+BENCHMARKS: tuple[str, ...] = (
+    "assignors",
+    "coordinator",
+    "http",
+    "spark",
+    "kafka",
+    "batch_leave",
+    "conformance",
+)
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
     "coordinator": "coordinator_bench",
     "http": "http_bench",
     "spark": "spark_bench",
+    "kafka": "kafka_bench",
+    "conformance": "conformance_bench",
 }
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -34,7 +35,9 @@ def kafka_topic(kafka_broker: KafkaBroker, request: pytest.FixtureRequest) -> Ca
     """Creates a topic unique to this test with the given number of partitions; returns its name."""
 
     def create(partitions: int) -> str:
-        name = f"{request.node.name[:60]}-{next(_topic_numbers)}".replace("[", "-").replace("]", "")
+        # Kafka topic names allow [a-zA-Z0-9._-]; parametrized test names have more.
+        base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:60]
+        name = f"{base}-{next(_topic_numbers)}"
         kafka_broker.create_topic(name, partitions)
         return name
 

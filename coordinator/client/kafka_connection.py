@@ -67,6 +67,28 @@ class KafkaConnection:
         return int(version)
 
     async def connect(self, timeout_s: float) -> None:
+        async with self._lock:
+            await self._connect(timeout_s)
+
+    async def send(
+        self,
+        request_class: Any,
+        versions: tuple[int, int],
+        fields: dict[str, Any],
+        timeout_s: float,
+    ) -> Any:
+        """Connect if needed, send `request_class` at the highest version both sides accept
+        within `versions` (lowest, wanted), and return the decoded response.
+
+        One request at a time: the lock covers connecting (the version negotiation), the
+        write and the read, so concurrent callers never interleave on the stream.
+        """
+        async with self._lock:
+            await self._connect(timeout_s)
+            version = self.version(request_class, versions[1], versions[0])
+            return await self._exchange(request_class[version](**fields), timeout_s)
+
+    async def _connect(self, timeout_s: float) -> None:
         if self._writer is not None:
             return
         try:
@@ -87,12 +109,6 @@ class KafkaConnection:
             int(key.api_key): (int(key.min_version), int(key.max_version))
             for key in response.api_keys
         }
-
-    async def send(self, request: Any, timeout_s: float) -> Any:
-        """Send a versioned request (connecting first if needed); its decoded response."""
-        async with self._lock:
-            await self.connect(timeout_s)
-            return await self._exchange(request, timeout_s)
 
     async def _exchange(self, request: Any, timeout_s: float) -> Any:
         assert self._reader is not None and self._writer is not None

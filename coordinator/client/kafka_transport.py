@@ -299,6 +299,8 @@ class KafkaTransport:
             request.group_id, "control", KafkaOffsetFetchRequest, FETCH_VERSIONS, fields
         )
         result = answer.groups[0]
+        # v8+ carries the group's error per group, not at the top level.
+        self._check_coordinator(request.group_id, [error_code(result.error_code)])
         return OffsetFetchResponse(
             error_code(result.error_code),
             [
@@ -405,17 +407,13 @@ class KafkaTransport:
         if connection is None:
             connection = self._connections[key] = KafkaConnection(address, self._client_id)
         try:
-            await connection.connect(self._timeout_s)
+            answer = await connection.send(
+                request_class, versions, fields, timeout_s or self._timeout_s
+            )
         except TransportError:
-            self._forget_coordinator(group_id)
+            if not connection.connected:
+                self._forget_coordinator(group_id)
             raise
-        version = connection.version(request_class, versions[1], versions[0])
-        if version < 9 and request_class is KafkaOffsetFetchRequest:
-            group = fields["groups"][0]
-            group.member_id, group.member_epoch = None, -1
-        answer = await connection.send(
-            request_class[version](**fields), timeout_s or self._timeout_s
-        )
         top = getattr(answer, "error_code", None)
         if top is not None:
             self._check_coordinator(group_id, [error_code(top)])
@@ -465,9 +463,7 @@ class KafkaTransport:
         )
         for connection in connections:
             try:
-                await connection.connect(self._timeout_s)
-                version = connection.version(request_class, versions[1], versions[0])
-                answer = await connection.send(request_class[version](**fields), self._timeout_s)
+                answer = await connection.send(request_class, versions, fields, self._timeout_s)
             except TransportError as error:
                 connection.close()
                 self._metadata_connection = None

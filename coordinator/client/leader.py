@@ -61,9 +61,24 @@ def assign(
     assignor: PartitionAssignor,
     members: Sequence[JoinGroupResponseMember],
     topic_metadata: Mapping[str, int],
+    remembered: Mapping[str, Sequence[TopicPartition]] | None = None,
 ) -> list[SyncGroupRequestAssignment]:
-    """Run the selected protocol's assignor and encode one assignment per member."""
+    """Run the selected protocol's assignor and encode one assignment per member.
+
+    `remembered` (group.instance.id -> partitions) is what this leader assigned the last
+    time it led: used only when the coordinator sent no last assignments at all (a Kafka
+    broker has no such extension), so `static-sticky` stays sticky by instance id there as
+    long as the leader keeps leading; one leader's memory is one generation, never mixed
+    with the coordinator's.
+    """
     subscriptions, last_assignments = decode_members(members)
+    if not last_assignments and remembered:
+        present = {m.group_instance_id for m in members if m.group_instance_id}
+        last_assignments = {
+            instance: tuple(partitions)
+            for instance, partitions in remembered.items()
+            if instance in present
+        }
     subscribed = {topic for subscription in subscriptions.values() for topic in subscription.topics}
     partitions_per_topic = {
         topic: count for topic, count in topic_metadata.items() if topic in subscribed
@@ -87,6 +102,19 @@ def assign(
         )
         for member_id in subscriptions
     ]
+
+
+def assignments_by_instance(
+    members: Sequence[JoinGroupResponseMember], assignments: Sequence[SyncGroupRequestAssignment]
+) -> dict[str, tuple[TopicPartition, ...]]:
+    """What a leader just assigned, by group.instance.id (static members only)."""
+    instance_of = {m.member_id: m.group_instance_id for m in members}
+    remembered: dict[str, tuple[TopicPartition, ...]] = {}
+    for assignment in assignments:
+        instance = instance_of.get(assignment.member_id)
+        if instance:
+            remembered[instance] = decode_assignment(assignment.assignment).partitions
+    return remembered
 
 
 def current_owners(subscriptions: Mapping[str, Subscription]) -> dict[TopicPartition, str]:

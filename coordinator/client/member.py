@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from coordinator.assignors import PartitionAssignor, get_assignor
 from coordinator.client.backoff import Backoff
 from coordinator.client.config import MemberConfig
-from coordinator.client.leader import assign
+from coordinator.client.leader import assign, assignments_by_instance
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
 from coordinator.client.probing import rejoin_reason
 from coordinator.client.strategy import PROTOCOL_TYPE, AssignorFactory, build_strategy
@@ -126,6 +126,8 @@ class GroupMember:
         # KIP-792: the generation in which the owned partitions were assigned, sent with
         # them so the leader can tell a stale claim from a current one.
         self._owned_generation = NO_GENERATION
+        # What this member assigned, by instance id, the last time it led (see leader.assign).
+        self._leader_memory: dict[str, tuple[TopicPartition, ...]] = {}
         self._state = MemberState.UNJOINED
         self._error: CoordinatorError | None = None
 
@@ -490,7 +492,8 @@ class GroupMember:
             except CoordinatorError as error:
                 step = self._on_group_error(error.code, "topic metadata", error.detail)
                 return _Step.RETRY_LATER if step is _Step.RETRY_NOW else step
-            assignments = assign(assignor, joined.members, metadata)
+            assignments = assign(assignor, joined.members, metadata, self._leader_memory)
+            self._leader_memory = assignments_by_instance(joined.members, assignments)
         # KIP-814: a static leader that rejoined without a rebalance syncs with nothing and
         # takes its cached assignment, like any follower.
         request = SyncGroupRequest(

@@ -483,8 +483,9 @@ async def _consume_until_stopped(
             if asyncio.get_running_loop().time() >= next_commit:
                 await consumer.commit()
                 next_commit += settings.commit_interval_ms / 1000
-            # A full batch says more is waiting: only yield to the member's tasks then.
-            busy = consumed >= settings.max_poll_records
+            # Records came: more may be waiting, so only yield to the member's tasks; the
+            # poll interval is slept only when the source had nothing.
+            busy = consumed > 0
             await asyncio.wait(
                 {fatal, stopped}, timeout=0 if busy else poll_s, return_when=asyncio.FIRST_COMPLETED
             )

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from staticfleet.conformance.session import Session
 
-SETTLE_S = 0.3
+SETTLE_S = 0.5
 TOPIC_PARTITIONS = 4
 
 Scenario = Callable[[Session], Awaitable[None]]
@@ -78,6 +78,20 @@ async def static_join_and_rejoin(s: Session) -> None:
     await s.heartbeat("the restarted member heartbeats", "a")
     await s.join("join with the replaced member id", "a", member_id=old)
     await s.describe("describe")
+
+
+async def lone_static_member_changes_protocol(s: Session) -> None:
+    await s.join("a joins", "a", instance_id="ia")
+    await s.sync("a syncs", "a", {"a": b"A0"})
+    await s.join(
+        "a restarts preferring another protocol",
+        "a",
+        member_id="",
+        protocols=("roundrobin", "range"),
+    )
+    await s.sync("a syncs again", "a", {"a": b"A1"})
+    await s.describe("describe")
+    await s.join("b joins with an empty instance id", "b", instance_id="", protocols=("range",))
 
 
 async def static_fencing(s: Session) -> None:
@@ -221,6 +235,8 @@ async def offset_commit_and_fetch(s: Session) -> None:
         group_id=s.group_id + "-missing",
     )
     await s.fetch("fetch all at the end", None, None)
+    await s.commit("a commit to the empty group id", None, {0: 1}, group_id="")
+    await s.fetch("a fetch from the empty group id", None, [0], group_id="")
 
 
 async def static_session_expiry(s: Session) -> None:
@@ -250,6 +266,7 @@ async def empty_group(s: Session) -> None:
 
 SCENARIOS: dict[str, Scenario] = {
     "static_join_and_rejoin": static_join_and_rejoin,
+    "lone_static_member_changes_protocol": lone_static_member_changes_protocol,
     "static_fencing": static_fencing,
     "kip394_member_id_required": kip394_member_id_required,
     "protocol_votes": protocol_votes,

@@ -248,7 +248,7 @@ class Session:
     ) -> None:
         member = self.members[name] if name else Member("admin", None)
         request = OffsetCommitRequest(
-            group_id=group_id or self.group_id,
+            group_id=self.group_id if group_id is None else group_id,
             generation_id=member.generation if generation is None else generation,
             member_id=member.member_id if member_id is CURRENT else str(member_id),
             group_instance_id=member.instance_id,
@@ -279,7 +279,7 @@ class Session:
     ) -> None:
         member = self.members[name] if name else None
         request = OffsetFetchRequest(
-            group_id=group_id or self.group_id,
+            group_id=self.group_id if group_id is None else group_id,
             partitions=None if partitions is None else [(self.topic, p) for p in partitions],
             member_id=member.member_id if member else None,
             generation_id=(member.generation if generation is None else generation)
@@ -312,7 +312,8 @@ class Session:
                 "protocol_type": described.protocol_type,
                 "protocol": described.protocol_data,
                 "members": sorted(
-                    (self.who(m.member_id), m.group_instance_id) for m in described.members
+                    (self.who(m.member_id), m.group_instance_id, bool(m.member_assignment))
+                    for m in described.members
                 ),
             },
         )

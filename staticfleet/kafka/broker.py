@@ -84,6 +84,32 @@ def free_port(low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:
     raise BrokerError(f"no free port in {low}-{high}")
 
 
+def previous_ports(workdir: Path) -> tuple[int | None, int | None]:
+    """(client port, controller port) of the server.properties a previous start wrote."""
+    path = workdir / "server.properties"
+    if not path.exists():
+        return None, None
+    ports: dict[str, int] = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key == "listeners":
+            for listener in value.split(","):
+                name, _, address = listener.partition("://")
+                ports[name] = int(address.rpartition(":")[2])
+    return ports.get("PLAINTEXT"), ports.get("CONTROLLER")
+
+
+def _if_free(port: int | None) -> int | None:
+    if port is None:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+    return port
+
+
 def new_cluster_id() -> str:
     """A Kafka Uuid in its usual text form: 16 random bytes, URL-safe base64, unpadded."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -107,8 +133,11 @@ class KafkaBroker:
         libs_dir: Path = LIBS_DIR,
     ) -> None:
         self.workdir = Path(workdir)
-        self.port = port or free_port()
-        self.controller_port = controller_port or free_port()
+        # A log directory started before keeps its ports (its bootstrap address stays valid)
+        # while they are free; otherwise free ones are picked.
+        previous_port, previous_controller_port = previous_ports(self.workdir)
+        self.port = port or _if_free(previous_port) or free_port()
+        self.controller_port = controller_port or _if_free(previous_controller_port) or free_port()
         self.settings = {**FAST_TEST_SETTINGS, **(settings or {})}
         self.libs_dir = libs_dir
         self.data_dir = self.workdir / "data"

@@ -162,3 +162,20 @@ def test_member_run_reports_missing_settings():
                 "STATICFLEET_SESSION_TIMEOUT_MS": "soon",
             },
         )
+
+
+def test_member_run_reads_the_synthetic_source_unless_a_kafka_one_is_named():
+    parser = build_parser()
+    environ = {
+        "STATICFLEET_COORDINATOR_URL": "http://x",
+        "STATICFLEET_GROUP_ID": "g",
+        "STATICFLEET_TOPICS": "t",
+    }
+    assert settings_from(parser.parse_args(["member", "run"]), environ).kafka_bootstrap is None
+    with_kafka = {**environ, "STATICFLEET_SOURCE": "kafka://127.0.0.1:20001"}
+    settings = settings_from(parser.parse_args(["member", "run"]), with_kafka)
+    assert settings.kafka_bootstrap == "127.0.0.1:20001"
+    flag = parser.parse_args(["member", "run", "--source", "synthetic"])
+    assert settings_from(flag, with_kafka).kafka_bootstrap is None  # a flag wins
+    with pytest.raises(ValueError, match="kafka://host:port"):
+        settings_from(parser.parse_args(["member", "run", "--source", "kafka:9092"]), environ)

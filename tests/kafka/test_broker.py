@@ -79,3 +79,10 @@ def test_a_killed_broker_restarts_on_its_log_directory_with_its_records(tmp_path
     finally:
         broker.stop()
     assert not broker.running()
+
+
+def test_a_log_directory_keeps_its_ports_across_broker_objects(tmp_path: Path) -> None:
+    first = KafkaBroker(tmp_path)
+    first._write_config()
+    again = KafkaBroker(tmp_path)
+    assert (again.port, again.controller_port) == (first.port, first.controller_port)

@@ -13,6 +13,12 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from coordinator.assignors import (
+    PartitionAssignor,
+    StaticStickyAssignor,
+    decode_subscription_info,
+    get_assignor,
+)
 from coordinator.client import GroupMember
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.errors import CoordinatorError, ErrorCode
@@ -27,7 +33,12 @@ from coordinator.messages import (
     OffsetCommitRequest,
     SyncGroupRequest,
 )
-from coordinator.protocol import Subscription, TopicPartition, encode_subscription
+from coordinator.protocol import (
+    Subscription,
+    TopicPartition,
+    decode_subscription,
+    encode_subscription,
+)
 from staticfleet.kafka.broker import KafkaBroker
 from tests.client.helpers import Ledger, member_config, settled, wait_until
 
@@ -48,7 +59,12 @@ class Fleet:
         self.members: dict[str, GroupMember] = {}
         self.admin = KafkaTransport(bootstrap)
 
-    async def start(self, instance_id: str, **settings: object) -> GroupMember:
+    async def start(
+        self,
+        instance_id: str,
+        assignor_factory: Callable[[str], PartitionAssignor] = get_assignor,
+        **settings: object,
+    ) -> GroupMember:
         config = member_config(
             instance_id,
             group_id=self.group,
@@ -61,14 +77,15 @@ class Fleet:
             KafkaTransport(self.bootstrap, client_id=instance_id),
             config,
             self.ledger.listener(instance_id),
+            assignor_factory=assignor_factory,
         )
         await member.start()
         self.members[instance_id] = member
         return member
 
-    async def stop(self, instance_id: str) -> None:
+    async def stop(self, instance_id: str, leave: bool | None = None) -> None:
         member = self.members.pop(instance_id)
-        await member.close()
+        await member.close(leave=leave)
         await member._transport.close()
 
     def partitions(self) -> frozenset[TopicPartition]:
@@ -125,6 +142,81 @@ async def test_static_rolling_restart_on_kafka_keeps_generation_and_partitions(
     assert not fleet.ledger.violations
 
 
+async def test_static_sticky_keeps_partitions_by_instance_on_kafka_in_eager_rebalances(
+    fleet: Fleet,
+) -> None:
+    """Eager members revoke everything and a broker keeps no last assignments: the leader's
+    memory of what it assigned, by instance id, keeps `static-sticky` sticky."""
+    for instance_id in ("m0", "m1", "m2", "m3"):
+        await fleet.start(instance_id, eager_assignor="static-sticky")
+        await fleet.settle()
+    before = {i: m.assignment for i, m in fleet.members.items()}
+    # A member other than the leader leaves, the first one in instance order, so that an
+    # assignment made from scratch would hand the survivors different partitions.
+    leaving = min(i for i, m in fleet.members.items() if not m.is_leader)
+    await fleet.stop(leaving, leave=True)
+    await fleet.settle()
+    for instance_id, member in fleet.members.items():
+        assert before[instance_id] <= member.assignment, instance_id
+    assert not fleet.ledger.violations
+
+
+def static_sticky_v(version: int) -> Callable[[str], PartitionAssignor]:
+    def factory(name: str) -> PartitionAssignor:
+        return (
+            StaticStickyAssignor(version=version) if name == "static-sticky" else get_assignor(name)
+        )
+
+    return factory
+
+
+async def test_kip268_version_probing_on_kafka_downgrades_then_upgrades_after_leader_bounce(
+    fleet: Fleet,
+) -> None:
+    async def start(instance_id: str, version: int) -> GroupMember:
+        return await fleet.start(
+            instance_id,
+            static_sticky_v(version),
+            rebalance_protocol="cooperative",
+            cooperative_assignor="static-sticky",
+        )
+
+    leader = await start("m0", 1)
+    await leader.wait_for_assignment(20)
+    newer = await start("m1", 2)
+    await fleet.settle()
+    assert leader.is_leader
+    newer_assignor = newer.assignor("static-sticky")
+    assert isinstance(newer_assignor, StaticStickyAssignor)
+    # The v1 leader could not read v2: it probed, the newer member downgraded.
+    await wait_until(lambda: newer_assignor.used_version == 1, within=20)
+    assert await subscription_versions(fleet) == {"m0": 1, "m1": 1}
+
+    await fleet.stop("m0")
+    upgraded = await start("m0", 2)
+    await wait_until(
+        lambda: (
+            newer_assignor.used_version == 2
+            and upgraded.assignor("static-sticky").used_version == 2  # type: ignore[attr-defined]
+            and settled(fleet.members.values(), fleet.partitions())
+        ),
+        within=30,
+    )
+    await wait_until(lambda: not newer._rejoin_event.is_set())
+    assert await subscription_versions(fleet) == {"m0": 2, "m1": 2}
+    assert not fleet.ledger.violations
+
+
+async def subscription_versions(fleet: Fleet) -> dict[str | None, int]:
+    described = await fleet.admin.describe_group(fleet.group)
+    versions: dict[str | None, int] = {}
+    for m in described.members:
+        info = decode_subscription_info(decode_subscription(m.member_metadata).user_data)
+        assert info is not None
+        versions[m.group_instance_id] = info.version
+    return versions
+
+
 async def test_fenced_zombie_commit_is_refused_by_the_broker(fleet: Fleet) -> None:
     zombie = await fleet.start("m0", heartbeat_interval_ms=3_000)
     await zombie.wait_for_assignment(20)
@@ -156,16 +248,24 @@ async def test_fenced_zombie_commit_is_refused_by_the_broker(fleet: Fleet) -> No
 
 async def test_two_bounce_upgrade_to_cooperative_on_kafka_never_double_owns(fleet: Fleet) -> None:
     ids = ["m0", "m1", "m2"]
-    setting = {"eager_assignor": "range", "cooperative_assignor": "static-sticky"}
+
+    async def start(instance_id: str, phase: str) -> None:
+        await fleet.start(
+            instance_id,
+            rebalance_protocol=phase,
+            eager_assignor="range",
+            cooperative_assignor="static-sticky",
+        )
+
     for instance_id in ids:
-        await fleet.start(instance_id, rebalance_protocol="eager", **setting)
+        await start(instance_id, "eager")
     await fleet.settle()
     assert fleet.members["m0"].protocol_name == "range"
 
     for phase in ("compatible", "cooperative"):
         for instance_id in ids:
             await fleet.stop(instance_id)
-            await fleet.start(instance_id, rebalance_protocol=phase, **setting)
+            await start(instance_id, phase)
             await fleet.settle()
             assert not fleet.ledger.violations, fleet.ledger.violations
         if phase == "compatible":
@@ -189,18 +289,23 @@ async def test_a_heartbeat_answers_while_the_same_transports_join_is_parked(
 ) -> None:
     """JoinGroup long-polls on a connection of its own, as in Kafka's Java client."""
     a, b = KafkaTransport(fleet.bootstrap), KafkaTransport(fleet.bootstrap)
-    ids: dict[str, str] = {}
     try:
         await fleet.admin.wait_for_coordinator(fleet.group)
-        joins = [raw_join(t, fleet, instance_id) for t, instance_id in ((a, "a"), (b, "b"))]
-        for joined in await asyncio.gather(*joins):
-            ids[joined.member_id] = joined.leader
-        (a_id,) = [m for m in ids if (await describe_instance(fleet, m)) == "a"]
-        (b_id,) = [m for m in ids if m != a_id]
-        generation = (await raw_join(a, fleet, "a", a_id)).generation_id  # no change: no rebalance
-        for transport, member_id in ((a, a_id), (b, b_id)):
+        first = await raw_join(a, fleet, "a")
+        a_id = first.member_id
+        await a.sync_group(
+            SyncGroupRequest(fleet.group, first.generation_id, a_id, "a", "consumer", "range")
+        )
+        # b joins (the group rebalances), a rejoins: both in the next generation.
+        b_joins = asyncio.ensure_future(raw_join(b, fleet, "b"))
+        await asyncio.sleep(0.3)
+        generation = (await raw_join(a, fleet, "a", a_id)).generation_id
+        b_id = (await b_joins).member_id
+        for transport, member_id, instance_id in ((a, a_id, "a"), (b, b_id, "b")):
             await transport.sync_group(
-                SyncGroupRequest(fleet.group, generation, member_id, None, "consumer", "range")
+                SyncGroupRequest(
+                    fleet.group, generation, member_id, instance_id, "consumer", "range"
+                )
             )
 
         # a rejoins with new metadata and waits for b, which never rejoins.
@@ -239,8 +344,3 @@ async def raw_join(
             protocols=[JoinGroupProtocol("range", metadata)],
         )
     )
-
-
-async def describe_instance(fleet: Fleet, member_id: str) -> str | None:
-    described = await fleet.admin.describe_group(fleet.group)
-    return next(m.group_instance_id for m in described.members if m.member_id == member_id)
