@@ -6,7 +6,8 @@ change becomes journal rows in the embedded coordinator's format (`coordinator.j
 JSON lines, one file per group id): `rebalance_started` when the group is seen rebalancing
 (or, if a whole rebalance fell between two passes, when its result is seen),
 `generation_started` + one `assignment` per member + `stable` when a new assignment is seen
-Stable, `static_rejoin` when an instance id got a new member id and kept its partitions.
+Stable (and for the assignment found at the first sight), `static_rejoin` when an
+instance id got a new member id and kept its partitions.
 
 What it cannot see: anything shorter than a pass (the interval, 2 s by default), and the
 broker's generation (DescribeGroups has none: the rows carry the generation read from the
@@ -46,6 +47,18 @@ def _partitions(raw: bytes) -> tuple[tuple[str, int], ...]:
         return ()
 
 
+_Row = tuple[str, str | None, str | None, dict[str, Any]]
+
+
+def _assignments(owners: dict[str, tuple[str, tuple[tuple[str, int], ...]]]) -> list[_Row]:
+    rows: list[_Row] = []
+    for key, (member_id, parts) in sorted(owners.items()):
+        instance = key if key != member_id else None
+        detail = {"partitions": [[topic, p] for topic, p in parts]}
+        rows.append((JournalKind.ASSIGNMENT, member_id, instance, detail))
+    return rows
+
+
 class RebalanceJournal:
     """Appends journal rows to `<directory>/<group id>.jsonl`."""
 
@@ -63,7 +76,7 @@ class RebalanceJournal:
             return []
         ts_ms = int(now.timestamp() * 1000)
         seen = self._seen.get(group.group_id)
-        rows: list[tuple[str, str | None, str | None, dict[str, Any]]] = []
+        rows: list[_Row] = []
         rebalancing = group.group_state in _REBALANCING
         owners = {
             (m.group_instance_id or m.member_id): (m.member_id, _partitions(m.member_assignment))
@@ -73,6 +86,11 @@ class RebalanceJournal:
         if rebalancing and not started:
             rows.append((JournalKind.REBALANCE_STARTED, None, None, {"reason": "seen by describe"}))
             started = True
+        if group.group_state == "Stable" and seen is None:
+            # The first sight: the assignment as found (what later moves are counted from).
+            rows.append((JournalKind.GENERATION_STARTED, None, None, {}))
+            rows.extend(_assignments(owners))
+            rows.append((JournalKind.STABLE, None, None, {}))
         if group.group_state == "Stable" and seen is not None:
             moved = (
                 group.protocol_data != seen.protocol or group.generation_id != seen.generation
@@ -85,10 +103,7 @@ class RebalanceJournal:
                         (JournalKind.REBALANCE_STARTED, None, None, {"reason": "seen by describe"})
                     )
                 rows.append((JournalKind.GENERATION_STARTED, None, None, {}))
-                for key, (member_id, parts) in sorted(owners.items()):
-                    instance = key if key != member_id else None
-                    detail = {"partitions": [[topic, p] for topic, p in parts]}
-                    rows.append((JournalKind.ASSIGNMENT, member_id, instance, detail))
+                rows.extend(_assignments(owners))
                 rows.append((JournalKind.STABLE, None, None, {}))
             else:
                 for key, (member_id, _) in sorted(owners.items()):

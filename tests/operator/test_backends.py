@@ -83,7 +83,13 @@ def test_journal_records_a_rebalance_and_a_static_rejoin(tmp_path: Path) -> None
     journal = RebalanceJournal(tmp_path)
     now = datetime(2026, 1, 1, tzinfo=UTC)
     first = from_kafka(group("range", member("g-0", 1, [0, 1]), member("g-1", 1, [2, 3])))
-    assert journal.observe(first, now) == []  # the first sight is the baseline
+    # The first sight records the assignment found (later moves are counted from it).
+    assert [e.kind for e in journal.observe(first, now)] == [
+        "generation_started",
+        "assignment",
+        "assignment",
+        "stable",
+    ]
     # g-1 restarted as the same static member: new member id, same partitions.
     rejoined = group("range", member("g-0", 1, [0, 1]), member("g-1", 1, [2, 3]))
     rejoined.members[1] = DescribedGroupMember(
@@ -102,4 +108,4 @@ def test_journal_records_a_rebalance_and_a_static_rejoin(tmp_path: Path) -> None
     assert [e.kind for e in rows] == ["generation_started", "assignment", "stable"]
     assert rows[1].detail == {"partitions": [["t", p] for p in range(4)]}
     written = (tmp_path / "g.jsonl").read_text().splitlines()
-    assert len(written) == 1 + 1 + 3  # static_rejoin, rebalance_started, and the three
+    assert len(written) == 4 + 1 + 1 + 3  # first sight, static_rejoin, rebalance, the three
