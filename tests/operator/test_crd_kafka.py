@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, KafkaException
 
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
@@ -192,3 +193,23 @@ def test_our_members_on_kafka_get_a_kafka_url() -> None:
     assert values[env.COORDINATOR_URL] == "kafka://kafka-0.kafka:9092,kafka-1.kafka:9092"
     assert values[env.INSTANCE_ID] == "orders-0"
     assert env.TOKEN not in values
+
+
+def test_librdkafka_itself_refuses_the_compatible_list() -> None:
+    """Why the operator refuses the two-bounce for librdkafka: the client will not even be
+    created with an eager and a cooperative assignor together (confluent-kafka)."""
+    with pytest.raises(KafkaException, match="same protocol type"):
+        Consumer(
+            {
+                "bootstrap.servers": "127.0.0.1:1",
+                "group.id": "g",
+                "partition.assignment.strategy": "cooperative-sticky,range",
+            }
+        )
+    Consumer(
+        {
+            "bootstrap.servers": "127.0.0.1:1",
+            "group.id": "g",
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+    ).close()
