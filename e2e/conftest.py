@@ -2,7 +2,7 @@
 
 `STATICFLEET_E2E_CLUSTER=local` (default, `make e2e`): our control plane and node agent.
 `STATICFLEET_E2E_CLUSTER=kind` (`make e2e-kind`): the cluster in $KUBECONFIG.
-The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 3-7
+The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 3-8c
 share one Helm release of the chart.
 """
 
@@ -143,7 +143,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
-    """A KRaft broker for the Kafka-coordinated scenarios (8-10), on loopback, where the
+    """A KRaft broker for the Kafka-coordinated scenarios (8a-8c), on loopback, where the
     operator and the member processes reach it; a fresh log directory every session."""
     ensure_built()  # the Java peer, once, before six pods would each check the build
     workdir = BUILD / "e2e" / "kafka-broker"

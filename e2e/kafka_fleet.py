@@ -1,4 +1,4 @@
-"""Kafka-coordinated fleets for scenarios 8-10: ConsumerGroups with `spec.coordinator.type:
+"""Kafka-coordinated fleets for scenarios 8a-8c: ConsumerGroups with `spec.coordinator.type:
 kafka` on the broker the session starts (`kafka_broker` in conftest.py), the broker's own
 describe, and the scenario every client family goes through."""
 

@@ -1,8 +1,8 @@
-"""Scenario 9: a managed fleet of our own members on a real Kafka broker.
+"""Scenario 8b: a managed fleet of our own members on a real Kafka broker.
 
 `clientFamily: staticfleet`: each pod runs `staticfleet member run` with the
 `STATICFLEET_*` env the operator injects, its coordinator `kafka://<bootstrap>` (the Kafka
-transport of the member client). The same scenario as the Java fleet (scenario 8); the
+transport of the member client). The same scenario as the Java fleet (scenario 8a); the
 witnesses are the broker's describe and the members' event logs (their container logs).
 """
 

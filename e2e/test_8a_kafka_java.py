@@ -1,4 +1,4 @@
-"""Scenario 8: a managed fleet of Java KafkaConsumer pods on a real Kafka broker.
+"""Scenario 8a: a managed fleet of Java KafkaConsumer pods on a real Kafka broker.
 
 `spec.coordinator.type: kafka`, `clientFamily: java`: the operator (the chart's, a local
 process) describes the group on the broker and sends the batch LeaveGroup there; each pod

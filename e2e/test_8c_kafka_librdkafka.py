@@ -1,4 +1,4 @@
-"""Scenario 10: a librdkafka fleet on a real Kafka broker; the operator refuses the unsafe
+"""Scenario 8c: a librdkafka fleet on a real Kafka broker; the operator refuses the unsafe
 two-bounce and the documented alternative (`protocolChange: Switch`) works.
 
 Each pod runs a real librdkafka consumer (`python -m staticfleet.kafka.rdkafka_pod`,
