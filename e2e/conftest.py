@@ -2,7 +2,7 @@
 
 `STATICFLEET_E2E_CLUSTER=local` (default, `make e2e`): our control plane and node agent.
 `STATICFLEET_E2E_CLUSTER=kind` (`make e2e-kind`): the cluster in $KUBECONFIG.
-The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 3-8
+The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 3-8c
 share one Helm release of the chart.
 """
 
@@ -30,6 +30,8 @@ from e2e.cluster import (
     pod_ready,
 )
 from e2e.fleet import wait_for
+from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.kafka.java_peer import ensure_built
 
 CLUSTER_KIND = os.environ.get("STATICFLEET_E2E_CLUSTER", "local")
 RESULTS_FILE = ROOT / "e2e" / ("results.json" if CLUSTER_KIND == "local" else "results-kind.json")
@@ -137,3 +139,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         },
     }
     RESULTS_FILE.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """A KRaft broker for the Kafka-coordinated scenarios (8a-8c), on loopback, where the
+    operator and the member processes reach it; a fresh log directory every session."""
+    ensure_built()  # the Java peer, once, before six pods would each check the build
+    workdir = BUILD / "e2e" / "kafka-broker"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    broker = KafkaBroker(workdir)
+    broker.start()
+    try:
+        broker.wait_ready(timeout=120)
+        yield broker
+    finally:
+        broker.stop()

@@ -36,6 +36,7 @@ from coordinator.server import (
 from coordinator.server.context import CONTEXT
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from staticfleet_operator import handlers
+from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.readiness import expect_groups
@@ -67,6 +68,9 @@ class OperatorOptions:
     # get it: coordinator.server.limits.group_body_limit).
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     initial_rebalance_delay_ms: int = 3000
+    # Where rebalances of Kafka-coordinated groups, seen by describe, are journaled (JSON
+    # lines per group id, the analytics' input); none: not recorded.
+    kafka_journal_dir: Path | None = None
 
 
 def kopf_settings(options: OperatorOptions) -> kopf.OperatorSettings:
@@ -141,6 +145,7 @@ async def run_operator(
         authenticator=authenticator_of(app),
         # The server's registry: its /metrics shows the operator's series too.
         metrics=OperatorMetrics(app[CONTEXT].metrics.registry),
+        journal=RebalanceJournal(options.kafka_journal_dir) if options.kafka_journal_dir else None,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)
@@ -211,6 +216,7 @@ async def run_operator(
                     await task
         await server.stop()
         await coordinator.close()
+        await operator.kafka.close()
         await operator.kube.close()
 
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
+from staticfleet_operator.kafka_clients import client_env_from, kafka_member_env
 from staticfleet_operator.rollout import MemberPod
 from staticfleet_operator.tokens import token_secret_ref
 
@@ -59,6 +60,10 @@ def template_hash(spec: ConsumerGroupSpec) -> str:
             spec.token_secret_ref.model_dump(mode="json") if spec.token_secret_ref else "managed"
         ),
     }
+    if spec.coordinator.kafka:
+        # Only for Kafka groups: adding a key would change every embedded fleet's hash and
+        # bounce it on an operator upgrade.
+        material["coordinator"] = spec.coordinator.model_dump(mode="json", by_alias=True)
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
@@ -70,6 +75,8 @@ def member_env(
     protocol: RebalanceProtocolSetting,
 ) -> list[dict[str, Any]]:
     """The env entries (core/v1 EnvVar) a member process is configured by."""
+    if spec.coordinator.kafka:
+        return kafka_member_env(spec, instance_id, protocol)
     values = {
         env.COORDINATOR_URL: settings.coordinator_url,
         env.GROUP_ID: spec.group_id,
@@ -144,7 +151,9 @@ def managed_pod(
         "controller": True,
         "blockOwnerDeletion": True,
     }
-    pod_spec = with_member_env(template["spec"], member_env(spec, settings, instance_id, protocol))
+    pod_spec = with_member_env(
+        template["spec"], member_env(spec, settings, instance_id, protocol), client_env_from(spec)
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -159,12 +168,21 @@ def managed_pod(
     }
 
 
-def with_member_env(pod_spec: Mapping[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """A copy of `pod_spec` whose every container carries `entries` (replacing same names)."""
+def with_member_env(
+    pod_spec: Mapping[str, Any],
+    entries: list[dict[str, Any]],
+    env_from: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A copy of `pod_spec` whose every container carries `entries` (replacing same names)
+    and `env_from` (the Kafka client Secret, appended once)."""
     result = copy.deepcopy(dict(pod_spec))
+    owned = MEMBER_ENV_NAMES | {str(e["name"]) for e in entries}
     for container in result.get("containers") or []:
-        kept = [e for e in container.get("env") or [] if e.get("name") not in MEMBER_ENV_NAMES]
+        kept = [e for e in container.get("env") or [] if e.get("name") not in owned]
         container["env"] = kept + copy.deepcopy(entries)
+        if env_from:
+            sources = [s for s in container.get("envFrom") or [] if s not in env_from]
+            container["envFrom"] = sources + copy.deepcopy(env_from)
     return result
 
 

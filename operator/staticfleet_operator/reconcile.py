@@ -22,17 +22,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator import (
-    DescribedGroup,
-    ErrorCode,
-    GroupCoordinator,
-    LeaveGroupRequest,
-    MemberIdentity,
-)
+from coordinator import DescribedGroup, ErrorCode, GroupCoordinator
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.server import AuthConfigError, Authenticator
-from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from staticfleet_operator.backends import (
+    CoordinatorUnreachable,
+    EmbeddedBackend,
+    GroupBackend,
+    KafkaBackends,
+    leave_errors,
+    widen_offers,
+)
+from staticfleet_operator.crd import (
+    ConsumerGroupSpec,
+    Mode,
+    ProtocolChange,
+    parse_spec,
+    validate_spec,
+)
 from staticfleet_operator.identity import SlotAllocator, SlotClaim, SlotTable
+from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.members import (
     GROUP_LABEL,
@@ -56,7 +65,9 @@ from staticfleet_operator.rollout import (
     RolloutState,
     decide,
     protocol_for_new_pod,
+    rollout_bounces,
 )
+from staticfleet_operator.rollout.plan import uniform_protocol
 from staticfleet_operator.status import (
     invalid_spec_status,
     observed_status,
@@ -68,7 +79,6 @@ from staticfleet_operator.tokens import TokenUnavailable, read_member_token
 
 log = logging.getLogger("staticfleet.operator")
 
-LEAVE_REASON = "removed by the staticfleet operator"
 # How long an admitted pod may take to appear in a listing (the API server's admission
 # timeout is at most 30 s).
 ADMISSION_GRACE_SECONDS = 30.0
@@ -102,6 +112,18 @@ class Operator:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Readiness after a restart: told of each group whose token was reconciled (readiness.py).
     tokens_gate: TokensGate = field(default_factory=TokensGate)
+    # Connections to the Kafka clusters of Kafka-coordinated groups, one per bootstrap list.
+    kafka: KafkaBackends = field(default_factory=KafkaBackends)
+    # Rebalances of Kafka-coordinated groups as seen by describe (None: not recorded).
+    journal: RebalanceJournal | None = None
+    # group key -> the last problem reported by an Event (once per problem, not per pass).
+    reported: dict[str, str] = field(default_factory=dict)
+
+    def backend(self, spec: ConsumerGroupSpec) -> GroupBackend:
+        """The group's coordinator: the Kafka cluster it names, else the embedded one."""
+        if spec.coordinator.kafka and spec.coordinator.bootstrap_servers:
+            return self.kafka.get(spec.coordinator.bootstrap_servers)
+        return EmbeddedBackend(self.coordinator)
 
     def recently_admitted(self, pod_key: str, now: datetime) -> bool:
         since = self.admitted.get(pod_key)
@@ -136,7 +158,6 @@ async def reconcile(op: Operator, namespace: str, name: str) -> str:
 
 async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
     metadata = body.get("metadata") or {}
-    namespace, name = str(metadata["namespace"]), str(metadata["name"])
     generation = metadata.get("generation")
     previous = read_status(body)
     now = op.clock()
@@ -147,18 +168,80 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
             await op.kube.post_event(body, "InvalidSpec", "; ".join(problems), warning=True)
         return "invalid spec"
     spec = parse_spec(body.get("spec") or {})
-    await sync_member_token(op, body, spec)
-    await _sync_topics(op.coordinator, spec)
+    try:
+        return await _reconcile_valid(op, body, spec)
+    except CoordinatorUnreachable as error:
+        return await _unreachable(op, body, spec, str(error))
+
+
+async def _unreachable(
+    op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec, problem: str
+) -> str:
+    """The group's Kafka cluster did not answer: say so in status and an Event (once per
+    problem), and do nothing else: no pod is created, deleted or bounced on a guess."""
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata["namespace"]), str(metadata["name"])
+    previous = read_status(body)
+    pods = members_of(await op.kube.list_pods(namespace, {GROUP_LABEL: name}))
+    message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {problem}"
+    status = observed_status(
+        previous,
+        generation=metadata.get("generation"),
+        view=None,
+        selected_protocol=None,
+        pods=pods,
+        expected_members=spec.replicas if spec.replicas is not None else len(pods),
+        rollout=rollout_from_status(previous),
+        now=op.clock(),
+        degraded_reason="CoordinatorUnreachable",
+        degraded_message=message,
+    )
+    await _write_status(op, body, status.to_patch())
+    await _report_once(op, body, "CoordinatorUnreachable", message)
+    return "coordinator unreachable"
+
+
+async def _report_once(op: Operator, body: Mapping[str, Any], reason: str, message: str) -> None:
+    """A Warning Event for a problem, once until its message changes or it clears (one
+    slot per reason, so two standing problems do not take turns)."""
+    metadata = body.get("metadata") or {}
+    key = f"{group_key(str(metadata['namespace']), str(metadata['name']))}/{reason}"
+    if op.reported.get(key) != message:
+        op.reported[key] = message
+        log.warning("%s: %s", key, message)
+        await op.kube.post_event(body, reason, message, warning=True)
+
+
+def _reachable_again(op: Operator, namespace: str, name: str) -> None:
+    """The coordinator answered: a later outage is reported again."""
+    op.reported.pop(f"{group_key(namespace, name)}/CoordinatorUnreachable", None)
+
+
+async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec) -> str:
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata["namespace"]), str(metadata["name"])
+    generation = metadata.get("generation")
+    previous = read_status(body)
+    now = op.clock()
+    backend = op.backend(spec)
+    if not spec.coordinator.kafka:
+        await sync_member_token(op, body, spec)
+    await _sync_topics(op, body, backend, spec)
     if spec.mode is Mode.ADOPTED:
         return await _reconcile_adopted(op, body, spec)
 
     replicas = spec.replicas or 0
     pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
     members = members_of(pods)
-    described = await describe(op.coordinator, spec.group_id)
-    view = CoordinatorView.from_described(described)
+    described = await describe(backend, spec.group_id)
+    _reachable_again(op, namespace, name)
+    view = group_view(op, spec, described, members)
     state = rollout_from_status(previous)
     done = "observed"
+    refusal = unsafe_protocol_change(spec, members)
+    if refusal is None:
+        op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
+    switching = switch_slots(spec, members) if refusal is None else []
 
     excess = [m for m in members if m.slot >= replicas]
     retiring = retiring_instance_ids(view, spec, replicas, {m.slot for m in excess})
@@ -169,18 +252,15 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
                 await op.kube.delete_pod(namespace, pod.pod_name)
         done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
     elif retiring:
-        await leave_group(op.coordinator, spec.group_id, retiring)
-        op.metrics.batch_left(namespace, name, len(retiring))
-        await op.kube.post_event(
-            body, "MembersLeft", f"batch LeaveGroup for {', '.join(retiring)} (scale-down)"
-        )
+        await _leave(op, body, backend, spec, retiring, "scale-down")
         done = f"left: {', '.join(retiring)}"
+    elif switching:
+        done = await _switch(op, body, spec, members)
+    elif stale := switch_leavers(spec, view, members):
+        await _leave(op, body, backend, spec, stale, "switch: every member restarts on the target")
+        done = f"switch: left {', '.join(stale)}"
     elif missing:
-        protocol = protocol_for_new_pod(
-            state.bounce_protocol,
-            (m.protocol for m in members if not m.deleting),
-            desired_protocol(spec),
-        )
+        protocol = new_pod_protocol(spec, state, members)
         for slot in missing:
             await op.kube.create_pod(
                 namespace,
@@ -195,6 +275,23 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
                 ),
             )
         done = f"created slots {missing} with {protocol.value}"
+    elif refusal is not None:
+        await _report_once(op, body, "ProtocolChangeRefused", refusal)
+        status = observed_status(
+            previous,
+            generation=generation,
+            view=view,
+            selected_protocol=described.protocol_data,
+            pods=members,
+            expected_members=replicas,
+            rollout=state,
+            now=now,
+            degraded_reason="ProtocolChangeRefused",
+            degraded_message=refusal,
+        )
+        await _write_status(op, body, status.to_patch())
+        _observe_managed(op, namespace, name, replicas, members, state)
+        return "refused: " + refusal
     else:
         observation = Observation(
             desired_protocol=desired_protocol(spec),
@@ -224,6 +321,129 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
     await _write_status(op, body, status.to_patch())
     _observe_managed(op, namespace, name, replicas, members, state)
     return done
+
+
+def group_view(
+    op: Operator, spec: ConsumerGroupSpec, described: DescribedGroup, pods: Sequence[MemberPod]
+) -> CoordinatorView:
+    """The rules' view of a describe; for a Kafka group, each member's offers widened from
+    its pod (Kafka's describe lists only the selected protocol) and the rebalances it shows
+    recorded in the journal."""
+    view = CoordinatorView.from_described(described)
+    if not spec.coordinator.kafka:
+        return view
+    if op.journal is not None:
+        op.journal.observe(described, op.clock())
+    return widen_offers(view, pods, assignors(spec))
+
+
+def unsafe_protocol_change(spec: ConsumerGroupSpec, pods: Sequence[MemberPod]) -> str | None:
+    """Why the fleet's protocol change cannot be the two-bounce, or None. librdkafka and
+    kafka-python refuse a list of an eager and a cooperative assignor, so KIP-429's bridge
+    bounce cannot be configured for them."""
+    family = spec.coordinator.client_family
+    if family.mixes_assignors or spec.rebalance.protocol_change is not ProtocolChange.TWO_BOUNCE:
+        return None
+    live = [(p.protocol, p.template_hash) for p in pods if not p.deleting]
+    bounces = rollout_bounces(live, desired_protocol(spec), template_hash(spec))
+    if RebalanceProtocolSetting.COMPATIBLE not in bounces:
+        return None
+    return (
+        f"{family.value} clients cannot offer an eager and a cooperative assignor at once, so "
+        "the two-bounce upgrade is impossible; set spec.rebalance.protocolChange: Switch "
+        "(stops the fleet for one rebalance) or set spec.rebalance.protocol back"
+    )
+
+
+def switch_slots(spec: ConsumerGroupSpec, pods: Sequence[MemberPod]) -> list[int]:
+    """Slots whose pod runs another protocol than the spec's, when protocol changes are
+    done by a Switch: the whole fleet stops and restarts on the target."""
+    if spec.rebalance.protocol_change is not ProtocolChange.SWITCH:
+        return []
+    desired = desired_protocol(spec)
+    return sorted({p.slot for p in pods if p.protocol is not desired})
+
+
+def new_pod_protocol(
+    spec: ConsumerGroupSpec, state: RolloutState, pods: Sequence[MemberPod]
+) -> RebalanceProtocolSetting:
+    """The protocol a created pod gets. Families that cannot mix assignors never get the
+    compatible bridge: a refused fleet keeps its protocol, a switched one the target."""
+    protocols = [m.protocol for m in pods if not m.deleting]
+    protocol = protocol_for_new_pod(state.bounce_protocol, protocols, desired_protocol(spec))
+    if protocol is RebalanceProtocolSetting.COMPATIBLE and not (
+        spec.coordinator.client_family.mixes_assignors
+    ):
+        current = uniform_protocol(protocols)
+        if spec.rebalance.protocol_change is ProtocolChange.SWITCH or current is None:
+            return desired_protocol(spec)
+        return current
+    return protocol
+
+
+def switch_leavers(
+    spec: ConsumerGroupSpec, view: CoordinatorView, pods: Sequence[MemberPod]
+) -> list[str]:
+    """In a Switch, once the old members' pods are gone: the instance ids the coordinator
+    still lists on an assignor the target does not offer. They leave in one batch before
+    anyone restarts, or the restarted members would be refused (no common assignor) until
+    the old ones' sessions expired."""
+    if spec.rebalance.protocol_change is not ProtocolChange.SWITCH:
+        return []
+    offered = assignors(spec).offered_by(desired_protocol(spec))
+    held = {p.instance_id for p in pods}
+    return sorted(
+        m.instance_id
+        for m in view.members
+        if m.instance_id and m.instance_id not in held and not (m.supported_protocols & offered)
+    )
+
+
+async def _switch(
+    op: Operator,
+    body: Mapping[str, Any],
+    spec: ConsumerGroupSpec,
+    members: Sequence[MemberPod],
+) -> str:
+    """One step of a Switch: stop every member on the old protocol; once all are gone, one
+    batch LeaveGroup for every instance id the coordinator still lists (one rebalance, at
+    once, not after the session timeout); the next passes create them all on the target."""
+    metadata = body.get("metadata") or {}
+    namespace = str(metadata["namespace"])
+    running = [m for m in members if not m.deleting]
+    if running:
+        for pod in running:
+            await op.kube.delete_pod(namespace, pod.pod_name)
+        message = (
+            f"switch to {desired_protocol(spec).value}: stopping {len(running)} member(s), "
+            "then one batch LeaveGroup and a restart of all"
+        )
+        await op.kube.post_event(body, "ProtocolSwitch", message)
+        return "switch: stopped " + ", ".join(p.pod_name for p in running)
+    if any(m.deleting for m in members):
+        return "switch: waiting for members to stop"
+    return "switch: stopped"
+
+
+async def _leave(
+    op: Operator,
+    body: Mapping[str, Any],
+    backend: GroupBackend,
+    spec: ConsumerGroupSpec,
+    instance_ids: Sequence[str],
+    why: str,
+) -> None:
+    """One batch LeaveGroup, its per-member errors reported in an Event."""
+    metadata = body.get("metadata") or {}
+    problems = await leave_group(backend, spec.group_id, instance_ids)
+    op.metrics.batch_left(str(metadata["namespace"]), str(metadata["name"]), len(instance_ids))
+    message = f"batch LeaveGroup for {', '.join(instance_ids)} ({why})"
+    if problems:
+        await op.kube.post_event(
+            body, "LeaveGroupFailed", f"{message}: {'; '.join(problems)}", warning=True
+        )
+    else:
+        await op.kube.post_event(body, "MembersLeft", message)
 
 
 def _observe_managed(
@@ -297,8 +517,9 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
     members = members_of(pods)
-    described = await describe(op.coordinator, spec.group_id)
-    view = CoordinatorView.from_described(described)
+    backend = op.backend(spec)
+    described = await describe(backend, spec.group_id)
+    view = group_view(op, spec, described, members)
     await ensure_adopted_table(op, namespace, name, spec, pods, view)
     live_keys = {m.pod_uid for m in members if not m.deleting}
     now = op.clock()
@@ -309,15 +530,9 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
         listed = {m.instance_id for m in view.members}
         pending = [instance_id for instance_id in table.pending_leave() if instance_id in listed]
         if pending:
-            await leave_group(op.coordinator, spec.group_id, pending)
-            op.metrics.batch_left(namespace, name, len(pending))
+            await _leave(op, body, backend, spec, pending, "no replacement within the grace period")
         table.leave_sent(table.pending_leave())
         slots_in_use = len(table.held) + len(table.vacant) + len(table.retiring)
-    if pending:
-        message = (
-            f"batch LeaveGroup for {', '.join(pending)} (no replacement within the grace period)"
-        )
-        await op.kube.post_event(body, "MembersLeft", message)
     rollout = rollout_from_status(read_status(body))
     status = observed_status(
         read_status(body),
@@ -423,18 +638,23 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
             left = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
             if left:
                 raise RetryLater(f"{len(left)} member pod(s) still terminating")
-        view = CoordinatorView.from_described(await describe(op.coordinator, spec.group_id))
-        instance_ids = sorted(m.instance_id for m in view.members if m.instance_id)
-        if instance_ids:
-            await leave_group(op.coordinator, spec.group_id, instance_ids)
-        results = await op.coordinator.delete_groups([spec.group_id])
-        code = results.get(spec.group_id, ErrorCode.NONE)
+        backend = op.backend(spec)
+        try:
+            view = CoordinatorView.from_described(await describe(backend, spec.group_id))
+            instance_ids = sorted(m.instance_id for m in view.members if m.instance_id)
+            if instance_ids:
+                await leave_group(backend, spec.group_id, instance_ids)
+            code = await backend.forget(spec.group_id)
+        except CoordinatorUnreachable as error:
+            raise RetryLater(f"the group's Kafka cluster is unreachable: {error}") from error
         if code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
             raise RetryLater(f"the coordinator kept group {spec.group_id}: {code.name}")
         op.allocator.forget(group_key(namespace, name))
         op.rebuilt.discard(group_key(namespace, name))
         forget_member_token(op, namespace, name, spec.group_id)
         op.metrics.forget_group(namespace, name)
+        for key in [k for k in op.reported if k.startswith(group_key(namespace, name) + "/")]:
+            del op.reported[key]
         return f"finalized: left {instance_ids}"
 
 
@@ -527,41 +747,34 @@ def retiring_instance_ids(
     return sorted(retiring)
 
 
-async def describe(coordinator: GroupCoordinator, group_id: str) -> DescribedGroup:
-    [described] = await coordinator.describe_groups([group_id])
-    return described
+async def describe(backend: GroupBackend, group_id: str) -> DescribedGroup:
+    return await backend.describe(group_id)
 
 
 async def leave_group(
-    coordinator: GroupCoordinator, group_id: str, instance_ids: Sequence[str]
-) -> None:
-    """One batch LeaveGroup by instance id (KIP-345): one rebalance for all of them."""
-    response = await coordinator.leave_group(
-        LeaveGroupRequest(
-            group_id,
-            [MemberIdentity("", instance_id, LEAVE_REASON) for instance_id in instance_ids],
+    backend: GroupBackend, group_id: str, instance_ids: Sequence[str]
+) -> list[str]:
+    """One batch LeaveGroup by instance id (KIP-345): one rebalance for all of them.
+    Returns the per-member problems (empty when every member left)."""
+    response = await backend.leave(group_id, instance_ids)
+    problems = leave_errors(response)
+    log.info("batch LeaveGroup %s for %s: %s", group_id, instance_ids, problems or "ok")
+    return problems
+
+
+async def _sync_topics(
+    op: Operator, body: Mapping[str, Any], backend: GroupBackend, spec: ConsumerGroupSpec
+) -> dict[str, int]:
+    """Partition counts: the spec's go to the embedded coordinator; a Kafka cluster's are
+    read from it. A topic the cluster lacks is reported (members wait for it)."""
+    wanted = {topic.name: topic.partitions for topic in spec.topics}
+    counts = await backend.topic_partitions(wanted)
+    absent = sorted(set(wanted) - set(counts))
+    if absent and spec.coordinator.kafka:
+        await _report_once(
+            op, body, "TopicsNotFound", f"topics not on the Kafka cluster: {', '.join(absent)}"
         )
-    )
-    log.info(
-        "batch LeaveGroup %s for %s: %s",
-        group_id,
-        instance_ids,
-        response.error_code.name,
-    )
-
-
-async def _sync_topics(coordinator: GroupCoordinator, spec: ConsumerGroupSpec) -> None:
-    raised = topics_to_raise(coordinator.topic_metadata(), spec.partitions_per_topic)
-    if raised:
-        # Each change rebalances the groups consuming the topic (docs/coordinator.md).
-        await coordinator.set_topic_metadata(raised)
-
-
-def topics_to_raise(known: Mapping[str, int], wanted: Mapping[str, int]) -> dict[str, int]:
-    """The spec's partition counts that are above the coordinator's. Only raised, never
-    lowered: a Kafka topic's partitions never shrink, and two ConsumerGroups naming one topic
-    with different counts must not flip the metadata (and rebalance) on every pass."""
-    return {topic: count for topic, count in wanted.items() if count > known.get(topic, 0)}
+    return counts
 
 
 async def _write_status(op: Operator, body: Mapping[str, Any], patch: dict[str, Any]) -> bool:

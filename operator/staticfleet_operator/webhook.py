@@ -18,6 +18,7 @@ import aiohttp
 
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from staticfleet_operator.kafka_clients import client_env_from
 from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
     GROUP_LABEL,
@@ -73,7 +74,9 @@ def pod_mutation(
             **identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
         },
         spec=with_member_env(
-            pod.get("spec") or {}, member_env(spec, settings, instance_id, protocol)
+            pod.get("spec") or {},
+            member_env(spec, settings, instance_id, protocol),
+            client_env_from(spec),
         ),
     )
 
@@ -106,8 +109,10 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     if spec.selector is not None and not spec.selector.matches(metadata.get("labels") or {}):
         return None
     try:
-        # The pod's env references the token Secret: make sure it exists and is registered.
-        await sync_member_token(op, body, spec)
+        # The pod's env references the token Secret: make sure it exists and is registered
+        # (a Kafka cluster authenticates members itself: no token).
+        if not spec.coordinator.kafka:
+            await sync_member_token(op, body, spec)
     except (KubeError, aiohttp.ClientError) as error:
         # Not a reason to refuse the pod: the next reconcile pass creates the Secret (the
         # kubelet waits for it).
@@ -115,7 +120,7 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     annotations = metadata.get("annotations") or {}
     pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
     siblings = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
-    view = CoordinatorView.from_described(await describe(op.coordinator, spec.group_id))
+    view = CoordinatorView.from_described(await describe(op.backend(spec), spec.group_id))
     await ensure_adopted_table(op, namespace, name, spec, siblings, view)
     # Free the slots of pods gone since the last reconcile pass first: a replacement created
     # right after its predecessor was deleted must get the freed slot (and with it the

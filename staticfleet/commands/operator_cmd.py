@@ -64,6 +64,12 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument("--health-port", type=int, help="serve Kopf's /healthz on this port")
     run.add_argument(
+        "--kafka-journal-dir",
+        type=Path,
+        help="journal rebalances of Kafka-coordinated groups (seen by describe) here, "
+        "one JSON-lines file per group id, for `staticfleet spark analytics`",
+    )
+    run.add_argument(
         "--interval",
         type=float,
         default=2.0,
@@ -102,6 +108,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         peering=args.peering,
         priority=args.priority,
         health_port=args.health_port,
+        kafka_journal_dir=args.kafka_journal_dir,
         interval=args.interval,
         max_body_bytes=args.max_body_bytes,
     )

@@ -28,7 +28,8 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import aiohttp
 import jsonpatch
@@ -45,9 +46,13 @@ from coordinator.client import (
     RebalanceListener,
 )
 from coordinator.client import env as member_env
+from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
+from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi, KubeError
 from staticfleet_operator.members import GROUP_LABEL, POD_KEY_ANNOTATION
 from staticfleet_operator.reconcile import Operator
@@ -170,15 +175,41 @@ class PodEvent:
     protocol: str
 
 
+# The operator's default env names for stock Kafka clients (spec.coordinator.env).
+STOCK_INSTANCE_ID = "KAFKA_GROUP_INSTANCE_ID"
+STOCK_GROUP_ID = "KAFKA_GROUP_ID"
+STOCK_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+STOCK_STRATEGY = "KAFKA_PARTITION_ASSIGNMENT_STRATEGY"
+STOCK_TOPICS = "KAFKA_TOPICS"
+
+
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+@dataclass
+class JavaPod:
+    """A Java consumer process in the role of a pod's container."""
+
+    peer: JavaPeer
+    state: MemberState = MemberState.STABLE  # never FATAL: the kubelet does not restart it
+
+    async def close(self, leave: bool = False) -> None:
+        # SIGTERM: the consumer closes; a static member sends no LeaveGroup.
+        await asyncio.to_thread(self.peer.stop)
+
+
 @dataclass
 class Kubelet:
     kube: KubeApi
     coordinator: GroupCoordinator
-    members: dict[str, GroupMember] = field(default_factory=dict)
+    members: dict[str, GroupMember | JavaPod] = field(default_factory=dict)
     history: list[PodEvent] = field(default_factory=list)
     # Set: members join over HTTP at this URL with their pod's STATICFLEET_TOKEN.
     server_url: str | None = None
-    transports: dict[str, HttpTransport] = field(default_factory=dict)
+    transports: dict[str, Closable] = field(default_factory=dict)
+    # Where Java pods write their consumer event logs (None: no Java pods expected).
+    java_logs: Path | None = None
     # Pod names whose env could not be resolved yet (a Secret or key missing).
     waiting: set[str] = field(default_factory=set)
     crashes: list[str] = field(default_factory=list)  # pod names whose member failed
@@ -250,6 +281,9 @@ class Kubelet:
             return
         self.waiting.discard(pod["metadata"]["name"])
         values = resolved
+        if STOCK_INSTANCE_ID in values:
+            await self._start_stock_client(key, pod, values)
+            return
         config = MemberConfig(
             group_id=values[member_env.GROUP_ID],
             topics=member_env.split_topics(values[member_env.TOPICS]),
@@ -263,19 +297,18 @@ class Kubelet:
             client_id=pod["metadata"]["name"],
         )
         listener = self.listener_for(pod["metadata"]["name"]) if self.listener_for else None
-        if self.server_url is not None:
+        url = values.get(member_env.COORDINATOR_URL, "")
+        if url.startswith("kafka://"):
+            kafka = KafkaTransport(url)
+            self.transports[key] = kafka
+            member = GroupMember(kafka, config, listener)
+        elif self.server_url is not None:
             transport = HttpTransport(self.server_url, token=values.get(member_env.TOKEN))
             self.transports[key] = transport
             member = GroupMember(transport, config, listener)
         else:
             member = GroupMember(InProcessTransport(self.coordinator), config, listener)
-        # Hold the pod object until its "container" has stopped, as a real kubelet does.
-        await self.kube._request(
-            "PATCH",
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}",
-            body={"metadata": {"finalizers": [KUBELET_FINALIZER]}},
-            content_type="application/merge-patch+json",
-        )
+        await self._hold(pod)
         await member.start()
         self.members[key] = member
         self.history.append(
@@ -286,11 +319,75 @@ class Kubelet:
                 values[member_env.REBALANCE_PROTOCOL],
             )
         )
+        await self._ready(pod)
+
+    async def _hold(self, pod: Mapping[str, Any]) -> None:
+        """Hold the pod object until its "container" has stopped, as a real kubelet does."""
+        await self.kube._request(
+            "PATCH",
+            f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}",
+            body={"metadata": {"finalizers": [KUBELET_FINALIZER]}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def _ready(self, pod: Mapping[str, Any]) -> None:
         ready = {
             "phase": "Running",
             "conditions": [{"type": "Ready", "status": "True"}],
         }
         await self.kube.patch_pod_status(NAMESPACE, pod["metadata"]["name"], ready)
+
+    async def _start_stock_client(
+        self, key: str, pod: Mapping[str, Any], values: Mapping[str, str]
+    ) -> None:
+        """A pod of a stock Kafka client, configured by the operator's KAFKA_* env: a Java
+        strategy (class names) runs the Java KafkaConsumer peer as a process; any other
+        family is played by our member with that single assignor (librdkafka and
+        kafka-python offer one protocol: eager or cooperative, never both)."""
+        name = pod["metadata"]["name"]
+        strategy = values[STOCK_STRATEGY]
+        instance_id = values[STOCK_INSTANCE_ID]
+        await self._hold(pod)
+        if "org.apache.kafka" in strategy:
+            assert self.java_logs is not None, "running_cluster(java_logs=...) for Java pods"
+            peer = JavaPeer(
+                values[STOCK_BOOTSTRAP],
+                values[STOCK_GROUP_ID],
+                values[STOCK_TOPICS].split(","),
+                self.java_logs / f"{name}-{len(self.history)}.jsonl",
+                instance_id=instance_id,
+                strategies=strategy.split(","),
+                session_timeout_ms=10_000,
+                heartbeat_interval_ms=500,
+            )
+            await asyncio.to_thread(peer.start)
+            self.members[key] = JavaPod(peer)
+            protocol = "compatible" if "," in strategy else strategy.rsplit(".", 1)[-1]
+        else:
+            [assignor] = strategy.split(",")
+            cooperative = assignor.startswith("cooperative")
+            config = MemberConfig(
+                group_id=values[STOCK_GROUP_ID],
+                topics=tuple(values[STOCK_TOPICS].split(",")),
+                group_instance_id=instance_id,
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=5_000,
+                heartbeat_interval_ms=100,
+                rebalance_protocol=RebalanceProtocolSetting(
+                    "cooperative" if cooperative else "eager"
+                ),
+                eager_assignor="range" if cooperative else assignor,
+                cooperative_assignor=assignor if cooperative else "cooperative-sticky",
+                client_id=name,
+            )
+            transport = KafkaTransport(values[STOCK_BOOTSTRAP])
+            self.transports[key] = transport
+            member = GroupMember(transport, config)
+            await member.start()
+            self.members[key] = member
+            protocol = config.rebalance_protocol.value
+        self.history.append(PodEvent("started", name, instance_id, protocol))
+        await self._ready(pod)
 
     async def close(self) -> None:
         for member in self.members.values():
@@ -449,7 +546,11 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def running_cluster(
-    interval: float = 0.1, webhook: bool = False, http_members: bool = False
+    interval: float = 0.1,
+    webhook: bool = False,
+    http_members: bool = False,
+    java_logs: Path | None = None,
+    journal: Path | None = None,
 ) -> AsyncIterator[Cluster]:
     """kmock + embedded coordinator + the real Kopf operator + the fake kubelet. With
     `http_members` the coordinator serves HTTP and members join over it with their token."""
@@ -462,7 +563,9 @@ async def running_cluster(
         await coordinator.start()
         operator = Operator(coordinator, KubeApi(url), coordinator_url="http://coordinator:9092")
         test_kube = KubeApi(url)
-        kubelet = Kubelet(KubeApi(url), coordinator)
+        kubelet = Kubelet(KubeApi(url), coordinator, java_logs=java_logs)
+        if journal is not None:
+            operator.journal = RebalanceJournal(journal)
         coordinator_server: RunningServer | None = None
         if http_members:
             app = create_app(
@@ -530,6 +633,8 @@ async def running_cluster(
             if coordinator_server is not None:
                 await coordinator_server.stop()
             await coordinator.close()
+            for used in [operator, *cluster.retired, cluster.operator]:
+                await used.kafka.close()
             # Open keep-alive connections hold server-side tasks that Kopf would wait for.
             for used in [operator, *cluster.retired, cluster.operator]:
                 await used.kube.close()

@@ -49,9 +49,11 @@ from staticfleet_operator.crd import (
     validate_spec,
 )
 from staticfleet_operator.crd.models import (
+    RULE_COORDINATOR_TYPE_IMMUTABLE,
     RULE_GRACE_ONLY_ADOPTED,
     RULE_GROUP_ID_IMMUTABLE,
     RULE_ONE_MODE,
+    RULE_PARTITIONS_UNLESS_KAFKA,
     RULE_PREFIX_DERIVABLE,
     RULE_PREFIX_IMMUTABLE,
     RULE_REQUIREMENT_VALUES,
@@ -414,6 +416,8 @@ def test_cel_rules_are_present(spec_schema: Json) -> None:
         RULE_PREFIX_DERIVABLE.rule,
         "self.groupId == oldSelf.groupId",
         RULE_PREFIX_IMMUTABLE.rule,
+        RULE_PARTITIONS_UNLESS_KAFKA.rule,
+        RULE_COORDINATOR_TYPE_IMMUTABLE.rule,
     ]
     for entry in spec_schema["x-kubernetes-validations"]:
         assert set(entry) == {"rule", "message"} and entry["message"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from coordinator.protocol import TopicPartition
-from staticfleet_operator.reconcile import topics_to_raise
+from staticfleet_operator.backends import topics_to_raise
 from tests.client.helpers import Ledger
 from tests.operator.kube_harness import Cluster, managed_spec, running_cluster
 

@@ -213,6 +213,19 @@ RULE_PREFIX_IMMUTABLE: Final = CelRule(
     message="the instance id prefix (membership.instanceIdPrefix, else groupId) is immutable: "
     "it names every member's group.instance.id",
 )
+RULE_PARTITIONS_UNLESS_KAFKA: Final = CelRule(
+    rule="(has(self.coordinator) && has(self.coordinator.type) && "
+    "self.coordinator.type == 'kafka') || self.topics.all(t, has(t.partitions))",
+    message="topics[].partitions is required with the embedded coordinator (on a Kafka "
+    "cluster the operator reads partition counts from the cluster)",
+)
+RULE_COORDINATOR_TYPE_IMMUTABLE: Final = CelRule(
+    rule="(has(self.coordinator) && has(self.coordinator.type) ? self.coordinator.type : "
+    "'embedded') == (has(oldSelf.coordinator) && has(oldSelf.coordinator.type) ? "
+    "oldSelf.coordinator.type : 'embedded')",
+    message="coordinator.type is immutable: a group's state lives in its coordinator; create "
+    "a new ConsumerGroup to move a fleet",
+)
 SPEC_RULES: Final = (
     RULE_ONE_MODE,
     RULE_TEMPLATE_WITH_REPLICAS,
@@ -220,7 +233,22 @@ SPEC_RULES: Final = (
     RULE_PREFIX_DERIVABLE,
     RULE_GROUP_ID_IMMUTABLE,
     RULE_PREFIX_IMMUTABLE,
+    RULE_PARTITIONS_UNLESS_KAFKA,
+    RULE_COORDINATOR_TYPE_IMMUTABLE,
 )
+RULE_KAFKA_NEEDS_BOOTSTRAP: Final = CelRule(
+    rule="has(self.type) && self.type == 'kafka' ? has(self.bootstrapServers) : "
+    "(!has(self.bootstrapServers) && !has(self.clientSecretRef))",
+    message="coordinator type kafka needs bootstrapServers; bootstrapServers and "
+    "clientSecretRef apply to type kafka only",
+)
+RULE_STOCK_CLIENTS_NEED_KAFKA: Final = CelRule(
+    rule="!has(self.clientFamily) || self.clientFamily == 'staticfleet' || "
+    "(has(self.type) && self.type == 'kafka')",
+    message="clientFamily java, librdkafka and kafka-python speak Kafka's protocol: they need "
+    "coordinator type kafka",
+)
+COORDINATOR_RULES: Final = (RULE_KAFKA_NEEDS_BOOTSTRAP, RULE_STOCK_CLIENTS_NEED_KAFKA)
 RULE_SELECTOR_NOT_EMPTY: Final = CelRule(
     rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || "
     "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
@@ -262,6 +290,40 @@ class CooperativeAssignor(StrEnum):
 
     COOPERATIVE_STICKY = "cooperative-sticky"
     STATIC_STICKY = "static-sticky"
+
+
+class CoordinatorType(StrEnum):
+    """Where the group's coordinator runs: the operator's embedded one, or a Kafka cluster."""
+
+    EMBEDDED = "embedded"
+    KAFKA = "kafka"
+
+
+class ClientFamily(StrEnum):
+    """The Kafka client library the members use: it decides how the assignment strategy is
+    spelled in their configuration and whether the KIP-429 two-bounce is possible (librdkafka
+    and kafka-python refuse a list mixing eager and cooperative assignors)."""
+
+    STATICFLEET = "staticfleet"
+    JAVA = "java"
+    LIBRDKAFKA = "librdkafka"
+    KAFKA_PYTHON = "kafka-python"
+
+    @property
+    def mixes_assignors(self) -> bool:
+        """Whether members can offer an eager and a cooperative assignor at once."""
+        return self in (ClientFamily.STATICFLEET, ClientFamily.JAVA)
+
+
+class ProtocolChange(StrEnum):
+    """How the fleet moves between eager and cooperative. TwoBounce: KIP-429's two rolling
+    bounces through the compatible protocol, no stop. Switch: every member is stopped, the
+    operator removes every instance id in one batch LeaveGroup and restarts all of them on the
+    target protocol (one rebalance, the fleet consumes nothing meanwhile); the only way for
+    clients that cannot mix assignors (librdkafka, kafka-python)."""
+
+    TWO_BOUNCE = "TwoBounce"
+    SWITCH = "Switch"
 
 
 class SelectorOperator(StrEnum):
@@ -389,8 +451,9 @@ class TopicSpec(SpecModel):
 
     name: KafkaName
     """Topic name (Kafka's rules: 1-249 characters of a-z A-Z 0-9 . _ -)."""
-    partitions: int = Field(ge=1, le=MAX_PARTITIONS)
-    """Number of partitions."""
+    partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """Number of partitions. Required with the embedded coordinator; on a Kafka cluster the
+    cluster's count is used and this is ignored."""
 
 
 class PodTemplateMetadata(SpecModel):
@@ -522,6 +585,10 @@ class RebalanceSpec(SpecModel):
     """Assignor of the eager protocol: range, roundrobin or sticky."""
     cooperative_assignor: CooperativeAssignor = CooperativeAssignor.COOPERATIVE_STICKY
     """Assignor of the cooperative protocol: cooperative-sticky or static-sticky."""
+    protocol_change: ProtocolChange = ProtocolChange.TWO_BOUNCE
+    """How a protocol change is rolled out: TwoBounce (KIP-429, no stop; not possible for
+    librdkafka and kafka-python clients, which the operator then refuses) or Switch (stop the
+    fleet, one batch LeaveGroup, restart everyone: one rebalance and a gap in consumption)."""
 
 
 class RolloutSpec(SpecModel):
@@ -542,6 +609,86 @@ class SecretKeyRef(SpecModel):
     """Secret name."""
     key: str = Field(default="token", min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)
     """Key in the Secret's data."""
+
+
+ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+EnvName = Annotated[str, Field(min_length=1, max_length=253, pattern=ENV_NAME_PATTERN)]
+# host:port[,host:port...]: what every Kafka client takes as bootstrap.servers.
+_BROKER = r"[A-Za-z0-9.\[\]:_-]+:[0-9]{1,5}"
+BOOTSTRAP_SERVERS_PATTERN: Final = rf"^{_BROKER}(,{_BROKER})*$"
+
+
+class SecretRef(SpecModel):
+    """A Secret in the ConsumerGroup's namespace."""
+
+    name: ObjectName
+    """Secret name."""
+
+
+class ClientEnvNames(SpecModel):
+    """Names of the environment variables member pods of a Kafka-coordinated group get (stock
+    clients read configuration from env under names of their image's choosing). The defaults
+    fit images that map KAFKA_* variables to client properties."""
+
+    instance_id: EnvName = "KAFKA_GROUP_INSTANCE_ID"
+    """group.instance.id (<prefix>-<slot>)."""
+    group_id: EnvName = "KAFKA_GROUP_ID"
+    """group.id."""
+    bootstrap_servers: EnvName = "KAFKA_BOOTSTRAP_SERVERS"
+    """bootstrap.servers."""
+    assignment_strategy: EnvName = "KAFKA_PARTITION_ASSIGNMENT_STRATEGY"
+    """partition.assignment.strategy of the current rollout phase, spelled for clientFamily."""
+    topics: EnvName = "KAFKA_TOPICS"
+    """The topics, comma-separated."""
+
+
+class CoordinatorSpec(SpecModel):
+    """Which coordinator runs the group: the embedded one (default) or a Kafka cluster's."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [r.as_json() for r in COORDINATOR_RULES]}
+    )
+
+    type: CoordinatorType = CoordinatorType.EMBEDDED
+    """embedded or kafka. Immutable."""
+    bootstrap_servers: str | None = Field(
+        default=None, max_length=4096, json_schema_extra={"pattern": BOOTSTRAP_SERVERS_PATTERN}
+    )
+    """kafka: host:port[,host:port...] of the cluster, for the operator and the members."""
+    client_secret_ref: SecretRef | None = None
+    """kafka: a Secret of client settings (TLS/SASL) given to member pods as env (envFrom)."""
+    client_family: ClientFamily = ClientFamily.STATICFLEET
+    """The members' client library: staticfleet, java, librdkafka or kafka-python."""
+    env: ClientEnvNames = Field(default_factory=ClientEnvNames, json_schema_extra={"default": {}})
+    """kafka: env variable names for the identity settings."""
+
+    @model_validator(mode="after")
+    def _fits_type(self) -> Self:
+        problems = coordinator_rule_problems(self)
+        if problems:
+            raise _RuleViolations(problems)
+        return self
+
+    @property
+    def kafka(self) -> bool:
+        return self.type is CoordinatorType.KAFKA
+
+
+def coordinator_rule_problems(coordinator: CoordinatorSpec) -> list[str]:
+    problems: list[str] = []
+    if coordinator.kafka != (coordinator.bootstrap_servers is not None) or (
+        not coordinator.kafka and coordinator.client_secret_ref is not None
+    ):
+        problems.append(RULE_KAFKA_NEEDS_BOOTSTRAP.message)
+    if coordinator.client_family is not ClientFamily.STATICFLEET and not coordinator.kafka:
+        problems.append(RULE_STOCK_CLIENTS_NEED_KAFKA.message)
+    if coordinator.bootstrap_servers is not None and not re.fullmatch(
+        BOOTSTRAP_SERVERS_PATTERN, coordinator.bootstrap_servers
+    ):
+        problems.append(
+            f"bootstrapServers {coordinator.bootstrap_servers!r} is not host:port[,host:port...]"
+        )
+    return problems
 
 
 class ConsumerGroupSpec(SpecModel):
@@ -581,6 +728,10 @@ class ConsumerGroupSpec(SpecModel):
     """Rolling restart settings."""
     token_secret_ref: SecretKeyRef | None = None
     """Secret holding the member token the coordinator checks (injected as STATICFLEET_TOKEN)."""
+    coordinator: CoordinatorSpec = Field(
+        default_factory=CoordinatorSpec, json_schema_extra={"default": {}}
+    )
+    """The group's coordinator: embedded (default) or a Kafka cluster."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Self:
@@ -611,8 +762,10 @@ class ConsumerGroupSpec(SpecModel):
 
     @property
     def partitions_per_topic(self) -> dict[str, int]:
-        """Topic metadata in the shape the coordinator takes it."""
-        return {topic.name: topic.partitions for topic in self.topics}
+        """Topic metadata in the shape the coordinator takes it (topics with a count)."""
+        return {
+            topic.name: topic.partitions for topic in self.topics if topic.partitions is not None
+        }
 
 
 def spec_rule_problems(spec: ConsumerGroupSpec) -> list[str]:
@@ -628,6 +781,8 @@ def spec_rule_problems(spec: ConsumerGroupSpec) -> list[str]:
     if spec.membership.instance_id_prefix is None and instance_id_prefix_problem(spec.group_id):
         problems.append(RULE_PREFIX_DERIVABLE.message)
     names = [topic.name for topic in spec.topics]
+    if not spec.coordinator.kafka and any(topic.partitions is None for topic in spec.topics):
+        problems.append(RULE_PARTITIONS_UNLESS_KAFKA.message)
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         problems.append(f"topics must be unique, repeated: {', '.join(duplicates)}")
@@ -641,6 +796,8 @@ def spec_update_problems(old: ConsumerGroupSpec, new: ConsumerGroupSpec) -> list
         problems.append(RULE_GROUP_ID_IMMUTABLE.message)
     if new.instance_id_prefix != old.instance_id_prefix:
         problems.append(RULE_PREFIX_IMMUTABLE.message)
+    if new.coordinator.type != old.coordinator.type:
+        problems.append(RULE_COORDINATOR_TYPE_IMMUTABLE.message)
     return problems
 
 

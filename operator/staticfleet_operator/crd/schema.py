@@ -379,6 +379,14 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
         "description": "Consumer group id",
         "priority": 1,
     },
+    {
+        "name": "Coordinator",
+        "type": "string",
+        "jsonPath": ".spec.coordinator.type",
+        "description": "embedded, or kafka (state, protocol and members then come from the "
+        "cluster's DescribeGroups)",
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

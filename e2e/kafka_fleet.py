@@ -1,0 +1,188 @@
+"""Kafka-coordinated fleets for scenarios 8a-8c: ConsumerGroups with `spec.coordinator.type:
+kafka` on the broker the session starts (`kafka_broker` in conftest.py), the broker's own
+describe, and the scenario every client family goes through."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.client.transport import TransportError
+from e2e.cluster import Cluster
+from e2e.fleet import Record, wait_for
+from e2e.groups import group_status, patch_spec
+from staticfleet.demo.ownership import MemberLog, all_holdings, ownership_overlaps
+
+PARTITIONS = 12
+STRATEGY_ENV = "KAFKA_PARTITION_ASSIGNMENT_STRATEGY"
+
+LogReader = Callable[[], list[MemberLog]]
+
+
+def kafka_group(
+    name: str,
+    bootstrap: str,
+    family: str,
+    container: dict[str, Any],
+    *,
+    replicas: int = 6,
+    session_timeout_ms: int = 30_000,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "staticfleet.dev/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "groupId": name,
+            "topics": [{"name": name}],  # partitions: read from the cluster
+            "replicas": replicas,
+            "coordinator": {"type": "kafka", "bootstrapServers": bootstrap, "clientFamily": family},
+            "membership": {"sessionTimeoutMs": session_timeout_ms},
+            "rebalance": {"protocol": "eager"},
+            "rollout": {"memberReadyTimeoutSeconds": 180},
+            "template": {
+                "spec": {"terminationGracePeriodSeconds": 20, "containers": [container]},
+            },
+        },
+    }
+
+
+def describe(bootstrap: str, group: str) -> dict[str, Any]:
+    """The broker's DescribeGroups: state, selected protocol, instance id -> member id."""
+
+    async def ask() -> dict[str, Any]:
+        transport = KafkaTransport(bootstrap)
+        try:
+            described = await transport.describe_group(group)
+        except TransportError as error:  # e.g. the offsets topic still being created
+            return {"state": f"Unknown ({error})", "protocol": "", "members": {}}
+        finally:
+            await transport.close()
+        return {
+            "state": described.group_state,
+            "protocol": described.protocol_data,
+            "members": {m.group_instance_id: m.member_id for m in described.members},
+        }
+
+    return asyncio.run(ask())
+
+
+def settled(
+    cluster: Cluster, ns: str, bootstrap: str, group: str, members: int
+) -> dict[str, Any] | None:
+    """Stable on the broker with `members` members, and the ConsumerGroup Ready."""
+    described = describe(bootstrap, group)
+    status = group_status(cluster, ns, group)
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
+    )
+    if described["state"] == "Stable" and len(described["members"]) == members and ready:
+        return described
+    return None
+
+
+def wait_settled(
+    cluster: Cluster, ns: str, bootstrap: str, group: str, members: int, timeout_s: float = 240
+) -> dict[str, Any]:
+    return wait_for(
+        f"{group}: {members} members Stable on the broker, the ConsumerGroup Ready",
+        lambda: settled(cluster, ns, bootstrap, group, members),
+        timeout_s=timeout_s,
+        interval_s=1.0,
+        describe=lambda: json.dumps(
+            {"broker": describe(bootstrap, group), "status": group_status(cluster, ns, group)}
+        )[:1500],
+    )
+
+
+def operator_events(cluster: Cluster, ns: str, reason: str) -> list[dict[str, Any]]:
+    items = cluster.get_json("-n", ns, "get", "events").get("items", [])
+    return [e for e in items if e.get("reason") == reason]
+
+
+def assignment_events(logs: list[MemberLog], owner: str) -> int:
+    return sum(
+        1 for log in logs if log.owner == owner for row in log.rows if row["event"] == "assigned"
+    )
+
+
+def pod_uid(cluster: Cluster, ns: str, name: str) -> str | None:
+    answer = cluster.kubectl("-n", ns, "get", "pod", name, "-o", "json", check=False)
+    if answer.returncode != 0:
+        return None
+    return str(json.loads(answer.stdout)["metadata"]["uid"])
+
+
+def fleet_scenario(
+    cluster: Cluster,
+    ns: str,
+    bootstrap: str,
+    group: str,
+    logs_of: LogReader,
+    record: Record,
+) -> None:
+    """Six members: distinct ids; a deleted pod back with its id and nobody reassigned;
+    eager -> cooperative in two bounces with no partition owned twice; 6 -> 4 with one
+    batch LeaveGroup naming exactly the removed ids."""
+    started = time.monotonic()
+    wait_settled(cluster, ns, bootstrap, group, 6)
+    record("create_to_stable_s", round(time.monotonic() - started, 1))
+    ids = [f"{group}-{slot}" for slot in range(6)]
+    assert sorted(describe(bootstrap, group)["members"]) == ids
+    row = cluster.kubectl("-n", ns, "get", "cg", group, "--no-headers").stdout.split()
+    assert row[1] == "Stable" and row[4] == "6", row  # kubectl get cg: from the broker
+
+    # A deleted pod comes back with its id; the others keep their partitions.
+    owners = [f"{group}-{s}" for s in (0, 1, 3)]
+    before = {owner: assignment_events(logs_of(), owner) for owner in owners}
+    victim = f"{group}-2"
+    victim_uid = pod_uid(cluster, ns, victim)
+    cluster.kubectl("-n", ns, "delete", "pod", victim, "--wait=false")
+    wait_for(
+        "the replacement pod",
+        lambda: pod_uid(cluster, ns, victim) not in (None, victim_uid),
+        timeout_s=120,
+    )
+    wait_settled(cluster, ns, bootstrap, group, 6, timeout_s=120)
+    time.sleep(5)  # a rebalance would reassign within a heartbeat or two
+    after = {owner: assignment_events(logs_of(), owner) for owner in owners}
+    assert after == before, "a surviving member was reassigned: the restart rebalanced"
+    assert assignment_events(logs_of(), victim) >= 2  # the replacement got its partitions
+
+    # eager -> cooperative: two bounces, one pod at a time, gated on the broker's describe.
+    started = time.monotonic()
+    patch_spec(cluster, ns, group, {"rebalance": {"protocol": "cooperative"}})
+
+    def completed() -> bool:
+        status = group_status(cluster, ns, group)
+        return (status.get("rollout") or {}).get("phase") == "Completed" and (
+            status.get("selectedProtocol") == "cooperative-sticky"
+        )
+
+    wait_for(
+        "the two-bounce to complete",
+        completed,
+        timeout_s=900,
+        interval_s=2.0,
+        describe=lambda: json.dumps(group_status(cluster, ns, group).get("rollout"))[:800],
+    )
+    record("two_bounce_s", round(time.monotonic() - started, 1))
+    logs = logs_of()
+    end_ms = max(int(r["ts_ms"]) for log in logs for r in log.rows) + 1
+    assert list(ownership_overlaps(all_holdings(logs), end_ms)) == []
+    record("member_processes", len(logs))
+    record("partitions_owned_twice", 0)
+
+    # 6 -> 4: one batch LeaveGroup naming exactly the two removed ids.
+    started = time.monotonic()
+    patch_spec(cluster, ns, group, {"replicas": 4})
+    wait_settled(cluster, ns, bootstrap, group, 4, timeout_s=180)
+    record("scale_down_to_stable_s", round(time.monotonic() - started, 1))
+    left = operator_events(cluster, ns, "MembersLeft")
+    assert len(left) == 1, left
+    assert f"{group}-4" in left[0]["message"] and f"{group}-5" in left[0]["message"]
+    assert sorted(describe(bootstrap, group)["members"]) == ids[:4]

@@ -1,0 +1,41 @@
+"""Scenario 8b: a managed fleet of our own members on a real Kafka broker.
+
+`clientFamily: staticfleet`: each pod runs `staticfleet member run` with the
+`STATICFLEET_*` env the operator injects, its coordinator `kafka://<bootstrap>` (the Kafka
+transport of the member client). The same scenario as the Java fleet (scenario 8a); the
+witnesses are the broker's describe and the members' event logs (their container logs).
+"""
+
+from __future__ import annotations
+
+from e2e.cluster import Cluster
+from e2e.fleet import Record, member_logs_from_text
+from e2e.groups import IMAGE, apply, namespace
+from e2e.kafka_fleet import PARTITIONS, fleet_scenario, kafka_group
+from staticfleet.demo.ownership import MemberLog
+from staticfleet.kafka.broker import KafkaBroker
+
+GROUP = "ourfleet"
+
+
+def test_our_members_on_kafka(
+    cluster: Cluster, operator_release: None, record: Record, kafka_broker: KafkaBroker
+) -> None:
+    kafka_broker.create_topic(GROUP, PARTITIONS)
+    container = {
+        "name": "member",
+        "image": IMAGE,
+        "args": ["member", "run", "--records-per-second", "5"],
+    }
+
+    def logs(ns: str) -> list[MemberLog]:
+        found: list[MemberLog] = []
+        for slot in range(6):
+            owner = f"{GROUP}-{slot}"
+            found.extend(member_logs_from_text(owner, cluster.container_log(ns, owner, "member")))
+        return found
+
+    with namespace(cluster, "e2e-kafka-members") as ns:
+        apply(cluster, ns, kafka_group(GROUP, kafka_broker.bootstrap, "staticfleet", container))
+        fleet_scenario(cluster, ns, kafka_broker.bootstrap, GROUP, lambda: logs(ns), record)
+        cluster.kubectl("-n", ns, "delete", "cg", GROUP, "--wait=true", "--timeout=120s")

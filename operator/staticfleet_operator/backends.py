@@ -1,0 +1,220 @@
+"""Where a ConsumerGroup's coordinator is: the embedded one, or a Kafka cluster's.
+
+The glue (`reconcile.py`) asks a `GroupBackend` for the four things it needs — describe,
+one batch LeaveGroup by instance id, the topics' partition counts, forgetting a deleted
+group — and feeds the answers to the same pure rollout orchestrator either way.
+
+`KafkaBackend` speaks Kafka's wire protocol through the member client's `KafkaTransport`
+(kafka-python's protocol classes underneath): DescribeGroups, LeaveGroup v3+ naming
+instance ids (what Kafka's `Admin.removeMembersFromConsumerGroup` sends), Metadata.
+
+Kafka's DescribeGroups carries neither the generation, nor the leader, nor the protocols a
+member offered (a member's metadata there is its subscription for the *selected* protocol
+only). So: `supported_protocols` is the selected protocol (every member offered it, or the
+broker could not have selected it) and the glue widens it with what each pod was created
+with (`widen_offers`); the generation is read from the members' subscriptions (v2+ carry
+the generation of their last assignment), a lower bound of the broker's; no leader is
+known, so the rollout bounces in slot order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from coordinator import (
+    DescribedGroup,
+    ErrorCode,
+    GroupCoordinator,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    MemberIdentity,
+)
+from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.client.transport import TransportError
+from coordinator.messages import NO_GENERATION
+from coordinator.protocol import ProtocolError, decode_subscription
+from staticfleet_operator.rollout import Assignors, CoordinatorView, MemberPod
+
+log = logging.getLogger("staticfleet.operator")
+
+LEAVE_REASON = "removed by the staticfleet operator"
+# The operator's requests must not wait a member's long poll: short and retried next pass.
+KAFKA_REQUEST_TIMEOUT_MS = 10_000
+
+
+class CoordinatorUnreachable(Exception):
+    """The group's coordinator did not answer; nothing is decided on a guess."""
+
+
+class GroupBackend(Protocol):
+    async def describe(self, group_id: str) -> DescribedGroup: ...
+
+    async def leave(self, group_id: str, instance_ids: Sequence[str]) -> LeaveGroupResponse: ...
+
+    async def topic_partitions(self, wanted: dict[str, int | None]) -> dict[str, int]:
+        """The partition count of each wanted topic the coordinator knows."""
+        ...
+
+    async def forget(self, group_id: str) -> ErrorCode: ...
+
+
+def topics_to_raise(known: Mapping[str, int], wanted: Mapping[str, int]) -> dict[str, int]:
+    """The spec's partition counts that are above the coordinator's. Only raised, never
+    lowered: a Kafka topic's partitions never shrink, and two ConsumerGroups naming one topic
+    with different counts must not flip the metadata (and rebalance) on every pass."""
+    return {topic: count for topic, count in wanted.items() if count > known.get(topic, 0)}
+
+
+def leave_request(group_id: str, instance_ids: Sequence[str]) -> LeaveGroupRequest:
+    return LeaveGroupRequest(
+        group_id, [MemberIdentity("", instance_id, LEAVE_REASON) for instance_id in instance_ids]
+    )
+
+
+@dataclass
+class EmbeddedBackend:
+    """The operator's in-process coordinator: topic counts come from the spec."""
+
+    coordinator: GroupCoordinator
+
+    async def describe(self, group_id: str) -> DescribedGroup:
+        [described] = await self.coordinator.describe_groups([group_id])
+        return described
+
+    async def leave(self, group_id: str, instance_ids: Sequence[str]) -> LeaveGroupResponse:
+        return await self.coordinator.leave_group(leave_request(group_id, instance_ids))
+
+    async def topic_partitions(self, wanted: dict[str, int | None]) -> dict[str, int]:
+        counts = {topic: count for topic, count in wanted.items() if count is not None}
+        raised = topics_to_raise(self.coordinator.topic_metadata(), counts)
+        if raised:
+            # Each change rebalances the groups consuming the topic (docs/coordinator.md).
+            await self.coordinator.set_topic_metadata(raised)
+        known = self.coordinator.topic_metadata()
+        return {topic: known[topic] for topic in counts if topic in known}
+
+    async def forget(self, group_id: str) -> ErrorCode:
+        results = await self.coordinator.delete_groups([group_id])
+        return results.get(group_id, ErrorCode.NONE)
+
+
+@dataclass
+class KafkaBackend:
+    """A Kafka cluster's group coordinator. Every transport failure becomes
+    `CoordinatorUnreachable`; the transport reconnects on the next call."""
+
+    transport: KafkaTransport
+
+    async def describe(self, group_id: str) -> DescribedGroup:
+        try:
+            described = await self.transport.describe_group(group_id)
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
+        return from_kafka(described)
+
+    async def leave(self, group_id: str, instance_ids: Sequence[str]) -> LeaveGroupResponse:
+        try:
+            return await self.transport.leave_group(leave_request(group_id, instance_ids))
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
+
+    async def topic_partitions(self, wanted: dict[str, int | None]) -> dict[str, int]:
+        try:
+            cluster = await self.transport.topic_metadata()
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
+        return {topic: cluster[topic] for topic in wanted if topic in cluster}
+
+    async def forget(self, group_id: str) -> ErrorCode:
+        # The group's committed offsets are the user's data on their cluster: a deleted
+        # ConsumerGroup leaves them (Kafka removes an empty group after its offsets expire).
+        return ErrorCode.NONE
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+
+class KafkaBackends:
+    """One `KafkaBackend` per bootstrap list, shared by the groups on that cluster."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, KafkaBackend] = {}
+
+    def get(self, bootstrap_servers: str) -> KafkaBackend:
+        backend = self._backends.get(bootstrap_servers)
+        if backend is None:
+            transport = KafkaTransport(
+                bootstrap_servers,
+                client_id="staticfleet-operator",
+                request_timeout_ms=KAFKA_REQUEST_TIMEOUT_MS,
+            )
+            backend = self._backends[bootstrap_servers] = KafkaBackend(transport)
+        return backend
+
+    async def close(self) -> None:
+        for backend in self._backends.values():
+            await backend.close()
+        self._backends.clear()
+
+
+def from_kafka(group: DescribedGroup) -> DescribedGroup:
+    """A Kafka DescribeGroups answer with what the rules read filled in from what it has."""
+    if group.error_code is not ErrorCode.NONE:
+        return group
+    generations: list[int] = []
+    members = []
+    for member in group.members:
+        # Not a consumer-protocol member (or empty while joining): no generation.
+        with contextlib.suppress(ProtocolError):
+            generations.append(decode_subscription(member.member_metadata).generation_id)
+        offered = [group.protocol_data] if group.protocol_data else []
+        members.append(replace(member, supported_protocols=offered))
+    known = [g for g in generations if g >= 0]
+    generation = max(known) + 1 if known else NO_GENERATION
+    return replace(group, members=members, generation_id=generation)
+
+
+def widen_offers(
+    view: CoordinatorView, pods: Sequence[MemberPod], assignors: Assignors
+) -> CoordinatorView:
+    """Each member's offered protocols, from what its pod was created with, as long as the
+    broker's selected protocol is among them (the broker proves a member offered that one);
+    otherwise only what the broker proves. Kafka's describe does not list the offers."""
+    by_instance = {p.instance_id: p for p in pods if not p.deleting}
+    members = []
+    for member in view.members:
+        pod = by_instance.get(member.instance_id) if member.instance_id else None
+        offered = assignors.offered_by(pod.protocol) if pod is not None else frozenset()
+        if member.supported_protocols and member.supported_protocols <= offered:
+            members.append(replace(member, supported_protocols=offered))
+        else:
+            members.append(member)
+    return replace(view, members=tuple(members))
+
+
+def leave_errors(response: LeaveGroupResponse) -> list[str]:
+    """Per-member problems of a batch LeaveGroup, as `instance-id: ERROR` lines."""
+    problems = [
+        f"{m.group_instance_id or m.member_id}: {m.error_code.name}"
+        for m in response.members
+        if m.error_code is not ErrorCode.NONE
+    ]
+    if response.error_code is not ErrorCode.NONE:
+        problems.insert(0, f"group: {response.error_code.name}")
+    return problems
+
+
+__all__ = [
+    "CoordinatorUnreachable",
+    "EmbeddedBackend",
+    "GroupBackend",
+    "KafkaBackend",
+    "KafkaBackends",
+    "from_kafka",
+    "leave_errors",
+    "widen_offers",
+]

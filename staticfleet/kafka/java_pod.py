@@ -1,0 +1,50 @@
+"""`python -m staticfleet.kafka.java_pod`: the Java peer as a member pod's container.
+
+A stock Java consumer in a Kafka-coordinated ConsumerGroup is configured by the env the
+operator injects (`spec.coordinator.env`, defaults below): bootstrap servers, group id,
+group.instance.id, topics and the assignment strategy of the current rollout phase (class
+names). This launcher reads them and replaces itself with the Java process (`exec`), so
+the pod's SIGTERM reaches the consumer, which closes as a static member (no LeaveGroup).
+Its event log goes to `--events-dir` (default: the working directory), one file per start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from staticfleet.kafka.java_peer import JavaPeer, ensure_built
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events-dir", type=Path, default=Path.cwd())
+    parser.add_argument("--instance-id-env", default="KAFKA_GROUP_INSTANCE_ID")
+    parser.add_argument("--group-id-env", default="KAFKA_GROUP_ID")
+    parser.add_argument("--bootstrap-env", default="KAFKA_BOOTSTRAP_SERVERS")
+    parser.add_argument("--strategy-env", default="KAFKA_PARTITION_ASSIGNMENT_STRATEGY")
+    parser.add_argument("--topics-env", default="KAFKA_TOPICS")
+    parser.add_argument("--session-timeout-ms", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    env = os.environ
+    events = args.events_dir / f"events-{time.time_ns()}.jsonl"
+    peer = JavaPeer(
+        env[args.bootstrap_env],
+        env[args.group_id_env],
+        env[args.topics_env].split(","),
+        events,
+        instance_id=env.get(args.instance_id_env) or None,
+        strategies=env[args.strategy_env].split(","),
+        session_timeout_ms=args.session_timeout_ms,
+    )
+    ensure_built()
+    events.parent.mkdir(parents=True, exist_ok=True)
+    command = peer.command()
+    os.execvp(command[0], command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""`python -m staticfleet.kafka.rdkafka_pod`: a librdkafka consumer as a member pod.
+
+A stock librdkafka client (confluent-kafka's `Consumer`) in a Kafka-coordinated
+ConsumerGroup with `clientFamily: librdkafka`, configured by the env the operator injects
+(`spec.coordinator.env`, defaults below): bootstrap servers, group id, group.instance.id,
+topics and `partition.assignment.strategy` (`range` or `cooperative-sticky`: librdkafka
+refuses a list mixing eager and cooperative assignors). It polls until SIGTERM, then closes
+(a static member sends no LeaveGroup), and prints one JSON event per line in the shape of
+`staticfleet member run`'s (`started`, `assigned`, `revoked`, `lost`, `stopped`, with
+`ts_ms` and `partitions`), so `staticfleet.demo.ownership` reads its log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+def emit(event: str, **fields: Any) -> None:
+    row = {"event": event, "ts_ms": int(time.time() * 1000), "client": "librdkafka", **fields}
+    sys.stdout.write(json.dumps(row, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _partitions(partitions: Sequence[TopicPartition]) -> list[list[Any]]:
+    return sorted([tp.topic, tp.partition] for tp in partitions)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--instance-id-env", default="KAFKA_GROUP_INSTANCE_ID")
+    parser.add_argument("--group-id-env", default="KAFKA_GROUP_ID")
+    parser.add_argument("--bootstrap-env", default="KAFKA_BOOTSTRAP_SERVERS")
+    parser.add_argument("--strategy-env", default="KAFKA_PARTITION_ASSIGNMENT_STRATEGY")
+    parser.add_argument("--topics-env", default="KAFKA_TOPICS")
+    parser.add_argument("--session-timeout-ms", type=int, default=30_000)
+    args = parser.parse_args(argv)
+    env = os.environ
+    instance_id = env.get(args.instance_id_env) or ""
+    strategy = env[args.strategy_env]
+    config: dict[str, Any] = {
+        "bootstrap.servers": env[args.bootstrap_env],
+        "group.id": env[args.group_id_env],
+        "partition.assignment.strategy": strategy,
+        "session.timeout.ms": args.session_timeout_ms,
+        "heartbeat.interval.ms": 1000,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "client.id": f"rdkafka-{instance_id or os.getpid()}",
+    }
+    if instance_id:
+        config["group.instance.id"] = instance_id
+    consumer = Consumer(config)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    def on_assign(_: Consumer, partitions: list[TopicPartition]) -> None:
+        emit("assigned", partitions=_partitions(partitions), strategy=strategy)
+
+    def on_revoke(_: Consumer, partitions: list[TopicPartition]) -> None:
+        emit("revoked", partitions=_partitions(partitions))
+
+    def on_lost(_: Consumer, partitions: list[TopicPartition]) -> None:
+        emit("lost", partitions=_partitions(partitions))
+
+    topics = env[args.topics_env].split(",")
+    emit("started", instance_id=instance_id, strategy=strategy, pid=os.getpid(), topics=topics)
+    consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    try:
+        while not stopping:
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+        emit("stopped")
+
+
+if __name__ == "__main__":
+    main()
