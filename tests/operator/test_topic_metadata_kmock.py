@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from coordinator.client import GroupMember
 from coordinator.protocol import TopicPartition
 from staticfleet_operator.backends import topics_to_raise
 from tests.client.helpers import Ledger
@@ -22,7 +23,7 @@ def partitions(count: int) -> frozenset[TopicPartition]:
 def owned_once(cluster: Cluster, count: int) -> bool:
     """Every running member stable in one generation, together owning the topic's `count`
     partitions exactly once."""
-    members = list(cluster.kubelet.members.values())
+    members = [m for m in cluster.kubelet.members.values() if isinstance(m, GroupMember)]
     if len(members) != 3 or any(m.state != "stable" for m in members):
         return False
     if len({m.generation_id for m in members}) != 1:
