@@ -45,6 +45,14 @@ def register(subparsers: Any) -> None:
         help="what computes the journal figures: PySpark's pipeline/analytics.py when it is "
         "installed (auto), or plain Python (default: %(default)s)",
     )
+    parser.add_argument(
+        "--coordinator",
+        choices=("embedded", "kafka", "both"),
+        default="embedded",
+        help="where the groups live: our coordinator process (embedded), a real Kafka broker "
+        "started by the demo (kafka; members read real topics), or both one after the other "
+        "with the figures side by side (default: %(default)s)",
+    )
     parser.set_defaults(handler=demo_command, extra="demo")
 
 
@@ -75,7 +83,7 @@ def demo_command(args: argparse.Namespace) -> int:
         # Piped into a file or CI log: wide enough that the tables do not wrap.
         console = Console(width=140)
     try:
-        return run_demo(settings, console, args.engine)
+        return run_demo(settings, console, args.engine, args.coordinator)
     except DemoError as error:
         print(f"staticfleet demo: {error}", file=sys.stderr)
         return 2
