@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
             "Start a coordinator and member processes on loopback, run five scenarios "
             "(dynamic vs static rolling restart, the eager -> cooperative upgrade, scale-down "
             "with and without batch LeaveGroup, a coordinator crash) and report what was "
-            "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png."
+            "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png. With "
+            "--coordinator kafka the groups live on a real Kafka broker the demo starts, "
+            "and --coordinator both compares the two."
         ),
     )
     parser.add_argument("--members", type=int, help="member processes (default 6; --quick 4)")
