@@ -311,6 +311,11 @@ def _conclude(
         [_scenario_windows(r.record) for r in results],
         {k: v for r in results for k, v in om.member_aliases(r.record.logs).items()},
     )
+    if extra.get("coordinator") == "kafka":
+        engine_outcome = dataclasses.replace(
+            engine_outcome,
+            reason="on Kafka: a journal rebuilt from the member logs, demo/log_journal.py",
+        )
     results = [_with_engine_figures(r, engine_outcome) for r in results]
     outcomes = {
         r.record.spec.key: demo_checks.ScenarioOutcome(
