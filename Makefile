@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The extras `make install` installs (pyproject.toml); EXTRAS= installs the base package only.
 EXTRAS ?= dev,demo,operator,spark,kafka
 
-.PHONY: help install demo test test-fast lint bench clean kafka kafka-up java-peer
+.PHONY: help install demo demo-kafka test test-fast lint bench clean kafka kafka-up java-peer
 
 help: ## list the targets, one line each
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-zA-Z0-9_-]+):.*## (.*)$$/\1\t\2/' | expand -t 14
@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml
 
 demo: install ## the local fleet demo: coordinator + 6 members, five scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
+
+demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka broker, side by side
+	$(VENV)/bin/staticfleet demo --coordinator both
 
 test: install java-assignors kafka java-peer ## the whole test suite (builds the Kafka broker's jars and the Java peers once)
 	$(PY) -m pytest -q

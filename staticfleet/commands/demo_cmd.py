@@ -19,7 +19,9 @@ def register(subparsers: Any) -> None:
             "Start a coordinator and member processes on loopback, run five scenarios "
             "(dynamic vs static rolling restart, the eager -> cooperative upgrade, scale-down "
             "with and without batch LeaveGroup, a coordinator crash) and report what was "
-            "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png."
+            "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png. With "
+            "--coordinator kafka the groups live on a real Kafka broker the demo starts, "
+            "and --coordinator both compares the two."
         ),
     )
     parser.add_argument("--members", type=int, help="member processes (default 6; --quick 4)")
@@ -44,6 +46,14 @@ def register(subparsers: Any) -> None:
         default="auto",
         help="what computes the journal figures: PySpark's pipeline/analytics.py when it is "
         "installed (auto), or plain Python (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--coordinator",
+        choices=("embedded", "kafka", "both"),
+        default="embedded",
+        help="where the groups live: our coordinator process (embedded), a real Kafka broker "
+        "started by the demo (kafka; members read real topics), or both one after the other "
+        "with the figures side by side (default: %(default)s)",
     )
     parser.set_defaults(handler=demo_command, extra="demo")
 
@@ -75,7 +85,7 @@ def demo_command(args: argparse.Namespace) -> int:
         # Piped into a file or CI log: wide enough that the tables do not wrap.
         console = Console(width=140)
     try:
-        return run_demo(settings, console, args.engine)
+        return run_demo(settings, console, args.engine, args.coordinator)
     except DemoError as error:
         print(f"staticfleet demo: {error}", file=sys.stderr)
         return 2

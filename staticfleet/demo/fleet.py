@@ -216,6 +216,8 @@ class Fleet:
     token: str
     log_dir: Path
     source_epoch_ms: int
+    # kafka://host:port: the members read real topics there (else the synthetic source).
+    source_url: str | None = None
     processes: list[MemberProcess] = field(default_factory=list)
 
     def start(self, index: int, *, static: bool, protocol: str) -> MemberProcess:
@@ -243,6 +245,8 @@ class Fleet:
                 member_env.EVENT_LOG: str(log_path),
             }
         )
+        if self.source_url is not None:
+            environment[member_env.SOURCE] = self.source_url
         popen = subprocess.Popen(
             _command(
                 "member",

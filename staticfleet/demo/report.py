@@ -218,3 +218,88 @@ def write_json(
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+# The figures compared side by side, embedded coordinator vs Kafka broker.
+COMPARED = ("rebalances", "moved", "unowned_partition_s", "reassigned_after_ms")
+
+
+def _compared(result: ScenarioResult) -> dict[str, Any]:
+    m = result.metrics
+    return {
+        "rebalances": m.rebalances,
+        "moved": m.moved,
+        "unowned_partition_s": round(m.unowned_partition_s, 1),
+        "reassigned_after_ms": result.figures.get("reassigned_after_ms"),
+        "max_owners": m.max_owners,
+        "error": result.record.error,
+    }
+
+
+def comparison_rows(
+    embedded: Sequence[ScenarioResult], kafka: Sequence[ScenarioResult]
+) -> list[dict[str, Any]]:
+    """One row per scenario: its figures on each side (None where it did not run)."""
+    on_kafka = {r.record.spec.key: r for r in kafka}
+    return [
+        {
+            "key": r.record.spec.key,
+            "number": r.record.spec.number,
+            "title": r.record.spec.title,
+            "embedded": _compared(r),
+            "kafka": (
+                _compared(on_kafka[r.record.spec.key]) if r.record.spec.key in on_kafka else None
+            ),
+        }
+        for r in embedded
+    ]
+
+
+def comparison_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    table = Table(
+        title="Embedded coordinator | Kafka 4.4 broker (same scenarios, same members)",
+        title_justify="left",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("scenario")
+    for name in ("rebalances", "moved", "partition-s\nno owner", "batch-leave /\ntimeout reassign"):
+        table.add_column(name, justify="right")
+
+    def cell(row: Mapping[str, Any], key: str) -> str:
+        sides = []
+        for side in ("embedded", "kafka"):
+            figures = row[side]
+            if figures is None:
+                sides.append("skipped")
+                continue
+            value = figures[key]
+            if key == "reassigned_after_ms":
+                sides.append("-" if value is None else f"{value / 1000:.2f} s")
+            elif key == "unowned_partition_s":
+                sides.append(f"{value:.1f}")
+            else:
+                sides.append(str(value))
+        return " | ".join(sides)
+
+    for row in rows:
+        failed = any(row[side] and row[side]["error"] for side in ("embedded", "kafka"))
+        table.add_row(
+            row["number"],
+            row["title"] + (" [red](failed)[/red]" if failed else ""),
+            *(cell(row, key) for key in COMPARED),
+        )
+    return table
+
+
+def print_comparison(
+    console: Console, rows: Sequence[Mapping[str, Any]], skipped: Mapping[str, str]
+) -> None:
+    console.print()
+    console.print(comparison_table(rows))
+    console.print(
+        "embedded: figures from the coordinator's journal and the member logs; Kafka: from "
+        "the member logs (generations as the broker's JoinGroup answered them) and the "
+        "broker's DescribeGroups"
+    )
+    for key, reason in skipped.items():
+        console.print(f"skipped on Kafka ({key}): {reason}")

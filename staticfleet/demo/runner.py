@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import secrets
 import shutil
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from rich.console import Console
 from rich.progress import (
@@ -30,9 +32,18 @@ from staticfleet.demo import metrics, report, timeline
 from staticfleet.demo import ownership as om
 from staticfleet.demo.admin import AdminClient, AdminError
 from staticfleet.demo.fleet import CoordinatorProcess, FleetError, now_ms
+from staticfleet.demo.kafka_mode import KafkaAdmin, KafkaCoordinator, fill_topic
+from staticfleet.demo.log_journal import journal_from_logs
 from staticfleet.demo.ownership import Partition
 from staticfleet.demo.record import ScenarioRecord, ScenarioSpec
-from staticfleet.demo.scenarios import DemoContext, ScenarioRun, plans
+from staticfleet.demo.scenarios import (
+    KAFKA_SKIPPED,
+    DemoContext,
+    ScenarioPlan,
+    ScenarioRun,
+    kafka_plans,
+    plans,
+)
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.demo.settle import SettleTimeout
 
@@ -71,7 +82,7 @@ def prepare_logs_dir(output_dir: Path) -> Path:
     return logs
 
 
-def specs(run_id: str) -> list[ScenarioSpec]:
+def specs(run_id: str, scenario_plans: Sequence[ScenarioPlan]) -> list[ScenarioSpec]:
     # A fresh group per scenario, each with its own member token: numbers cannot mix.
     return [
         ScenarioSpec(
@@ -81,33 +92,87 @@ def specs(run_id: str) -> list[ScenarioSpec]:
             group_id=f"demo-{run_id}-{plan.number}",
             token=secrets.token_urlsafe(18),
         )
-        for plan in plans()
+        for plan in scenario_plans
     ]
 
 
+Mode = Literal["embedded", "kafka", "both"]
+# Records produced into every partition of the Kafka topic before the scenarios: enough
+# that the members are still reading during the whole run at the demo's pace.
+KAFKA_RECORDS_PER_PARTITION = 2_000
+
+
 def run_demo(
-    settings: DemoSettings, console: Console, engine: journal_engine.Engine = "auto"
+    settings: DemoSettings,
+    console: Console,
+    engine: journal_engine.Engine = "auto",
+    coordinator: Mode = "embedded",
 ) -> int:
     """Returns 0 when every check held, 1 otherwise. `engine`: what computes the
-    journal-derived figures (staticfleet.demo.engine)."""
+    journal-derived figures (staticfleet.demo.engine). `coordinator`: where the group
+    lives: ours (embedded), a real Kafka broker, or both one after the other, compared."""
+    if coordinator == "embedded":
+        return _run_one(settings, console, engine, "embedded")[0]
+    if coordinator == "kafka":
+        # The journal figures come from the member logs on Kafka: Python computes them.
+        return _run_one(settings, console, "python", "kafka")[0]
+    out = settings.output_dir
+    console.print("[bold]embedded coordinator[/bold]")
+    embedded = _run_one(
+        dataclasses.replace(settings, output_dir=out / "embedded"), console, engine, "embedded"
+    )
+    console.print("[bold]Kafka broker[/bold]")
+    kafka = _run_one(
+        dataclasses.replace(settings, output_dir=out / "kafka"), console, "python", "kafka"
+    )
+    rows = report.comparison_rows(embedded[1], kafka[1])
+    report.print_comparison(console, rows, KAFKA_SKIPPED)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "comparison.json").write_text(
+        json.dumps(
+            {
+                "embedded_ok": embedded[0] == 0,
+                "kafka_ok": kafka[0] == 0,
+                "skipped_on_kafka": dict(KAFKA_SKIPPED),
+                "scenarios": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    return max(embedded[0], kafka[0])
+
+
+def _run_one(
+    settings: DemoSettings,
+    console: Console,
+    engine: journal_engine.Engine,
+    mode: Literal["embedded", "kafka"],
+) -> tuple[int, list[report.ScenarioResult]]:
     started = time.monotonic()
     started_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     output_dir = settings.output_dir
     logs_dir = prepare_logs_dir(output_dir)
     run_id = secrets.token_hex(3)
-    scenario_specs = specs(run_id)
+    scenario_plans = kafka_plans() if mode == "kafka" else plans()
+    scenario_specs = specs(run_id, scenario_plans)
     partitions: list[Partition] = [(settings.topic, p) for p in range(settings.partitions)]
     records: list[ScenarioRecord] = []
+    extra: dict[str, object] = {"coordinator": mode}
 
     with tempfile.TemporaryDirectory(prefix="staticfleet-demo-") as scratch:
-        coordinator = CoordinatorProcess(
-            settings=settings,
-            db_path=Path(scratch) / "coordinator.db",
-            run_dir=Path(scratch),
-            log_path=logs_dir / "coordinator.log",
-            admin_token=secrets.token_urlsafe(24),
-            member_tokens={spec.group_id: spec.token for spec in scenario_specs},
-        )
+        coordinator: CoordinatorProcess | KafkaCoordinator
+        if mode == "kafka":
+            coordinator = KafkaCoordinator(Path(scratch) / "kafka")
+        else:
+            coordinator = CoordinatorProcess(
+                settings=settings,
+                db_path=Path(scratch) / "coordinator.db",
+                run_dir=Path(scratch),
+                log_path=logs_dir / "coordinator.log",
+                admin_token=secrets.token_urlsafe(24),
+                member_tokens={spec.group_id: spec.token for spec in scenario_specs},
+            )
         progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -116,13 +181,28 @@ def run_demo(
             TimeElapsedColumn(),
             console=console,
         )
-        total = sum(plan.steps(settings) for plan in plans())
+        total = sum(plan.steps(settings) for plan in scenario_plans)
         current: ScenarioRun | None = None
+        admin: AdminClient | KafkaAdmin | None = None
         try:
             with progress:
-                task = progress.add_task("starting the coordinator", total=total)
+                task = progress.add_task(f"starting the {mode} coordinator", total=total)
                 coordinator.start()
-                admin = AdminClient(coordinator.url, coordinator.admin_token)
+                source_url: str | None = None
+                if isinstance(coordinator, KafkaCoordinator):
+                    broker = coordinator.broker
+                    progress.update(task, description="creating and filling the topic")
+                    broker.create_topic(settings.topic, settings.partitions)
+                    extra["records_produced"] = fill_topic(
+                        broker.bootstrap,
+                        settings.topic,
+                        settings.partitions,
+                        KAFKA_RECORDS_PER_PARTITION,
+                    )
+                    admin = KafkaAdmin(broker.bootstrap)
+                    source_url = coordinator.url
+                else:
+                    admin = AdminClient(coordinator.url, coordinator.admin_token)
                 admin.set_topics({settings.topic: settings.partitions})
                 context = DemoContext(
                     settings=settings,
@@ -132,8 +212,9 @@ def run_demo(
                     log_root=logs_dir,
                     source_epoch_ms=now_ms(),
                     narrator=ProgressNarrator(progress, task),
+                    source_url=source_url,
                 )
-                for plan, spec in zip(plans(), scenario_specs, strict=True):
+                for plan, spec in zip(scenario_plans, scenario_specs, strict=True):
                     current = ScenarioRun(context, spec, static=plan.static, protocol=plan.protocol)
                     try:
                         plan.body(current)
@@ -141,15 +222,24 @@ def run_demo(
                     except (SettleTimeout, FleetError, AdminError, RuntimeError) as error:
                         record = current.abort(error)
                     current = None
+                    if mode == "kafka":
+                        # No journal on a broker: the members' logs stand in for it.
+                        record.journal = journal_from_logs(spec.group_id, record.logs)
                     records.append(record)
                     progress.console.print(_one_line(record, partitions))
                 progress.update(task, description="done")
         finally:
             if current is not None:  # interrupted mid-scenario
                 current.fleet.stop_all()
+            if isinstance(admin, KafkaAdmin):
+                admin.close()
             coordinator.stop()
-        coordinator_restarts = coordinator.restarts
+        extra["coordinator_restarts"] = coordinator.restarts
 
+    if mode == "kafka":
+        extra["skipped"] = dict(KAFKA_SKIPPED)
+        for key, reason in KAFKA_SKIPPED.items():
+            console.print(f"[yellow]skipped on Kafka[/yellow] ({key}): {reason}")
     return _conclude(
         console,
         settings,
@@ -159,7 +249,7 @@ def run_demo(
         started=started,
         started_at=started_at,
         extra={
-            "coordinator_restarts": coordinator_restarts,
+            **extra,
             "logs_dir": str(logs_dir),
             "scenarios_s": round(time.monotonic() - started, 1),
         },
@@ -199,7 +289,7 @@ def _conclude(
     started_at: str,
     extra: dict[str, object],
     engine: journal_engine.Engine = "auto",
-) -> int:
+) -> tuple[int, list[report.ScenarioResult]]:
     results = [
         report.ScenarioResult(
             record, _metrics(record, partitions), metrics.record_figures(record, partitions)
@@ -221,6 +311,11 @@ def _conclude(
         [_scenario_windows(r.record) for r in results],
         {k: v for r in results for k, v in om.member_aliases(r.record.logs).items()},
     )
+    if extra.get("coordinator") == "kafka":
+        engine_outcome = dataclasses.replace(
+            engine_outcome,
+            reason="on Kafka: a journal rebuilt from the member logs, demo/log_journal.py",
+        )
     results = [_with_engine_figures(r, engine_outcome) for r in results]
     outcomes = {
         r.record.spec.key: demo_checks.ScenarioOutcome(
@@ -268,7 +363,7 @@ def _conclude(
     report.print_report(
         console, results, checks, wall_time_s, settings.output_dir, engine=engine_outcome
     )
-    return 0 if all(check.ok for check in checks) else 1
+    return (0 if all(check.ok for check in checks) else 1), results
 
 
 def _journal_figures(m: metrics.ScenarioMetrics) -> journal_engine.JournalFigures:

@@ -107,15 +107,19 @@ def test_quick_demo_end_to_end(tmp_path):
     assert pixels.shape[0] > 500 and pixels.shape[1] > 500
 
 
-def test_engine_flag_reaches_the_runner(monkeypatch):
-    seen: list[str] = []
+def test_engine_and_coordinator_flags_reach_the_runner(monkeypatch):
+    seen: list[tuple[str, str]] = []
 
-    def fake_run_demo(settings, console, engine="auto"):
-        seen.append(engine)
+    def fake_run_demo(settings, console, engine="auto", coordinator="embedded"):
+        seen.append((engine, coordinator))
         return 0
 
     monkeypatch.setattr("staticfleet.demo.runner.run_demo", fake_run_demo)
     args = parse("--quick", "--engine", "python")
     assert args.handler(args) == 0
-    assert seen == ["python"]
+    args = parse("--quick", "--coordinator", "both")
+    assert args.handler(args) == 0
+    assert seen == [("python", "embedded"), ("auto", "both")]
     assert parse().engine == "auto"
+    # `make demo` keeps its embedded default.
+    assert parse().coordinator == "embedded"
