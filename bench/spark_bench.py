@@ -1,7 +1,8 @@
 """The journal analytics at scale: generate a synthetic journal (10 million events; 200k with
---quick), run `spark-submit pipeline/analytics.py` over it once, record wall time and the
-peak memory of the whole process tree (the driver JVM, which in local mode also runs the
-executor threads, and the Python driver/workers).
+--quick), convert it once to the columnar journal (`spark-submit pipeline/columnar.py`),
+then run `spark-submit pipeline/analytics.py` over the Parquet; record each step's wall
+time and the peak memory of its whole process tree (the driver JVM, which in local mode
+also runs the executor threads, and the Python driver/workers).
 
 Not part of `make test`; `make bench` runs it (bench/results/spark.json).
 """
@@ -101,7 +102,7 @@ def run(quick: bool) -> dict[str, Any]:
         journal = workdir / "journal"
         generated = generate.generate(journal, events, groups=groups, shards=16, workers=2)
         submit = Path(sys.executable).parent / "spark-submit"
-        command = [
+        spark_args = [
             str(submit),
             "--master",
             MASTER,
@@ -109,17 +110,33 @@ def run(quick: bool) -> dict[str, Any]:
             DRIVER_MEMORY,
             "--conf",
             "spark.ui.showConsoleProgress=false",
-            str(ROOT / "pipeline" / "analytics.py"),
+            "--conf",
+            f"spark.sql.shuffle.partitions={SHUFFLE_PARTITIONS}",
+        ]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        columnar = workdir / "columnar"
+        convert_command = [
+            *spark_args,
+            str(ROOT / "pipeline" / "columnar.py"),
             "--journal",
             str(journal),
+            "--output",
+            str(columnar),
+        ]
+        analytics_command = [
+            *spark_args,
+            str(ROOT / "pipeline" / "analytics.py"),
+            "--journal",
+            str(columnar),
             "--output",
             str(workdir / "out"),
             "--shuffle-partitions",
             str(SHUFFLE_PARTITIONS),
         ]
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
         load_before = os.getloadavg()
-        measured = measure(command, env)
+        converted = measure(convert_command, env)
+        converted["parquet_bytes"] = sum(f.stat().st_size for f in columnar.glob("*.parquet"))
+        measured = measure(analytics_command, env)
         measured["load_average_1m_before_after"] = [
             round(load_before[0], 2),
             round(os.getloadavg()[0], 2),
@@ -131,6 +148,7 @@ def run(quick: bool) -> dict[str, Any]:
         }
         return {
             "journal": generated,
+            "conversion_to_parquet": converted,
             "analytics": measured,
             "output_parquet_bytes": outputs,
             "spark": {

@@ -30,6 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -64,6 +65,26 @@ JOURNAL_SCHEMA = StructType(
     ]
 )
 
+PARTITIONS_TYPE = ArrayType(
+    StructType(
+        [StructField("topic", StringType(), True), StructField("partition", IntegerType(), True)]
+    )
+)
+
+# The columnar journal (`pipeline.columnar`): what the analytics reads, in Parquet.
+COLUMNAR_SCHEMA = StructType(
+    [
+        StructField("seq", LongType(), False),
+        StructField("ts_ms", LongType(), False),
+        StructField("group_id", StringType(), False),
+        StructField("kind", StringType(), False),
+        StructField("generation_id", LongType(), False),
+        StructField("member_id", StringType(), True),
+        StructField("group_instance_id", StringType(), True),
+        StructField("partitions", PARTITIONS_TYPE, True),
+    ]
+)
+
 WINDOW_SCHEMA = "label string, start_ms long, end_ms long, group_id string"
 
 
@@ -73,27 +94,57 @@ JOURNAL_KINDS = tuple(kind.value for kind in JournalKind)
 def read_journal(
     spark: SparkSession, path: str, fmt: str = "auto", glob: str = "*.jsonl"
 ) -> DataFrame:
-    """Journal rows from JSON lines (a file, a directory searched recursively for `glob`, or
-    a glob) or Parquet. Lines that are not journal rows (no seq, an unknown kind: e.g. member
-    logs next to the journal) are dropped."""
+    """Journal rows in the narrow columnar shape (`COLUMNAR_SCHEMA`) from JSON lines (a file,
+    a directory searched recursively for `glob`, or a glob) or Parquet (the columnar journal
+    `pipeline.columnar` writes, or rows shaped like `JOURNAL_SCHEMA`). Lines that are not
+    journal rows (no seq, an unknown kind: e.g. member logs next to the journal) are
+    dropped."""
     if fmt == "auto":
-        local = Path(path)
-        parquet = local.suffix == ".parquet" or (
-            local.is_dir() and any(local.glob("*.parquet")) and not any(local.glob("*.jsonl"))
-        )
-        fmt = "parquet" if parquet else "json"
+        fmt = "parquet" if _looks_parquet(Path(path)) else "json"
     if fmt == "parquet":
+        frame = spark.read.parquet(path)
+        if "partitions" in frame.columns:
+            return frame.select(*COLUMNAR_SCHEMA.fieldNames())
         frame = spark.read.schema(JOURNAL_SCHEMA).parquet(path)
     else:
         reader = spark.read.schema(JOURNAL_SCHEMA).option("mode", "FAILFAST")
         if Path(path).is_dir():
             reader = reader.option("recursiveFileLookup", "true").option("pathGlobFilter", glob)
         frame = reader.json(path)
-    return frame.where(
-        F.col("seq").isNotNull()
-        & F.col("ts_ms").isNotNull()
-        & F.col("group_id").isNotNull()
-        & F.col("kind").isin(*JOURNAL_KINDS)
+    return narrow(
+        frame.where(
+            F.col("seq").isNotNull()
+            & F.col("ts_ms").isNotNull()
+            & F.col("group_id").isNotNull()
+            & F.col("kind").isin(*JOURNAL_KINDS)
+        )
+    )
+
+
+def _looks_parquet(local: Path) -> bool:
+    return local.suffix == ".parquet" or (
+        local.is_dir()
+        and (any(local.glob("*.parquet")) or (local / "_SUCCESS").exists())
+        and not any(local.glob("*.jsonl"))
+    )
+
+
+def narrow(frame: DataFrame) -> DataFrame:
+    """JOURNAL_SCHEMA rows -> COLUMNAR_SCHEMA: the partitions as (topic, partition int)
+    structs, the columns the analytics reads and nothing else."""
+    partitions = F.transform(
+        F.col("detail.partitions"),
+        lambda tp: F.struct(tp[0].alias("topic"), tp[1].cast("int").alias("partition")),
+    )
+    return frame.select(
+        "seq",
+        "ts_ms",
+        "group_id",
+        "kind",
+        "generation_id",
+        "member_id",
+        "group_instance_id",
+        partitions.cast(PARTITIONS_TYPE).alias("partitions"),
     )
 
 
@@ -102,36 +153,59 @@ ALIAS_SCHEMA = "member_id string, alias string"
 
 def assignment_rows(journal: DataFrame, aliases: DataFrame | None) -> DataFrame:
     """Assignment rows with `owner`: the member id's alias, else the instance id, else the
-    member id (staticfleet.demo.journal_metrics.owner_of)."""
-    rows = journal.where(F.col("kind") == "assignment")
+    member id (staticfleet.demo.journal_metrics.owner_of); and `next_rb` (seq, ts_ms): the
+    group's first `rebalance_started` after the row, if any (one backwards scan of the
+    group's assignment and rebalance rows)."""
+    markers = journal.where(F.col("kind").isin("assignment", "rebalance_started"))
+    backwards = (
+        Window.partitionBy("group_id")
+        .orderBy(F.col("seq").desc())
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    rebalance = F.when(
+        F.col("kind") == "rebalance_started",
+        F.struct(F.col("seq").alias("seq"), F.col("ts_ms").alias("ts_ms")),
+    )
+    rows = (
+        markers.withColumn("next_rb", F.last(rebalance, ignorenulls=True).over(backwards))
+        .where(F.col("kind") == "assignment")
+        .drop("kind")
+    )
     if aliases is None:
         alias = F.lit(None).cast("string")
     else:
         rows = rows.join(F.broadcast(aliases), "member_id", "left")
         alias = F.when(F.col("alias") != "", F.col("alias"))
     instance = F.when(F.col("group_instance_id") != "", F.col("group_instance_id"))
-    return rows.withColumn("owner", F.coalesce(alias, instance, F.col("member_id"), F.lit("")))
+    return rows.select(
+        "group_id",
+        "generation_id",
+        "seq",
+        "ts_ms",
+        "partitions",
+        "next_rb",
+        F.coalesce(alias, instance, F.col("member_id"), F.lit("")).alias("owner"),
+    )
 
 
-def assignments(rows: DataFrame) -> DataFrame:
+def assigned_partitions(rows: DataFrame) -> DataFrame:
+    """One row per assignment row and partition it names."""
+    return rows.select(
+        "group_id",
+        "generation_id",
+        "seq",
+        "ts_ms",
+        "owner",
+        "next_rb",
+        F.inline("partitions"),
+    )
+
+
+def assignments(rows: DataFrame, exploded: DataFrame) -> DataFrame:
     """One row per (group, generation, partition): the owner named by the last assignment
     row (by seq) naming it, and the generation's store time (its last assignment row)."""
     generation_ts = rows.groupBy("group_id", "generation_id").agg(
         F.max_by("ts_ms", "seq").alias("gen_ts_ms")
-    )
-    exploded = rows.select(
-        "group_id",
-        "generation_id",
-        "seq",
-        "owner",
-        F.explode("detail.partitions").alias("tp"),
-    ).select(
-        "group_id",
-        "generation_id",
-        "seq",
-        "owner",
-        F.col("tp")[0].alias("topic"),
-        F.col("tp")[1].cast("int").alias("partition"),
     )
     owners = exploded.groupBy("group_id", "generation_id", "topic", "partition").agg(
         F.max_by("owner", "seq").alias("owner")
@@ -164,64 +238,31 @@ def group_bounds(journal: DataFrame) -> DataFrame:
     )
 
 
-def unowned_intervals(journal: DataFrame, bounds: DataFrame) -> DataFrame:
+def unowned_intervals(exploded: DataFrame, bounds: DataFrame) -> DataFrame:
     """Intervals [lo_ms, hi_ms) a partition had no owner as the coordinator sees it: from a
     rebalance_started that found it owned to the next assignment row naming it (or the
-    group's last row). pipeline.reference.unowned_intervals is the same in Python."""
-    assigned = journal.where(F.col("kind") == "assignment").select(
-        "group_id",
-        "seq",
-        "ts_ms",
-        F.explode("detail.partitions").alias("tp"),
-    )
-    assigned = assigned.select(
-        "group_id",
-        "seq",
-        "ts_ms",
-        F.col("tp")[0].alias("topic"),
-        F.col("tp")[1].cast("int").alias("partition"),
-        F.lit(True).alias("is_assignment"),
-    )
-    known = assigned.groupBy("group_id", "topic", "partition").agg(F.min("seq").alias("first_seq"))
-    rebalances = (
-        journal.where(F.col("kind") == "rebalance_started")
-        .select("group_id", "seq", "ts_ms")
-        .join(known, "group_id")
-        .where(F.col("seq") > F.col("first_seq"))
-        .select(
-            "group_id",
-            "seq",
-            "ts_ms",
-            "topic",
-            "partition",
-            F.lit(False).alias("is_assignment"),
-        )
-    )
+    group's last row). pipeline.reference.unowned_intervals is the same in Python.
+
+    Linear in the assigned partitions: an interval starts at the first rebalance after an
+    assignment naming the partition when that rebalance comes before the partition's next
+    assignment (the partition was owned when the rebalance began), and ends at that next
+    assignment."""
     timeline = Window.partitionBy("group_id", "topic", "partition").orderBy("seq")
-    # The next assignment: the latest one seen walking backwards (a growing frame, computed
-    # in one pass; a frame up to unboundedFollowing would be rescanned for every row).
-    backwards = (
-        Window.partitionBy("group_id", "topic", "partition")
-        .orderBy(F.col("seq").desc())
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    events = assigned.unionByName(rebalances)
     starts = (
-        events.withColumn("previous_is_assignment", F.lag("is_assignment").over(timeline))
-        .withColumn(
-            "next_assigned_ms",
-            F.last(F.when(F.col("is_assignment"), F.col("ts_ms")), ignorenulls=True).over(
-                backwards
-            ),
+        exploded.select("group_id", "topic", "partition", "seq", "ts_ms", "next_rb")
+        .withColumn("next_seq", F.lead("seq").over(timeline))
+        .withColumn("next_ts_ms", F.lead("ts_ms").over(timeline))
+        .where(
+            F.col("next_rb").isNotNull()
+            & (F.col("next_seq").isNull() | (F.col("next_rb.seq") < F.col("next_seq")))
         )
-        .where(~F.col("is_assignment") & F.col("previous_is_assignment"))
     )
     return starts.join(bounds, "group_id").select(
         "group_id",
         "topic",
         "partition",
-        F.col("ts_ms").alias("lo_ms"),
-        F.coalesce(F.col("next_assigned_ms"), F.col("group_end_ms")).alias("hi_ms"),
+        F.col("next_rb.ts_ms").alias("lo_ms"),
+        F.coalesce(F.col("next_ts_ms"), F.col("group_end_ms")).alias("hi_ms"),
     )
 
 
@@ -405,10 +446,11 @@ def compute(
     journal = journal.repartition("group_id").persist()
     bounds = group_bounds(journal).persist()
     alias_frame = spark.createDataFrame(sorted(aliases.items()), ALIAS_SCHEMA) if aliases else None
-    rows = assignment_rows(journal, alias_frame)
-    owners = assignments(rows).persist()
+    rows = assignment_rows(journal, alias_frame).persist()
+    exploded = assigned_partitions(rows).persist()
+    owners = assignments(rows, exploded).persist()
     move_rows = moves(owners).persist()
-    intervals = unowned_intervals(journal, bounds)
+    intervals = unowned_intervals(exploded, bounds)
     wins = rollout_windows(spark, bounds, windows)
     return {
         "windows": window_figures(journal, wins, move_rows, intervals),
@@ -499,9 +541,17 @@ def run(
     fmt: str = "auto",
     glob: str = "*.jsonl",
     aliases: Mapping[str, str] | None = None,
+    columnar_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Read, compute, write Parquet and report.txt; returns timings and row counts."""
+    """Read (through the columnar journal in `columnar_dir` when given and the journal is
+    JSON lines), compute, write Parquet and report.txt; returns timings and row counts."""
     clock = time.perf_counter()
+    conversion = None
+    if columnar_dir is not None and fmt != "parquet" and not _looks_parquet(Path(journal_path)):
+        from pipeline import columnar
+
+        conversion = columnar.ensure(spark, journal_path, columnar_dir, glob)
+        journal_path, fmt = str(columnar_dir), "parquet"
     tables = compute(spark, read_journal(spark, journal_path, fmt, glob), windows, aliases)
     output.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
@@ -512,6 +562,7 @@ def run(
     report_png(written["windows"], output / "report.png")
     return {
         "seconds": round(time.perf_counter() - clock, 3),
+        "conversion": conversion,
         "windows": written["windows"].count(),
         "generations": written["generations"].count(),
         "report": report,
@@ -565,11 +616,20 @@ def run_args(args: argparse.Namespace) -> int:
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     try:
         result = run(
-            spark, args.journal, args.output, windows, args.format, args.glob, aliases or None
+            spark,
+            args.journal,
+            args.output,
+            windows,
+            args.format,
+            args.glob,
+            aliases or None,
+            args.columnar,
         )
     finally:
         spark.stop()
     print(result["report"], end="")
+    if result["conversion"]:
+        print(f"converted to Parquet in {result['conversion']['seconds']} s")
     print(f"written to {args.output} in {result['seconds']} s")
     return 0
 

@@ -67,6 +67,12 @@ def analytics_parser(parser: argparse.ArgumentParser | None = None) -> argparse.
         help="a demo logs directory: aliases from its member-*.jsonl logs",
     )
     parser.add_argument("--windows-file", type=Path, help="JSON list of windows")
+    parser.add_argument(
+        "--columnar",
+        type=Path,
+        help="convert JSON lines once to a Parquet journal in this directory and read that "
+        "(reused while the JSON files are unchanged)",
+    )
     parser.add_argument("--master", default=None, help="Spark master (default: spark-submit's)")
     parser.add_argument(
         "--shuffle-partitions", type=int, default=16, help="spark.sql.shuffle.partitions"
