@@ -48,7 +48,7 @@ crds: install ## regenerate crds/ (and the chart's copy) from the pydantic model
 bench: install java-assignors kafka ## benchmarks -> bench/results/*.json (docs/performance.md)
 	$(PY) -m bench.run
 
-# --- Apache Kafka (kafka/pom.xml) -----------------------------------------------------------
+# --- Apache Kafka (java/broker/pom.xml) -----------------------------------------------------------
 # The broker's jars resolved by Maven into build/kafka/libs once; the tests marked `kafka` and
 # `make kafka-up` run a single KRaft node on loopback (staticfleet/kafka/broker.py).
 kafka: ## resolve the Kafka 4.4.0 broker's jars (Maven) into build/kafka/libs, once

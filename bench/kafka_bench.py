@@ -1,6 +1,6 @@
 """Apache Kafka in the loop: the broker's cost, and a member's throughput on real topics.
 
-* install: `mvn package` of kafka/pom.xml into an empty Maven repository (cold: every jar
+* install: `mvn package` of java/broker/pom.xml into an empty Maven repository (cold: every jar
   and plugin downloaded from Maven Central) and into a warm one (the jars cached in ~/.m2,
   only copied), as scripts/install-kafka.sh runs it;
 * broker: time from `KafkaBroker.start()` (storage format included) to the first metadata
@@ -40,7 +40,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from staticfleet.kafka.broker import HEAP, REPO_ROOT, KafkaBroker, ensure_installed
 
-POM = REPO_ROOT / "kafka" / "pom.xml"
+POM = REPO_ROOT / "java" / "broker" / "pom.xml"
 PARTITIONS = 4
 VALUE = b"x" * 100
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Resolves Apache Kafka's broker jars (kafka/pom.xml) from Maven Central into build/kafka/libs,
+# Resolves Apache Kafka's broker jars (java/broker/pom.xml) from Maven Central into build/kafka/libs,
 # once: a stamp next to the jars records the pom it came from, so a new pin installs again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LIBS=build/kafka/libs
 STAMP=build/kafka/.installed
-POM=kafka/pom.xml
+POM=java/broker/pom.xml
 
 command -v java >/dev/null 2>&1 || { echo "install-kafka: need java (a JDK 17+) on PATH" >&2; exit 1; }
 command -v mvn >/dev/null 2>&1 || { echo "install-kafka: need mvn (Apache Maven) on PATH" >&2; exit 1; }

@@ -1,6 +1,6 @@
 """A single-node Apache Kafka broker (KRaft, broker and controller in one JVM) on loopback.
 
-The jars come from kafka/pom.xml (`make kafka`, scripts/install-kafka.sh) into
+The jars come from java/broker/pom.xml (`make kafka`, scripts/install-kafka.sh) into
 build/kafka/libs; this module formats the storage once (`kafka.tools.StorageTool format
 --standalone`), then runs `kafka.Kafka server.properties` as a child process. The settings
 favour fast tests: no initial rebalance delay, a small minimum session timeout, one replica

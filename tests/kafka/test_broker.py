@@ -1,4 +1,4 @@
-"""The project's own broker: installed by kafka/pom.xml, started on loopback, real records."""
+"""The project's own broker: installed by java/broker/pom.xml, started on loopback, real records."""
 
 from __future__ import annotations
 
