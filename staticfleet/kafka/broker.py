@@ -18,7 +18,6 @@ import base64
 import contextlib
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from staticfleet.processes import terminate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-kafka.sh"
@@ -194,16 +195,8 @@ class KafkaBroker:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL if it does not exit in time."""
-        process = self._process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self._process is not None:
+            terminate(self._process, timeout)
         self._process = None
 
     def kill(self) -> None:

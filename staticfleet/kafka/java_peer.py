@@ -8,12 +8,12 @@ event log has the shape of `staticfleet member run`'s (plus `"client": "java"`),
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 from staticfleet.kafka.broker import REPO_ROOT
+from staticfleet.processes import terminate
 
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-java-peer.sh"
 PEER_DIR = REPO_ROOT / "build" / "java-peer"
@@ -93,17 +93,9 @@ class JavaPeer:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM: the consumer commits, closes (a static member stays in the group)."""
-        process = self._process
-        if process is None:
+        if self._process is None:
             return 0
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        return process.returncode
+        return terminate(self._process, timeout)
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
