@@ -238,6 +238,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     view = group_view(op, spec, described, members)
     state = rollout_from_status(previous)
     done = "observed"
+    refused: str | None = None  # set when this pass refuses the protocol change
     refusal = unsafe_protocol_change(spec, members)
     if refusal is None:
         op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
@@ -277,21 +278,8 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         done = f"created slots {missing} with {protocol.value}"
     elif refusal is not None:
         await _report_once(op, body, "ProtocolChangeRefused", refusal)
-        status = observed_status(
-            previous,
-            generation=generation,
-            view=view,
-            selected_protocol=described.protocol_data,
-            pods=members,
-            expected_members=replicas,
-            rollout=state,
-            now=now,
-            degraded_reason="ProtocolChangeRefused",
-            degraded_message=refusal,
-        )
-        await _write_status(op, body, status.to_patch())
-        _observe_managed(op, namespace, name, replicas, members, state)
-        return "refused: " + refusal
+        refused = refusal
+        done = "refused: " + refusal
     else:
         observation = Observation(
             desired_protocol=desired_protocol(spec),
@@ -317,6 +305,8 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         expected_members=replicas,
         rollout=state,
         now=now,
+        degraded_reason=None if refused is None else "ProtocolChangeRefused",
+        degraded_message=refused or "",
     )
     await _write_status(op, body, status.to_patch())
     _observe_managed(op, namespace, name, replicas, members, state)
