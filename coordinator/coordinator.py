@@ -12,7 +12,9 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from coordinator.errors import ErrorCode
+from coordinator.expansion import Expansion
 from coordinator.group import ClassicGroup
+from coordinator.identifiers import valid_id
 from coordinator.journal import JournalEvent, JournalKind
 from coordinator.messages import (
     NO_GENERATION,
@@ -59,6 +61,8 @@ class GroupCoordinator(OffsetProtocol):
         self._journal_seq = snapshot.last_journal_seq
         self._topics = dict(snapshot.topics)
         self._offsets = snapshot.offsets
+        # Before the groups' timers: a group reloaded mid-scale-up waits for the same set.
+        self._expansions = await self.store.expansions()
         for record in snapshot.groups:
             group = ClassicGroup.from_record(record)
             group.persisted_record = record
@@ -335,6 +339,78 @@ class GroupCoordinator(OffsetProtocol):
             generation_id=group.generation_id,
             leader=group.leader_id or "",
         )
+
+    # --- expected members (pre-registration) ----------------------------------------------
+
+    def expected_members(self, group_id: str) -> Expansion | None:
+        return self._expansions.get(group_id)
+
+    async def set_expected_members(
+        self, group_id: str, instance_ids: Sequence[str], timeout_ms: int
+    ) -> Expansion:
+        """Register the static members a group should have: a join phase is held until all
+        of them have joined or `timeout_ms` (from now) has passed, so a scale-up is one
+        rebalance. Replaces an earlier registration. Raises ValueError for invalid input."""
+        if not group_id or not valid_id(group_id):
+            raise ValueError(f"invalid group id {group_id!r}")
+        if not instance_ids:
+            raise ValueError("expected instance ids must not be empty (clear instead)")
+        for instance_id in instance_ids:
+            if not instance_id or not valid_id(instance_id):
+                raise ValueError(f"invalid group instance id {instance_id!r}")
+        # A new member parked longer than the new-member join timeout is dropped: waiting
+        # longer for the others would lose the ones already here.
+        limit = self.config.group_new_member_join_timeout_ms
+        if not 0 < timeout_ms <= limit:
+            raise ValueError(f"expansion timeout must be 1..{limit} ms, got {timeout_ms}")
+        expansion = Expansion(
+            instance_ids=frozenset(instance_ids),
+            timeout_ms=timeout_ms,
+            deadline_ms=self.clock.now_ms() + timeout_ms,
+        )
+        await self._apply_expansion(group_id, expansion)
+        log.info(
+            "group %s: expecting %d member(s) for up to %d ms",
+            group_id,
+            len(expansion.instance_ids),
+            timeout_ms,
+        )
+        return expansion
+
+    async def clear_expected_members(self, group_id: str) -> None:
+        """Forget a group's expected members; a held join phase ends as it would have."""
+        if not group_id or not valid_id(group_id):
+            raise ValueError(f"invalid group id {group_id!r}")
+        await self._apply_expansion(group_id, None)
+
+    async def _apply_expansion(self, group_id: str, expansion: Expansion | None) -> None:
+        group = self._groups.get(group_id)
+        if group is None:
+            await self.store.write_expansion(group_id, expansion)
+            self._set_expansion(group_id, expansion)
+            return
+        async with group.lock:
+            # Written first: the coordinator never holds a join phase it would forget.
+            await self.store.write_expansion(group_id, expansion)
+            held = self._expansion_hold_ms(group) > 0
+            self._set_expansion(group_id, expansion)
+            if (
+                held
+                and group.is_in(GroupState.PREPARING_REBALANCE)
+                and self._expansion_hold_ms(group) == 0
+            ):
+                # The join timer was armed for the hold: give the members a rebalance
+                # timeout from now, then end the phase now if everyone is here.
+                self._cancel_join_timer(group)
+                self._arm_join_timer(group, group.rebalance_timeout_ms())
+            self._maybe_complete_join(group)
+            await self._flush(group)
+
+    def _set_expansion(self, group_id: str, expansion: Expansion | None) -> None:
+        if expansion is None:
+            self._expansions.pop(group_id, None)
+        else:
+            self._expansions[group_id] = expansion
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if not group_id:

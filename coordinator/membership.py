@@ -421,6 +421,11 @@ class MembershipProtocol(CoordinatorRuntime):
                 ):
                     return
                 group.join_timer = None
+                hold = self._expansion_hold_ms(group)
+                if hold > 0:
+                    # Expected members are still missing: the join phase waits for them.
+                    self._arm_join_timer(group, hold)
+                    return
                 if (
                     group.initial_join_in_progress
                     and group.new_member_added
@@ -443,13 +448,33 @@ class MembershipProtocol(CoordinatorRuntime):
         group.join_timer = handle
 
     def _maybe_complete_join(self, group: ClassicGroup) -> None:
-        # The initial delay does not end early: it exists to let more members arrive.
-        if (
-            group.is_in(GroupState.PREPARING_REBALANCE)
-            and not group.initial_join_in_progress
-            and group.has_all_members_joined()
-        ):
+        # The initial delay does not end early: it exists to let more members arrive (unless
+        # every expected member is here: then nobody else is being waited for).
+        if not group.is_in(GroupState.PREPARING_REBALANCE) or not group.has_all_members_joined():
+            return
+        if self._expansion_hold_ms(group) > 0:
+            return
+        expansion = self._expansions.get(group.group_id)
+        everyone_expected = expansion is not None and not expansion.missing(
+            self._joined_instance_ids(group)
+        )
+        if not group.initial_join_in_progress or everyone_expected:
             self._complete_join(group)
+
+    @staticmethod
+    def _joined_instance_ids(group: ClassicGroup) -> set[str]:
+        return {
+            member.group_instance_id
+            for member in group.members.values()
+            if member.group_instance_id is not None and member.is_awaiting_join
+        }
+
+    def _expansion_hold_ms(self, group: ClassicGroup) -> int:
+        """How much longer the join phase waits for expected members (0: not at all)."""
+        expansion = self._expansions.get(group.group_id)
+        if expansion is None:
+            return 0
+        return expansion.hold_ms(self._joined_instance_ids(group), self.clock.now_ms())
 
     def _complete_join(self, group: ClassicGroup) -> None:
         """End the join phase: a new generation, answers to every parked JoinGroup."""

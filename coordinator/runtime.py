@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from coordinator.clock import Clock, SystemClock, TimerHandle
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ErrorCode
+from coordinator.expansion import Expansion
 from coordinator.group import ClassicGroup, ClassicMember
 from coordinator.journal import JournalEvent, JournalKind
 from coordinator.records import OffsetRecord
@@ -37,6 +38,8 @@ class CoordinatorRuntime:
         self._groups: dict[str, ClassicGroup] = {}
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._topics: dict[str, int] = {}
+        # group id -> expected members (pre-registration); see `coordinator.expansion`.
+        self._expansions: dict[str, Expansion] = {}
         self._topics_lock = asyncio.Lock()
         self._journal_seq = 0
         self._journal_listeners: list[JournalListener] = []

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from coordinator.expansion import Expansion
 from coordinator.journal import JournalEvent
 from coordinator.records import GroupRecord, OffsetRecord, StoreBatch, StoreSnapshot
 
@@ -52,6 +53,16 @@ class Store(ABC):
         does (the HTTP server derives members' leave keys from it). Call after `open`."""
 
     @abstractmethod
+    async def expansions(self) -> dict[str, Expansion]:
+        """Every group's expected members (pre-registration), as last written."""
+
+    @abstractmethod
+    async def write_expansion(self, group_id: str, expansion: Expansion | None) -> None:
+        """Set (or, with None, clear) a group's expected members, durably, before returning.
+        Kept apart from the group records: a group may not exist yet when it is registered,
+        and deleting an empty group must not forget the fleet it is about to have."""
+
+    @abstractmethod
     async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
         """Delete journal rows with `ts_ms < older_than_ts_ms` and all but the newest
         `keep_rows` (None: no bound of that kind); returns how many were deleted. Sequence
@@ -66,6 +77,7 @@ class MemoryStore(Store):
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._journal: list[JournalEvent] = []
         self._topics: dict[str, int] = {}
+        self._expansions: dict[str, Expansion] = {}
         self._secret = secrets.token_bytes(32)
 
     async def open(self) -> None:
@@ -96,6 +108,15 @@ class MemoryStore(Store):
         self._journal.extend(batch.journal)
         if batch.topics is not None:
             self._topics = dict(batch.topics)
+
+    async def expansions(self) -> dict[str, Expansion]:
+        return dict(self._expansions)
+
+    async def write_expansion(self, group_id: str, expansion: Expansion | None) -> None:
+        if expansion is None:
+            self._expansions.pop(group_id, None)
+        else:
+            self._expansions[group_id] = expansion
 
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None
@@ -149,6 +170,10 @@ CREATE TABLE IF NOT EXISTS topics (
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS expansions (
+    group_id TEXT PRIMARY KEY,
+    record TEXT NOT NULL
 );
 """
 
@@ -396,6 +421,29 @@ class SqliteStore(Store):
             return deleted
 
         return await self._run(prune)
+
+    async def expansions(self) -> dict[str, Expansion]:
+        def read(connection: sqlite3.Connection) -> dict[str, Expansion]:
+            return {
+                group_id: Expansion.from_json(json.loads(record))
+                for group_id, record in connection.execute(
+                    "SELECT group_id, record FROM expansions"
+                )
+            }
+
+        return await self._run(read)
+
+    async def write_expansion(self, group_id: str, expansion: Expansion | None) -> None:
+        def apply(connection: sqlite3.Connection) -> None:
+            if expansion is None:
+                connection.execute("DELETE FROM expansions WHERE group_id = ?", (group_id,))
+            else:
+                connection.execute(
+                    "INSERT OR REPLACE INTO expansions (group_id, record) VALUES (?, ?)",
+                    (group_id, json.dumps(expansion.to_json(), separators=(",", ":"))),
+                )
+
+        await self._run(apply)
 
     async def instance_secret(self) -> bytes:
         def read_or_create(connection: sqlite3.Connection) -> bytes:
