@@ -183,6 +183,8 @@ CREATE TABLE IF NOT EXISTS expansions (
 APPLICATION_ID = 0x53464C54
 # The tables of a store written before the application id (and the meta table) existed.
 _LEGACY_TABLES = frozenset({"groups", "offsets", "journal", "topics"})
+# Tables added since; a file without the application id may have them or not.
+_LATER_TABLES = frozenset({"meta", "expansions"})
 
 
 def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
@@ -198,7 +200,7 @@ def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
     }
     # An empty database is new; a file with exactly our tables was written before the
     # application id existed. Anything else belongs to someone else.
-    if application_id != 0 or (tables and tables - {"meta"} != _LEGACY_TABLES):
+    if application_id != 0 or (tables and tables - _LATER_TABLES != _LEGACY_TABLES):
         raise StoreError(
             f"{path} is not a staticfleet store (another application's SQLite database); "
             "give the path of a staticfleet store, or a new file"
