@@ -349,8 +349,9 @@ class GroupCoordinator(OffsetProtocol):
         self, group_id: str, instance_ids: Sequence[str], timeout_ms: int
     ) -> Expansion:
         """Register the static members a group should have: a join phase is held until all
-        of them have joined or `timeout_ms` (from now) has passed, so a scale-up is one
-        rebalance. Replaces an earlier registration. Raises ValueError for invalid input."""
+        of them have joined or `timeout_ms` (from now, at most the new-member join timeout)
+        has passed, so a scale-up is one rebalance. Replaces an earlier registration.
+        Raises ValueError for invalid input."""
         if not group_id or not valid_id(group_id):
             raise ValueError(f"invalid group id {group_id!r}")
         if not instance_ids:
@@ -358,11 +359,11 @@ class GroupCoordinator(OffsetProtocol):
         for instance_id in instance_ids:
             if not instance_id or not valid_id(instance_id):
                 raise ValueError(f"invalid group instance id {instance_id!r}")
-        # A new member parked longer than the new-member join timeout is dropped: waiting
-        # longer for the others would lose the ones already here.
-        limit = self.config.group_new_member_join_timeout_ms
-        if not 0 < timeout_ms <= limit:
-            raise ValueError(f"expansion timeout must be 1..{limit} ms, got {timeout_ms}")
+        if timeout_ms <= 0:
+            raise ValueError(f"expansion timeout must be positive, got {timeout_ms}")
+        # Capped: a new member parked longer than the new-member join timeout is dropped, so
+        # waiting longer for the others would lose the ones already here.
+        timeout_ms = min(timeout_ms, self.config.group_new_member_join_timeout_ms)
         expansion = Expansion(
             instance_ids=frozenset(instance_ids),
             timeout_ms=timeout_ms,

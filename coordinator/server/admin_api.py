@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from coordinator.errors import ErrorCode
+from coordinator.expansion import Expansion
+from coordinator.identifiers import valid_id
 from coordinator.server.bodies import query_int, query_text, read_message
 from coordinator.server.context import context_of
 from coordinator.server.http_errors import bad_request
 from coordinator.server.limits import INT_MAX, JOURNAL_DEFAULT_LIMIT, JOURNAL_MAX_LIMIT
 from coordinator.server.models import (
+    INT32_MAX,
     DeleteGroupResult,
+    ExpectedMembers,
+    ExpectedMembersRequest,
     GroupList,
     JournalPage,
     TopicMetadata,
@@ -41,6 +47,58 @@ async def delete_group(request: web.Request) -> web.Response:
     code = results[group_id]
     context.metrics.observe_error("deleteGroup", code)
     return reply(DeleteGroupResult(group_id=group_id, error_code=code))
+
+
+def _expected_members(
+    group_id: str, expansion: Expansion | None, code: ErrorCode = ErrorCode.NONE
+) -> ExpectedMembers:
+    if expansion is None:
+        return ExpectedMembers(
+            group_id=group_id, instance_ids=[], timeout_ms=0, deadline_ms=0, error_code=code
+        )
+    return ExpectedMembers(
+        group_id=group_id,
+        instance_ids=sorted(expansion.instance_ids),
+        timeout_ms=expansion.timeout_ms,
+        deadline_ms=expansion.deadline_ms,
+    )
+
+
+async def get_expected_members(request: web.Request) -> web.Response:
+    context = context_of(request)
+    group_id = request.match_info["group_id"]
+    return reply(_expected_members(group_id, context.coordinator.expected_members(group_id)))
+
+
+async def set_expected_members(request: web.Request) -> web.Response:
+    context = context_of(request)
+    group_id = request.match_info["group_id"]
+    body = await read_message(
+        request, ExpectedMembersRequest, context.max_body_bytes, context.body_timeout_s
+    )
+    if not body.instance_ids or not all(body.instance_ids):
+        raise bad_request("instance_ids must be a non-empty list of non-empty ids")
+    if not 0 < body.timeout_ms <= INT32_MAX:
+        raise bad_request(f"timeout_ms must be 1..{INT32_MAX}")
+    # As the other admin routes: an id the protocol refuses is an error code, not a 400.
+    if not valid_id(group_id):
+        return reply(_expected_members(group_id, None, ErrorCode.INVALID_GROUP_ID))
+    try:
+        expansion = await context.coordinator.set_expected_members(
+            group_id, body.instance_ids, body.timeout_ms
+        )
+    except ValueError:
+        return reply(_expected_members(group_id, None, ErrorCode.INVALID_REQUEST))
+    return reply(_expected_members(group_id, expansion))
+
+
+async def clear_expected_members(request: web.Request) -> web.Response:
+    context = context_of(request)
+    group_id = request.match_info["group_id"]
+    if not valid_id(group_id):
+        return reply(_expected_members(group_id, None, ErrorCode.INVALID_GROUP_ID))
+    await context.coordinator.clear_expected_members(group_id)
+    return reply(_expected_members(group_id, None))
 
 
 async def set_topics(request: web.Request) -> web.Response:

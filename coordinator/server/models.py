@@ -15,6 +15,7 @@ from coordinator.messages import ListedGroup
 
 # Kafka's limits for partition counts (int32) and topic names.
 MAX_PARTITIONS = 2**31 - 1
+INT32_MAX = 2**31 - 1
 MAX_TOPIC_NAME_LENGTH = 249
 TOPIC_NAME_PATTERN = r"^[a-zA-Z0-9._-]+$"
 _TOPIC_NAME = re.compile(TOPIC_NAME_PATTERN)
@@ -66,6 +67,40 @@ class GroupList:
 class DeleteGroupResult:
     group_id: str
     error_code: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedMembersRequest:
+    """Register the static members a group should have (pre-registration): the group's join
+    phase is held until all of them have joined or `timeout_ms` (from now) has passed."""
+
+    instance_ids: list[str] = field(
+        metadata={"json_schema": {"minItems": 1, "items": {"type": "string", "minLength": 1}}}
+    )
+    timeout_ms: int = field(
+        metadata={
+            "json_schema": {
+                "type": "integer",
+                "format": "int32",
+                "minimum": 1,
+                "maximum": INT32_MAX,
+            }
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedMembers:
+    """A group's expected members; an empty list when none are registered. `deadline_ms` is
+    when the coordinator stops waiting for them (ms since the epoch); `timeout_ms` is the
+    one in effect (a longer one is cut to the new-member join timeout)."""
+
+    group_id: str
+    instance_ids: list[str]
+    timeout_ms: int
+    deadline_ms: int
+    # INVALID_GROUP_ID or INVALID_REQUEST (e.g. control characters in an id): nothing was set.
+    error_code: ErrorCode = ErrorCode.NONE
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ from coordinator.server import admin_api, member_api, system_api
 from coordinator.server.limits import INT_MAX, JOURNAL_DEFAULT_LIMIT, JOURNAL_MAX_LIMIT
 from coordinator.server.models import (
     DeleteGroupResult,
+    ExpectedMembers,
+    ExpectedMembersRequest,
     GroupList,
     JournalPage,
     Status,
@@ -170,6 +172,43 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "DeleteGroups for one group (NON_EMPTY_GROUP while members remain)",
         _ADMIN,
         response_body=DeleteGroupResult,
+    ),
+    Operation(
+        "getExpectedMembers",
+        "GET",
+        GROUP_PATH + "/expected-members",
+        admin_api.get_expected_members,
+        Access.ADMIN,
+        "The group's expected members (pre-registration); an empty list when none",
+        _ADMIN,
+        response_body=ExpectedMembers,
+    ),
+    Operation(
+        "setExpectedMembers",
+        "PUT",
+        GROUP_PATH + "/expected-members",
+        admin_api.set_expected_members,
+        Access.ADMIN,
+        "Register the group's expected static members (replaces an earlier registration)",
+        _ADMIN,
+        description=(
+            "While an expected instance id has not joined, the group's join phase is held "
+            "(up to timeout_ms from now, at most the new-member join timeout), so a scale-up "
+            "is one rebalance. Members that arrive later join as usual. Persisted: a restart "
+            "keeps waiting for the same set until the same deadline. The group need not exist."
+        ),
+        request_body=ExpectedMembersRequest,
+        response_body=ExpectedMembers,
+    ),
+    Operation(
+        "clearExpectedMembers",
+        "DELETE",
+        GROUP_PATH + "/expected-members",
+        admin_api.clear_expected_members,
+        Access.ADMIN,
+        "Forget the group's expected members; a held join phase ends as it otherwise would",
+        _ADMIN,
+        response_body=ExpectedMembers,
     ),
     Operation(
         "getJournal",

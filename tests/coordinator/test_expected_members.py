@@ -149,14 +149,17 @@ async def test_clearing_the_registration_releases_a_held_join_phase(harness: Har
     assert harness.coordinator.expected_members(GROUP) is None
 
 
-async def test_invalid_registrations_are_refused(harness: Harness) -> None:
+async def test_invalid_registrations_are_refused_and_long_timeouts_capped(harness: Harness) -> None:
     with pytest.raises(ValueError):
         await harness.coordinator.set_expected_members(GROUP, [], EXPANSION_MS)
     with pytest.raises(ValueError):
         await harness.coordinator.set_expected_members(GROUP, ["i-0"], 0)
-    limit = harness.coordinator.config.group_new_member_join_timeout_ms
     with pytest.raises(ValueError):
-        await harness.coordinator.set_expected_members(GROUP, ["i-0"], limit + 1)
+        await harness.coordinator.set_expected_members(GROUP, ["i-\x00"], EXPANSION_MS)
+    # Longer than the new-member join timeout: cut to it (the first ones would expire).
+    limit = harness.coordinator.config.group_new_member_join_timeout_ms
+    capped = await harness.coordinator.set_expected_members(GROUP, ["i-0"], limit + 1)
+    assert capped.timeout_ms == limit
 
 
 async def test_a_restart_mid_scale_up_keeps_waiting_for_the_same_set(tmp_path: Path) -> None:

@@ -163,6 +163,27 @@ async def test_topic_metadata_set_by_admin_read_by_member(server: Server) -> Non
     assert reply.body == {"topics": {"orders": 48, "audit": 2}}
 
 
+async def test_expected_members_set_read_and_cleared_by_admin(server: Server) -> None:
+    path = f"/v1/groups/{GROUP_A}/expected-members"
+    reply = await server.call("GET", path)
+    assert reply.status == 200 and reply.body["instance_ids"] == []
+    body = {"instance_ids": ["i-1", "i-0"], "timeout_ms": 60_000}
+    reply = await server.call("PUT", path, body)
+    assert reply.status == 200
+    assert reply.body["instance_ids"] == ["i-0", "i-1"] and reply.body["timeout_ms"] == 60_000
+    assert (await server.call("GET", path)).body == reply.body
+    assert (await server.call("PUT", path, body, token=MEMBER_A_TOKEN)).status == 403
+    too_long = {"instance_ids": ["i-0"], "timeout_ms": 10**9}
+    limit = server.coordinator.config.group_new_member_join_timeout_ms
+    assert (await server.call("PUT", path, too_long)).body["timeout_ms"] == limit
+    assert (await server.call("PUT", path, {"instance_ids": [], "timeout_ms": 1})).status == 400
+    control = {"instance_ids": ["i-\x01"], "timeout_ms": 1}
+    assert (await server.call("PUT", path, control)).body["error_code"] == ErrorCode.INVALID_REQUEST
+    reply = await server.call("DELETE", path)
+    assert reply.status == 200 and reply.body["instance_ids"] == []
+    assert server.coordinator.expected_members(GROUP_A) is None
+
+
 async def test_journal_pages(server: Server) -> None:
     await _join_two(server)
     reply = await server.call("GET", f"/v1/journal?group_id={GROUP_A}&limit=2")
