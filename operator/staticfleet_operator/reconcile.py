@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator import DescribedGroup, ErrorCode, GroupCoordinator
+from coordinator import DescribedGroup, ErrorCode, GroupCoordinator, GroupState
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.server import AuthConfigError, Authenticator
 from staticfleet_operator.backends import (
@@ -68,6 +68,7 @@ from staticfleet_operator.rollout import (
     rollout_bounces,
 )
 from staticfleet_operator.rollout.plan import uniform_protocol
+from staticfleet_operator.scale_up import expected_on_create, should_clear
 from staticfleet_operator.status import (
     invalid_spec_status,
     observed_status,
@@ -244,6 +245,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
     switching = switch_slots(spec, members) if refusal is None else []
 
+    await _clear_stale_expansion(op, spec, view, replicas)
     excess = [m for m in members if m.slot >= replicas]
     retiring = retiring_instance_ids(view, spec, replicas, {m.slot for m in excess})
     missing = missing_slots(members, replicas)
@@ -262,6 +264,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         done = f"switch: left {', '.join(stale)}"
     elif missing:
         protocol = new_pod_protocol(spec, state, members)
+        await _expect_members(op, body, spec, view, replicas, missing)
         for slot in missing:
             await op.kube.create_pod(
                 namespace,
@@ -311,6 +314,45 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     await _write_status(op, body, status.to_patch())
     _observe_managed(op, namespace, name, replicas, members, state)
     return done
+
+
+async def _expect_members(
+    op: Operator,
+    body: Mapping[str, Any],
+    spec: ConsumerGroupSpec,
+    view: CoordinatorView,
+    replicas: int,
+    creating: Sequence[int],
+) -> None:
+    """Before the pods exist: tell the embedded coordinator whom to expect, so the group
+    rebalances once for all of them (Kafka's coordinator has no such API)."""
+    if spec.coordinator.kafka or not spec.scale_up.pre_register:
+        return
+    expected = expected_on_create(spec.instance_id_prefix, replicas, creating, view.instance_ids)
+    if expected is None:
+        return
+    timeout_ms = spec.scale_up.expansion_timeout_seconds * 1000
+    await op.coordinator.set_expected_members(spec.group_id, expected, timeout_ms)
+    message = (
+        f"expecting {len(expected)} member(s) for up to "
+        f"{spec.scale_up.expansion_timeout_seconds}s: one rebalance for the scale-up"
+    )
+    log.info("%s: %s", spec.group_id, message)
+    await op.kube.post_event(body, "ExpectingMembers", message)
+
+
+async def _clear_stale_expansion(
+    op: Operator, spec: ConsumerGroupSpec, view: CoordinatorView, replicas: int
+) -> None:
+    if spec.coordinator.kafka:
+        return
+    expansion = op.coordinator.expected_members(spec.group_id)
+    if expansion is None:
+        return
+    stable = view.group_state is GroupState.STABLE
+    prefix = spec.instance_id_prefix
+    if should_clear(expansion.instance_ids, prefix, replicas, view.instance_ids, stable):
+        await op.coordinator.clear_expected_members(spec.group_id)
 
 
 def group_view(
@@ -629,6 +671,8 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
             if left:
                 raise RetryLater(f"{len(left)} member pod(s) still terminating")
         backend = op.backend(spec)
+        if not spec.coordinator.kafka:
+            await op.coordinator.clear_expected_members(spec.group_id)
         try:
             view = CoordinatorView.from_described(await describe(backend, spec.group_id))
             instance_ids = sorted(m.instance_id for m in view.members if m.instance_id)

@@ -602,6 +602,21 @@ class RolloutSpec(SpecModel):
     before the rollout pauses with a Degraded condition."""
 
 
+class ScaleUpSpec(SpecModel):
+    """How the operator grows a managed group (embedded coordinator only: Kafka has no way to
+    tell its coordinator which members to expect, so a Kafka-coordinated group rebalances as
+    its new members arrive)."""
+
+    pre_register: bool = True
+    """Before creating new member pods, register every member's instance id with the
+    coordinator as expected: the group's join phase then waits for all of them and the
+    scale-up is one rebalance. Cleared on scale-down and delete."""
+    expansion_timeout_seconds: int = Field(default=120, ge=1, le=300)
+    """How long the join phase waits for expected members that have not joined (pods not
+    scheduled, images still pulling); then it completes with those present and late members
+    join as usual. At most 300 (the coordinator's new-member join timeout)."""
+
+
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the ConsumerGroup's namespace."""
 
@@ -726,6 +741,8 @@ class ConsumerGroupSpec(SpecModel):
     """Rebalance protocol and assignors."""
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, json_schema_extra={"default": {}})
     """Rolling restart settings."""
+    scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
+    """Managed mode: scale-up in one rebalance (pre-registration of expected members)."""
     token_secret_ref: SecretKeyRef | None = None
     """Secret holding the member token the coordinator checks (injected as STATICFLEET_TOKEN)."""
     coordinator: CoordinatorSpec = Field(

@@ -1,0 +1,46 @@
+"""Scale-up in one rebalance: which instance ids the operator registers with the embedded
+coordinator as expected before it creates member pods (pure; `reconcile.py` acts on it).
+
+The coordinator holds a join phase until every expected member has joined or the expansion
+timeout passes (`coordinator.expansion`), so new members that start seconds apart still
+land in one generation. Kafka's coordinator has no such API: a Kafka-coordinated group
+rebalances as its members arrive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+
+def instance_id(prefix: str, slot: int) -> str:
+    return f"{prefix}-{slot}"
+
+
+def expected_on_create(
+    prefix: str, replicas: int, creating: Sequence[int], listed: Collection[str | None]
+) -> list[str] | None:
+    """The instance ids to expect before pods for the `creating` slots are made, or None
+    when there is nothing to wait for: every slot being created is a member the coordinator
+    still lists (a static member's pod restarting rejoins without a rebalance anyway).
+
+    All of the group's slots are named, not only the new ones: the members already there
+    rejoin during the held phase, so they count as joined and the set is simply the fleet."""
+    if not any(instance_id(prefix, slot) not in listed for slot in creating):
+        return None
+    return [instance_id(prefix, slot) for slot in range(replicas)]
+
+
+def should_clear(
+    expected: Collection[str],
+    prefix: str,
+    replicas: int,
+    listed: Collection[str | None],
+    stable: bool,
+) -> bool:
+    """Clear a registration that no longer describes the fleet (a scale-down named slots
+    at or above `replicas`), or that is fulfilled: every expected member is listed in a
+    Stable group (a member is listed as soon as it joins, before the held phase ends)."""
+    wanted = {instance_id(prefix, slot) for slot in range(replicas)}
+    if not set(expected) <= wanted:
+        return True
+    return stable and all(i in listed for i in expected)

@@ -1,0 +1,32 @@
+"""Rules for pre-registering expected members before a scale-up (pure)."""
+
+from __future__ import annotations
+
+from staticfleet_operator.scale_up import expected_on_create, should_clear
+
+
+def test_scale_up_expects_the_whole_fleet() -> None:
+    listed = {"o-0", "o-1", "o-2"}
+    expected = expected_on_create("o", 6, [3, 4, 5], listed)
+    assert expected == ["o-0", "o-1", "o-2", "o-3", "o-4", "o-5"]
+
+
+def test_a_restarting_listed_member_is_not_a_scale_up() -> None:
+    assert expected_on_create("o", 3, [1], {"o-0", "o-1", "o-2"}) is None
+
+
+def test_a_new_group_expects_every_member() -> None:
+    assert expected_on_create("o", 2, [0, 1], set()) == ["o-0", "o-1"]
+
+
+def test_a_registration_naming_slots_above_replicas_is_cleared_on_scale_down() -> None:
+    assert should_clear(["o-0", "o-1", "o-2", "o-3"], "o", 2, {"o-0", "o-1"}, stable=False)
+
+
+def test_a_fulfilled_registration_is_cleared_once_stable_and_a_pending_one_kept() -> None:
+    fleet = ["o-0", "o-1", "o-2"]
+    everyone = {"o-0", "o-1", "o-2"}
+    assert should_clear(fleet, "o", 3, everyone, stable=True)
+    # Listed but the held join phase has not ended: clearing now would release it early.
+    assert not should_clear(fleet, "o", 3, everyone, stable=False)
+    assert not should_clear(fleet, "o", 3, {"o-0", "o-1"}, stable=True)

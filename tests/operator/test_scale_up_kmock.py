@@ -1,0 +1,80 @@
+"""Scale-up 3 -> 6 on the embedded coordinator, with and without pre-registration (kmock)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.operator.kube_harness import Cluster, managed_spec, running_cluster
+
+FLEET = [f"orders-{slot}" for slot in range(6)]
+
+
+async def _scale_up_with_stragglers(cluster: Cluster) -> list[str]:
+    """3 -> 6 where orders-3 starts at once and orders-4, orders-5 a second later (their
+    images still pulling); returns the journal kinds of the scale-up."""
+    await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
+    since = max(e.seq for e in await cluster.journal("orders"))
+    cluster.kubelet.refused.update({"orders-4", "orders-5"})
+    await cluster.update_spec("orders", {"replicas": 6})
+
+    async def first_joined() -> bool:
+        events = await cluster.journal("orders", since)
+        return any(e.kind == "member_joined" and e.group_instance_id == "orders-3" for e in events)
+
+    await cluster.eventually(first_joined, what="orders-3 joined")
+    # Members heartbeat every 100 ms: a second is ample for the old ones to rejoin.
+    await asyncio.sleep(1.0)
+    cluster.kubelet.refused.clear()
+    await cluster.eventually(lambda: cluster.group_settled("orders", 6), what="6 Stable")
+    return [e.kind for e in await cluster.journal("orders", since)]
+
+
+async def test_pre_registered_scale_up_is_exactly_one_rebalance() -> None:
+    async with running_cluster() as cluster:
+        await cluster.create_group("orders", managed_spec(replicas=3))
+        kinds = await _scale_up_with_stragglers(cluster)
+        assert kinds.count("generation_started") == 1, kinds
+        assert kinds.count("member_joined") == 3
+        events = [a for a in cluster.operator.kube.actions if a.verb == "event"]
+        assert "ExpectingMembers" in [a.name for a in events]
+        # Fulfilled in a Stable group: the registration is cleared on a later pass.
+        await cluster.eventually(
+            lambda: cluster.coordinator.expected_members("orders") is None,
+            what="registration cleared",
+        )
+
+
+async def test_without_pre_registration_the_same_scale_up_rebalances_twice() -> None:
+    async with running_cluster() as cluster:
+        spec = managed_spec(replicas=3, scaleUp={"preRegister": False})
+        await cluster.create_group("orders", spec)
+        kinds = await _scale_up_with_stragglers(cluster)
+        assert kinds.count("generation_started") >= 2, kinds
+        assert cluster.coordinator.expected_members("orders") is None
+
+
+async def test_scale_down_and_delete_clear_the_registration() -> None:
+    async with running_cluster() as cluster:
+        await cluster.create_group("orders", managed_spec(replicas=3))
+        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
+        # Pods that never start: the registration stays pending until the spec shrinks.
+        cluster.kubelet.refused.update({"orders-3", "orders-4"})
+        await cluster.update_spec("orders", {"replicas": 5})
+        await cluster.eventually(
+            lambda: cluster.coordinator.expected_members("orders") is not None,
+            what="registered",
+        )
+        expansion = cluster.coordinator.expected_members("orders")
+        assert expansion is not None and expansion.instance_ids == set(FLEET[:5])
+        await cluster.update_spec("orders", {"replicas": 2})
+        await cluster.eventually(
+            lambda: cluster.coordinator.expected_members("orders") is None,
+            what="cleared by the scale-down",
+        )
+        cluster.kubelet.refused.clear()
+        await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
+        await cluster.delete_group("orders")
+        await cluster.eventually(
+            lambda: cluster.coordinator.group_state("orders") is None, what="group dropped"
+        )
+        assert cluster.coordinator.expected_members("orders") is None
