@@ -311,6 +311,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         degraded_reason=None if refused is None else "ProtocolChangeRefused",
         degraded_message=refused or "",
     )
+    status.awaiting_members = awaiting_members(op, spec, view)
     await _write_status(op, body, status.to_patch())
     _observe_managed(op, namespace, name, replicas, members, state)
     return done
@@ -339,6 +340,16 @@ async def _expect_members(
     )
     log.info("%s: %s", spec.group_id, message)
     await op.kube.post_event(body, "ExpectingMembers", message)
+
+
+def awaiting_members(op: Operator, spec: ConsumerGroupSpec, view: CoordinatorView) -> list[str]:
+    """The registration's instance ids the coordinator does not list yet (status)."""
+    if spec.coordinator.kafka:
+        return []
+    expansion = op.coordinator.expected_members(spec.group_id)
+    if expansion is None:
+        return []
+    return sorted(expansion.instance_ids - view.instance_ids)
 
 
 async def _clear_stale_expansion(
@@ -524,6 +535,7 @@ async def _act(
         rollout=decision.state,
         now=now,
     )
+    status.awaiting_members = awaiting_members(op, spec, view)
     changed = await _write_status(op, body, status.to_patch())
     if isinstance(decision, Bounce):
         log.info("%s", decision.reason)

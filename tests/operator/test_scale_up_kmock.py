@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from tests.operator.kube_harness import Cluster, managed_spec, running_cluster
 
@@ -66,11 +67,20 @@ async def test_scale_down_and_delete_clear_the_registration() -> None:
         )
         expansion = cluster.coordinator.expected_members("orders")
         assert expansion is not None and expansion.instance_ids == set(FLEET[:5])
+
+        async def awaiting() -> list[str]:
+            status = (await cluster.get_group("orders")).get("status") or {}
+            return list(status.get("awaitingMembers") or [])
+
+        await cluster.eventually(
+            lambda: _equals(awaiting(), ["orders-3", "orders-4"]), what="status awaitingMembers"
+        )
         await cluster.update_spec("orders", {"replicas": 2})
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is None,
             what="cleared by the scale-down",
         )
+        await cluster.eventually(lambda: _equals(awaiting(), []), what="status cleared")
         cluster.kubelet.refused.clear()
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
         await cluster.delete_group("orders")
@@ -78,3 +88,7 @@ async def test_scale_down_and_delete_clear_the_registration() -> None:
             lambda: cluster.coordinator.group_state("orders") is None, what="group dropped"
         )
         assert cluster.coordinator.expected_members("orders") is None
+
+
+async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
+    return await value == expected

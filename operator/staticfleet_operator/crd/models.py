@@ -1001,6 +1001,9 @@ class ConsumerGroupStatus(StatusModel):
     """Per slot: instance id, pod and member id."""
     rollout: RolloutStatus = Field(default_factory=RolloutStatus)
     """Progress of the current or last rollout."""
+    awaiting_members: list[str] = Field(default_factory=list)
+    """Scale-up: instance ids registered with the embedded coordinator as expected that have
+    not joined yet (its rebalance waits for them, up to scaleUp.expansionTimeoutSeconds)."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
