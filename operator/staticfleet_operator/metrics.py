@@ -22,7 +22,7 @@ from staticfleet_operator.crd import RolloutPhase
 PREFIX: Final = "staticfleet_operator"
 RESULTS: Final = ("ok", "error")
 ADMISSION_RESULTS: Final = ("stamped", "skipped", "rejected")
-MEMBER_KINDS: Final = ("desired", "ready", "slots")
+MEMBER_KINDS: Final = ("desired", "ready", "slots", "awaiting")
 PHASES: Final = tuple(phase.value for phase in RolloutPhase)
 
 # A pass is a few API calls and a describe: milliseconds, seconds when the API server is slow.
@@ -47,7 +47,8 @@ class OperatorMetrics:
         self.group_members = Gauge(
             f"{PREFIX}_group_members",
             "Member pods per ConsumerGroup: desired (replicas, or live adopted pods), ready "
-            "(live pods Ready), slots (identity slots in use, vacant and retiring included)",
+            "(live pods Ready), slots (identity slots in use, vacant and retiring included), "
+            "awaiting (expected members of a scale-up not joined yet)",
             ["namespace", "group", "kind"],
             registry=self.registry,
         )
@@ -116,9 +117,10 @@ class OperatorMetrics:
         ready: int,
         slots: int,
         phase: RolloutPhase | str,
+        awaiting: int = 0,
     ) -> None:
         """What one pass saw: member counts and the rollout phase."""
-        for kind, value in zip(MEMBER_KINDS, (desired, ready, slots), strict=True):
+        for kind, value in zip(MEMBER_KINDS, (desired, ready, slots, awaiting), strict=True):
             self.group_members.labels(namespace, group, kind).set(value)
         current = RolloutPhase(phase).value
         for name in PHASES:

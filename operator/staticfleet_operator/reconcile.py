@@ -296,7 +296,8 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         decision = decide(observation, state, now)
         state = decision.state
         done = await _act(op, body, spec, decision, members, view, described, now)
-        _observe_managed(op, namespace, name, replicas, members, state)
+        awaiting = len(awaiting_members(op, spec, view))
+        _observe_managed(op, namespace, name, replicas, members, state, awaiting)
         return done
 
     status = observed_status(
@@ -313,7 +314,8 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     )
     status.awaiting_members = awaiting_members(op, spec, view)
     await _write_status(op, body, status.to_patch())
-    _observe_managed(op, namespace, name, replicas, members, state)
+    awaiting = len(status.awaiting_members)
+    _observe_managed(op, namespace, name, replicas, members, state, awaiting)
     return done
 
 
@@ -496,6 +498,7 @@ def _observe_managed(
     replicas: int,
     members: Sequence[MemberPod],
     state: RolloutState,
+    awaiting: int = 0,
 ) -> None:
     op.metrics.observe_group(
         namespace,
@@ -504,6 +507,7 @@ def _observe_managed(
         ready=sum(1 for m in members if m.ready and not m.deleting),
         slots=len({m.slot for m in members}),
         phase=rollout_phase(state),
+        awaiting=awaiting,
     )
 
 

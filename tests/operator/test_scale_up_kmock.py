@@ -75,6 +75,11 @@ async def test_scale_down_and_delete_clear_the_registration() -> None:
         await cluster.eventually(
             lambda: _equals(awaiting(), ["orders-3", "orders-4"]), what="status awaitingMembers"
         )
+        group = {"namespace": "default", "group": "orders", "kind": "awaiting"}
+        await cluster.eventually(
+            lambda: cluster.metric("staticfleet_operator_group_members", **group) == 2,
+            what="awaiting metric",
+        )
         await cluster.update_spec("orders", {"replicas": 2})
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is None,
