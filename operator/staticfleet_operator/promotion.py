@@ -1,0 +1,88 @@
+"""Hot standby (issue 15, part 2): which standby takes over which missing active member.
+
+Pure decision rules only; the promotion path they feed is designed in docs/operator.md
+("Hot standby: the design") and not wired into the reconcile pass yet.
+
+A promotion hands a standby the missing member's instance id as a static replacement (same
+assignment, no rebalance). The rules keep the one invariant that matters: an instance id is
+never promised to two processes. So a promotion already recorded (write-ahead, in status)
+is finished before anything else is decided for its slot or its standby, a slot whose pod is
+still running is never taken over, and a standby that is not Ready is never chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class PodHealth(StrEnum):
+    RUNNING = "running"  # the member's pod is alive (Ready or starting)
+    DELETED = "deleted"  # the pod is terminating or gone
+    FAILED = "failed"  # phase Failed, or its container crash-looping
+    NODE_LOST = "node_lost"  # its node is NotReady/unreachable: the process may still run
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveSlot:
+    slot: int
+    instance_id: str
+    health: PodHealth
+    # The coordinator lists the instance id as a member (there is an assignment to take).
+    listed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Standby:
+    name: str  # the standby pod
+    ready: bool  # joined as a standby and heartbeating
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    standby: str
+    slot: int
+    instance_id: str
+    rule: str  # why (for the Event and the log)
+
+
+def decide_promotions(
+    slots: Sequence[ActiveSlot],
+    standbys: Sequence[Standby],
+    in_flight: Collection[Promotion],
+) -> list[Promotion]:
+    """The promotions to start now, lowest slot first, at most one per slot and standby.
+
+    Rules (tests/operator/test_promotion.py names each):
+    - in_flight_first: a recorded promotion is resumed as it was, and its slot and standby are
+      not used for anything else (an operator restart mid-promotion neither repeats it onto
+      another standby nor gives its slot a second one).
+    - running_is_never_taken: a slot whose pod runs keeps its member (a slow member is the
+      session timeout's business, not a takeover's).
+    - unlisted_needs_no_takeover: a member the coordinator no longer lists has no assignment
+      to take over; the group has rebalanced already and a standby would gain nothing.
+    - ready_standby_only: only a Ready standby (joined, heartbeating) is promoted, so the
+      takeover is answered within one heartbeat interval.
+    - fewest_first: standbys are used in name order, one slot each; with fewer standbys than
+      missing members the lowest slots are served and the rest restart as plain static
+      members.
+    - node_lost_too: a member on a lost node is taken over as well; the coordinator fences the
+      old holder (its member id stops being valid), so a process only partitioned away cannot
+      commit for the instance id any more.
+    """
+    decisions = list(in_flight)
+    busy_slots = {p.slot for p in in_flight}
+    busy_standbys = {p.standby for p in in_flight}
+    free = sorted(
+        (s for s in standbys if s.ready and s.name not in busy_standbys), key=lambda s: s.name
+    )
+    for slot in sorted(slots, key=lambda s: s.slot):
+        if not free:
+            break
+        if slot.slot in busy_slots or slot.health is PodHealth.RUNNING or not slot.listed:
+            continue
+        standby = free.pop(0)
+        rule = "node_lost_too" if slot.health is PodHealth.NODE_LOST else f"pod_{slot.health}"
+        decisions.append(Promotion(standby.name, slot.slot, slot.instance_id, rule))
+    return decisions
