@@ -16,7 +16,7 @@ def register(subparsers: Any) -> None:
         help="run a local fleet and measure static membership, cooperative rebalancing "
         "and batch LeaveGroup",
         description=(
-            "Start a coordinator and member processes on loopback, run five scenarios "
+            "Start a coordinator and member processes on loopback, run six scenarios "
             "(dynamic vs static rolling restart, the eager -> cooperative upgrade, scale-down "
             "with and without batch LeaveGroup, a coordinator crash) and report what was "
             "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png. With "

@@ -7,7 +7,7 @@ Layout (one job per module):
 * `admin`     — the admin HTTP calls the demo makes, as the operator would;
 * `fleet`     — the coordinator subprocess and the member subprocesses;
 * `settle`    — when is a group "Stable again" (describe + the members' own logs);
-* `scenarios` — the five scenarios, recording what happened and when;
+* `scenarios` — the six scenarios, recording what happened and when;
 * `ownership`, `journal_metrics`, `metrics`, `checks` — pure functions over rows (member
   event-log lines and journal rows) that turn the recordings into numbers;
 * `timeline`  — the PNG; `report` — the rich tables and `report.json`;

@@ -88,6 +88,14 @@ class AdminClient:
         quoted = urllib.parse.quote(group_id, safe="")
         return cast(dict[str, Any], self._request("POST", f"/v1/groups/{quoted}/leave", body))
 
+    def expect(self, group_id: str, instance_ids: Iterable[str], timeout_ms: int) -> dict[str, Any]:
+        """Register the group's expected members (what the operator does before a scale-up):
+        the coordinator holds the join phase until they have all joined."""
+        body = {"instance_ids": list(instance_ids), "timeout_ms": timeout_ms}
+        quoted = urllib.parse.quote(group_id, safe="")
+        path = f"/v1/groups/{quoted}/expected-members"
+        return cast(dict[str, Any], self._request("PUT", path, body))
+
     def committed_offsets(self, group_id: str) -> dict[Partition, int]:
         """Every committed offset of a group (OffsetFetch with no partition list)."""
         quoted = urllib.parse.quote(group_id, safe="")

@@ -75,6 +75,16 @@ def evaluate(outcomes: Mapping[str, ScenarioOutcome], session_timeout_ms: int) -
             )
         if key == "upgrade":
             checks.extend(_upgrade_checks(number, outcome.facts))
+        if key == "scale_up_pre_registered":
+            checks.append(
+                Check(
+                    number,
+                    "a pre-registered scale-up is one rebalance",
+                    "1 rebalance",
+                    f"{outcome.metrics.rebalances} rebalances, {outcome.metrics.moved} moved",
+                    outcome.error is None and outcome.metrics.rebalances == 1,
+                )
+            )
     checks.extend(_scale_down_checks(outcomes, session_timeout_ms))
     crash = outcomes.get("coordinator_crash")
     if crash is not None:

@@ -1,4 +1,4 @@
-"""The five scenarios. Each drives a fresh fleet in a fresh group and records what it did
+"""The six scenarios. Each drives a fresh fleet in a fresh group and records what it did
 and when (`ScenarioRecord`); nothing here computes a figure.
 
 1. rolling restart, dynamic members       2. rolling restart, static members
@@ -367,6 +367,39 @@ def scale_down(run: ScenarioRun, *, batch_leave: bool) -> None:
     run.context.narrator.advance()
 
 
+# New processes start this far apart, as pods of one scale-up do (scheduling, image pulls).
+SCALE_UP_STAGGER_S = 0.5
+SCALE_UP_EXPANSION_TIMEOUT_MS = 60_000
+
+
+def scale_up(run: ScenarioRun, *, pre_register: bool) -> None:
+    """(6): the fleet doubles, new processes starting SCALE_UP_STAGGER_S apart; with
+    `pre_register` the demo first registers every instance id as expected (what the operator
+    does), so the coordinator holds the rebalance until the last one has joined."""
+    run.start_fleet()
+    members = run.settings.members
+    added = list(range(members, 2 * members))
+    label = f"scale-up {members} -> {2 * members}" + (" (pre-registered)" if pre_register else "")
+    run.say(label)
+    start = now_ms()
+    if pre_register:
+        expected = [slot_name(index) for index in range(2 * members)]
+        admin = run.context.admin
+        assert isinstance(admin, AdminClient), "expected members need the embedded coordinator"
+        admin.expect(run.group_id, expected, SCALE_UP_EXPANSION_TIMEOUT_MS)
+        run.record.markers.append(Marker(now_ms(), "expected members registered"))
+    for index in added:
+        run.fleet.start(index, static=True, protocol=run.record.protocol)
+        time.sleep(SCALE_UP_STAGGER_S)
+    run.record.markers.append(Marker(now_ms(), "last new member started"))
+    run.record.facts["added"] = [slot_name(index) for index in added]
+    run.record.facts["pre_registered"] = pre_register
+    view = run.settle()
+    run.record.facts["members_after"] = sorted(view.instance_ids)
+    run.record.steps.append(Step(label, start, now_ms()))
+    run.context.narrator.advance()
+
+
 def coordinator_crash(run: ScenarioRun) -> None:
     """(5): a static member restarts; meanwhile the coordinator is SIGKILLed and restarted
     on the same SQLite file (and port). The member comes back while it is still down."""
@@ -460,9 +493,19 @@ def _scale_down_batch_leave(run: ScenarioRun) -> None:
     scale_down(run, batch_leave=True)
 
 
+def _scale_up_plain(run: ScenarioRun) -> None:
+    scale_up(run, pre_register=False)
+
+
+def _scale_up_pre_registered(run: ScenarioRun) -> None:
+    scale_up(run, pre_register=True)
+
+
 def plans() -> list[ScenarioPlan]:
     # Eager for (1)-(3): the classic setup whose costs static membership and the upgrade
-    # remove; cooperative for (4)-(5): where the upgrade leaves a fleet.
+    # remove; cooperative for (4)-(5): where the upgrade leaves a fleet. Eager for (6): a
+    # cooperative scale-up takes a second, revocation-driven rebalance either way, which
+    # would hide the one the pre-registration saves.
     return [
         ScenarioPlan(
             key="dynamic_restart",
@@ -518,11 +561,37 @@ def plans() -> list[ScenarioPlan]:
             body=coordinator_crash,
             steps=_one_step,
         ),
+        ScenarioPlan(
+            key="scale_up_plain",
+            number="6a",
+            title="scale-up x2, members join as they start",
+            static=True,
+            protocol=EAGER,
+            body=_scale_up_plain,
+            steps=_one_step,
+        ),
+        ScenarioPlan(
+            key="scale_up_pre_registered",
+            number="6b",
+            title="scale-up x2, expected members pre-registered",
+            static=True,
+            protocol=EAGER,
+            body=_scale_up_pre_registered,
+            steps=_one_step,
+        ),
     ]
 
 
 # Scenarios with no run on a Kafka broker, and why (the report prints the reason).
 KAFKA_SKIPPED: Mapping[str, str] = {
+    "scale_up_plain": (
+        "the baseline of 6b, which Kafka cannot run: it has no API to tell its coordinator "
+        "which members to expect"
+    ),
+    "scale_up_pre_registered": (
+        "Kafka has no API to tell its coordinator which members to expect (embedded "
+        "coordinator only; docs/coordinator.md, Expected members)"
+    ),
     "upgrade": (
         "the orchestrator verifies bounce 1 from describe's offered assignors and leader, "
         "which Kafka's DescribeGroups does not return; the two-bounce on the broker is "

@@ -61,6 +61,8 @@ def test_quick_demo_end_to_end(tmp_path):
         "scale_down_timeout",
         "scale_down_batch_leave",
         "coordinator_crash",
+        "scale_up_plain",
+        "scale_up_pre_registered",
     ]
     for scenario in scenarios.values():
         assert scenario["error"] is None
@@ -90,6 +92,10 @@ def test_quick_demo_end_to_end(tmp_path):
     assert crash["offsets_lost"] == []
     assert crash["commit_regressions"] == []
     assert crash["acknowledged_partitions"] > 0
+
+    # Issue 15: pre-registered, the doubling is one rebalance (the plain run is the baseline).
+    assert scenarios["scale_up_pre_registered"]["metrics"]["rebalances"] == 1
+    assert scenarios["scale_up_plain"]["metrics"]["rebalances"] >= 1
 
     upgrade = scenarios["upgrade"]["facts"]
     assert upgrade["bounce_1"]["all_offer_cooperative"]

@@ -58,6 +58,8 @@ def test_quick_demo_embedded_and_kafka_side_by_side(tmp_path):
         "scale_down_timeout",
         "scale_down_batch_leave",
         "coordinator_crash",
+        "scale_up_plain",
+        "scale_up_pre_registered",
     ]
     assert rows["upgrade"]["kafka"] is None  # skipped on Kafka, with its reason
     assert "upgrade" in comparison["skipped_on_kafka"]
