@@ -16,6 +16,7 @@ pod as a `KubernetesExecutorBackend` JVM whose one long-running task is a static
 from __future__ import annotations
 
 import base64
+import importlib.metadata
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ import yaml
 
 from e2e.cluster import ROOT, Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
-from e2e.groups import IMAGE, apply, namespace, wait_stable
+from e2e.groups import apply, namespace, wait_stable
 from e2e.rollouts import doubly_assigned
 from staticfleet.demo.ownership import MemberLog, all_holdings, ownership_overlaps
 
@@ -39,6 +40,9 @@ APP = "clickstream"
 EXECUTORS = 4
 GRACE_S = 20  # replacementGracePeriodSeconds: a replacement comes in seconds here
 EXAMPLES = ROOT / "examples" / "spark"
+# A Spark image as a user would name it (with the project's code added, docs/spark.md): the
+# node agent runs any executor container the entrypoint's way, from the venv's PySpark.
+SPARK_IMAGE = f"apache/spark:{importlib.metadata.version('pyspark')}-python3"
 
 
 def consumer_group() -> dict[str, Any]:
@@ -71,7 +75,7 @@ def client_credentials(kubeconfig: Path, into: Path) -> tuple[str, dict[str, Pat
 def submit_command(server: str, auth: dict[str, Path], ns: str, control: Path) -> list[str]:
     confs = {
         "spark.kubernetes.namespace": ns,
-        "spark.kubernetes.container.image": IMAGE,
+        "spark.kubernetes.container.image": SPARK_IMAGE,
         "spark.kubernetes.executor.podTemplateFile": str(EXAMPLES / "executor-pod-template.yaml"),
         **{f"spark.kubernetes.authenticate.{k}": str(v) for k, v in auth.items()},
         "spark.executor.instances": str(EXECUTORS),
