@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from e2e.cluster import ROOT, Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
@@ -72,6 +74,11 @@ def client_credentials(kubeconfig: Path, into: Path) -> tuple[str, dict[str, Pat
     return str(cluster["server"]), paths
 
 
+def key_algorithm(path: Path) -> str:
+    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    return "EC" if isinstance(key, ec.EllipticCurvePrivateKey) else "RSA"
+
+
 def submit_command(server: str, auth: dict[str, Path], ns: str, control: Path) -> list[str]:
     confs = {
         "spark.kubernetes.namespace": ns,
@@ -96,6 +103,8 @@ def submit_command(server: str, auth: dict[str, Path], ns: str, control: Path) -
     }
     command = [
         str(Path(sys.executable).parent / "spark-submit"),
+        # The Kubernetes client reads the key as RSA unless told (e2e/certs.py makes EC).
+        f"--driver-java-options=-Dkubernetes.client.key.algo={key_algorithm(auth['clientKeyFile'])}",
         "--master",
         f"k8s://{server}",
         "--deploy-mode",
