@@ -29,7 +29,6 @@ from typing import Any
 
 import yaml
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from e2e.cluster import ROOT, Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
@@ -68,15 +67,22 @@ def client_credentials(kubeconfig: Path, into: Path) -> tuple[str, dict[str, Pat
     paths: dict[str, Path] = {}
     for conf, (name, data) in files.items():
         path = into / name
-        path.write_bytes(base64.b64decode(data))
+        raw = base64.b64decode(data)
+        path.write_bytes(traditional_pem(raw) if conf == "clientKeyFile" else raw)
         path.chmod(0o600)
         paths[conf] = path
     return str(cluster["server"]), paths
 
 
-def key_algorithm(path: Path) -> str:
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    return "EC" if isinstance(key, ec.EllipticCurvePrivateKey) else "RSA"
+def traditional_pem(pem: bytes) -> bytes:
+    """The key as `BEGIN EC/RSA PRIVATE KEY`: Spark's Kubernetes client (fabric8) reads a
+    PKCS#8 `BEGIN PRIVATE KEY` as RSA, and e2e/certs.py makes EC keys."""
+    key = serialization.load_pem_private_key(pem, password=None)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
 
 
 def submit_command(server: str, auth: dict[str, Path], ns: str, control: Path) -> list[str]:
@@ -103,8 +109,6 @@ def submit_command(server: str, auth: dict[str, Path], ns: str, control: Path) -
     }
     command = [
         str(Path(sys.executable).parent / "spark-submit"),
-        # The Kubernetes client reads the key as RSA unless told (e2e/certs.py makes EC).
-        f"--driver-java-options=-Dkubernetes.client.key.algo={key_algorithm(auth['clientKeyFile'])}",
         "--master",
         f"k8s://{server}",
         "--deploy-mode",
@@ -159,7 +163,14 @@ def test_spark_driver_on_the_api_server_keeps_its_executors_static_members(
     server, auth = client_credentials(cluster.kubeconfig, driver_dir)
     with namespace(cluster, "e2e-spark-k8s") as ns:
         apply(cluster, ns, consumer_group())
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+        # fabric8 (Spark's Kubernetes client) reads a key file as RSA unless its own
+        # auto-configuration saw the key (it detects `BEGIN EC PRIVATE KEY`); the conf
+        # spark.kubernetes.authenticate.clientKeyFile alone does not set the algorithm.
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "KUBERNETES_CLIENT_KEY_FILE": str(auth["clientKeyFile"]),
+        }
         env.pop("SPARK_HOME", None)
         log = (driver_dir / "driver.log").open("ab")
         driver = subprocess.Popen(
