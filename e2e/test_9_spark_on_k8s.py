@@ -163,13 +163,13 @@ def test_spark_driver_on_the_api_server_keeps_its_executors_static_members(
     server, auth = client_credentials(cluster.kubeconfig, driver_dir)
     with namespace(cluster, "e2e-spark-k8s") as ns:
         apply(cluster, ns, consumer_group())
-        # fabric8 (Spark's Kubernetes client) reads a key file as RSA unless its own
-        # auto-configuration saw the key (it detects `BEGIN EC PRIVATE KEY`); the conf
-        # spark.kubernetes.authenticate.clientKeyFile alone does not set the algorithm.
+        # fabric8 (Spark's Kubernetes client) reads a client key as RSA unless told
+        # (kubernetes.certs.client.key.algo); Spark has no conf for it, and e2e/certs.py
+        # makes EC keys.
         env = {
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
-            "KUBERNETES_CLIENT_KEY_FILE": str(auth["clientKeyFile"]),
+            "KUBERNETES_CERTS_CLIENT_KEY_ALGO": "EC",
         }
         env.pop("SPARK_HOME", None)
         log = (driver_dir / "driver.log").open("ab")
