@@ -75,8 +75,8 @@ def client_credentials(kubeconfig: Path, into: Path) -> tuple[str, dict[str, Pat
 
 
 def traditional_pem(pem: bytes) -> bytes:
-    """The key as `BEGIN EC/RSA PRIVATE KEY`: Spark's Kubernetes client (fabric8) reads a
-    PKCS#8 `BEGIN PRIVATE KEY` as RSA, and e2e/certs.py makes EC keys."""
+    """The key as `BEGIN EC/RSA PRIVATE KEY` (SEC1/PKCS#1), whose header names the
+    algorithm; the algorithm itself is passed to the driver (KUBERNETES_CERTS_CLIENT_KEY_ALGO)."""
     key = serialization.load_pem_private_key(pem, password=None)
     return key.private_bytes(
         serialization.Encoding.PEM,
