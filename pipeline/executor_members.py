@@ -44,6 +44,8 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make `pipeline` 
 from coordinator.client import env
 
 EXECUTOR_BACKEND = "CoarseGrainedExecutorBackend"
+# The Kubernetes scheduler's executor JVM (its class extends the one above).
+KUBERNETES_EXECUTOR_BACKEND = "KubernetesExecutorBackend"
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -69,7 +71,8 @@ def executor_process() -> tuple[str, int]:
     pid = os.getpid()
     while pid > 1:
         args = _cmdline(pid)
-        if any(EXECUTOR_BACKEND in arg for arg in args) and "--executor-id" in args:
+        backends = (EXECUTOR_BACKEND, KUBERNETES_EXECUTOR_BACKEND)
+        if any(b in arg for arg in args for b in backends) and "--executor-id" in args:
             return args[args.index("--executor-id") + 1], pid
         pid = _parent(pid)
     return os.environ.get("SPARK_EXECUTOR_ID", "driver"), 0

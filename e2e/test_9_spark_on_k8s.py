@@ -1,0 +1,290 @@
+"""Scenario 9: Spark on Kubernetes for real. `spark-submit --master k8s://…` in client mode
+(the driver on the host, `e2e/spark_driver.py`) with the admin's client certificate: the
+Spark driver creates the executor pods through the API server from the pod template of
+examples/spark, the chart's webhook stamps each with a slot, and the node agent runs each
+pod as a `KubernetesExecutorBackend` JVM whose one long-running task is a static member.
+
+- a deleted executor pod: the driver asks for a replacement, which gets the freed id and
+  rejoins as the same static member (same generation, no rebalance);
+- fewer executors (`SparkContext.killExecutors`): one batch LeaveGroup naming exactly them;
+- the driver stopped (SIGTERM): its executors exit; once their finished pods are deleted the
+  operator retires the remaining members with one batch LeaveGroup after the grace period;
+- no partition owned by two member processes at once (their own logs), nor given to two
+  members in one generation (the journal).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography.hazmat.primitives import serialization
+
+from e2e.cluster import ROOT, Cluster, instance_ids_from_env
+from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
+from e2e.groups import apply, namespace, wait_stable
+from e2e.rollouts import doubly_assigned
+from staticfleet.demo.ownership import MemberLog, all_holdings, ownership_overlaps
+
+GROUP = "clicks"  # the executor pod template's staticfleet.dev/group label
+APP = "clickstream"
+EXECUTORS = 4
+GRACE_S = 20  # replacementGracePeriodSeconds: a replacement comes in seconds here
+EXAMPLES = ROOT / "examples" / "spark"
+# A Spark image as a user would name it (with the project's code added, docs/spark.md): the
+# node agent runs any executor container the entrypoint's way, from the venv's PySpark.
+SPARK_IMAGE = f"apache/spark:{importlib.metadata.version('pyspark')}-python3"
+
+
+def consumer_group() -> dict[str, Any]:
+    """examples/spark/consumergroup.yaml, with a shorter replacement grace period."""
+    manifest: dict[str, Any] = yaml.safe_load((EXAMPLES / "consumergroup.yaml").read_text())
+    manifest["spec"]["replacementGracePeriodSeconds"] = GRACE_S
+    return manifest
+
+
+def client_credentials(kubeconfig: Path, into: Path) -> tuple[str, dict[str, Path]]:
+    """The API server URL and the admin's CA / client cert / key as files, from the
+    kubeconfig (Spark's `spark.kubernetes.authenticate.*` confs take file paths)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    user = config["users"][0]["user"]
+    files = {
+        "caCertFile": ("ca.crt", cluster["certificate-authority-data"]),
+        "clientCertFile": ("admin.crt", user["client-certificate-data"]),
+        "clientKeyFile": ("admin.key", user["client-key-data"]),
+    }
+    paths: dict[str, Path] = {}
+    for conf, (name, data) in files.items():
+        path = into / name
+        raw = base64.b64decode(data)
+        path.write_bytes(traditional_pem(raw) if conf == "clientKeyFile" else raw)
+        path.chmod(0o600)
+        paths[conf] = path
+    return str(cluster["server"]), paths
+
+
+def traditional_pem(pem: bytes) -> bytes:
+    """The key as `BEGIN EC/RSA PRIVATE KEY` (SEC1/PKCS#1), whose header names the
+    algorithm; the algorithm itself is passed to the driver (KUBERNETES_CERTS_CLIENT_KEY_ALGO)."""
+    key = serialization.load_pem_private_key(pem, password=None)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def submit_command(server: str, auth: dict[str, Path], ns: str, control: Path) -> list[str]:
+    confs = {
+        "spark.kubernetes.namespace": ns,
+        "spark.kubernetes.container.image": SPARK_IMAGE,
+        "spark.kubernetes.executor.podTemplateFile": str(EXAMPLES / "executor-pod-template.yaml"),
+        **{f"spark.kubernetes.authenticate.{k}": str(v) for k, v in auth.items()},
+        "spark.executor.instances": str(EXECUTORS),
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "512m",
+        "spark.driver.memory": "512m",
+        # The executors (on this host) reach the driver on loopback.
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.dynamicAllocation.enabled": "false",
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "600s",
+        "spark.locality.wait": "0s",
+        "spark.speculation": "false",
+        "spark.task.maxFailures": "10",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        f"k8s://{server}",
+        "--deploy-mode",
+        "client",
+        "--name",
+        APP,
+    ]
+    for key, value in confs.items():
+        command += ["--conf", f"{key}={value}"]
+    return [
+        *command,
+        str(ROOT / "e2e" / "spark_driver.py"),
+        "--executors",
+        str(EXECUTORS),
+        "--control-dir",
+        str(control),
+    ]
+
+
+def executor_pods(cluster: Cluster, ns: str) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = cluster.get_json(
+        "-n", ns, "get", "pods", "-l", "spark-role=executor"
+    )["items"]
+    return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+
+def member_logs(directory: Path) -> list[MemberLog]:
+    """One log per member process (`<instance id>.exec-<n>.<pid>.jsonl`). A process whose
+    executor was deleted is killed with it: what it held, it held until its last event."""
+    logs = []
+    for path in sorted(directory.glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if rows:
+            owner = path.name.split(".", 1)[0]
+            logs.append(MemberLog(owner, path.stem, rows))
+    return logs
+
+
+def overlaps(logs: list[MemberLog]) -> list[Any]:
+    holdings = all_holdings(logs)
+    last = {log.process: int(log.rows[-1]["ts_ms"]) for log in logs}
+    closed = [h if h.end_ms is not None else replace(h, end_ms=last[h.process]) for h in holdings]
+    return ownership_overlaps(closed, int(time.time() * 1000))
+
+
+def test_spark_driver_on_the_api_server_keeps_its_executors_static_members(
+    cluster: Cluster, operator_release: None, record: Record, tmp_path: Path
+) -> None:
+    driver_dir = tmp_path
+    control = driver_dir / "control"
+    control.mkdir()
+    server, auth = client_credentials(cluster.kubeconfig, driver_dir)
+    with namespace(cluster, "e2e-spark-k8s") as ns:
+        apply(cluster, ns, consumer_group())
+        # fabric8 (Spark's Kubernetes client) reads a client key as RSA unless told
+        # (kubernetes.certs.client.key.algo); Spark has no conf for it, and e2e/certs.py
+        # makes EC keys.
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "KUBERNETES_CERTS_CLIENT_KEY_ALGO": "EC",
+        }
+        env.pop("SPARK_HOME", None)
+        log = (driver_dir / "driver.log").open("ab")
+        driver = subprocess.Popen(
+            submit_command(server, auth, ns, control),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            _scenario(cluster, ns, control, driver, record)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait(timeout=30)
+            log.close()
+            print((driver_dir / "driver.log").read_text()[-6000:])
+
+
+def _scenario(
+    cluster: Cluster, ns: str, control: Path, driver: subprocess.Popen[bytes], record: Record
+) -> None:
+    admin = cluster.admin()
+    started = time.monotonic()
+    described = wait_stable(cluster, ns, GROUP, EXECUTORS, timeout_s=420)
+    record("submit_to_stable_s", round(time.monotonic() - started, 1))
+    pods = {pod["metadata"]["name"]: pod for pod in executor_pods(cluster, ns)}
+    ids = {name: pod["metadata"]["annotations"][INSTANCE_ANNOTATION] for name, pod in pods.items()}
+    # The driver made them (its labels, its env); the webhook stamped them at admission.
+    assert sorted(ids.values()) == [f"{GROUP}-{slot}" for slot in range(EXECUTORS)]
+    assert instance_ids_from_env(list(pods.values())) == ids
+    assert all(pod["metadata"]["labels"]["spark-role"] == "executor" for pod in pods.values())
+    generation = described["generation_id"]
+
+    # 1. A deleted executor pod: the driver's replacement takes the freed id.
+    lost = next(name for name, instance in ids.items() if instance == f"{GROUP}-1")
+    freed = ids[lost]
+    since_ms = int(time.time() * 1000)
+    cluster.kubectl("-n", ns, "delete", "pod", lost, "--wait=true", "--timeout=90s")
+    replacement = wait_for(
+        "the driver's replacement executor, stamped",
+        lambda: next(
+            (
+                pod
+                for pod in executor_pods(cluster, ns)
+                if pod["metadata"]["name"] not in ids
+                and pod["metadata"].get("annotations", {}).get(INSTANCE_ANNOTATION)
+            ),
+            None,
+        ),
+        timeout_s=120,
+    )
+    assert replacement["metadata"]["annotations"][INSTANCE_ANNOTATION] == freed
+    wait_for(
+        "the replacement's static rejoin",
+        lambda: static_rejoins(admin.journal(GROUP), freed, since_ms),
+        timeout_s=240,
+    )
+    after = wait_stable(cluster, ns, GROUP, EXECUTORS, timeout_s=120)
+    journal = admin.journal(GROUP)
+    record("replacement_rejoin_ms", static_rejoins(journal, freed, since_ms)[0]["ts_ms"] - since_ms)
+    assert after["generation_id"] == generation
+    assert rows_of(journal, "rebalance_started", since_ms) == []
+    assert rows_of(journal, "member_left", since_ms) == []
+
+    # 2. Fewer executors (4 -> 2): the driver kills two; one batch LeaveGroup names them.
+    pods = {pod["metadata"]["name"]: pod for pod in executor_pods(cluster, ns)}
+    by_id = {pod["metadata"]["annotations"][INSTANCE_ANNOTATION]: pod for pod in pods.values()}
+    removed = {f"{GROUP}-2", f"{GROUP}-3"}
+    executor_ids = sorted(by_id[i]["metadata"]["labels"]["spark-exec-id"] for i in removed)
+    since_ms = int(time.time() * 1000)
+    (control / "kill-1.ids").write_text(" ".join(executor_ids) + "\n")
+    wait_for("the driver's killExecutors", lambda: (control / "kill-1.done").exists(), timeout_s=60)
+    assert (control / "kill-1.done").read_text().strip() == "True"
+    wait_stable(cluster, ns, GROUP, EXECUTORS - 2, timeout_s=GRACE_S + 120)
+    journal = admin.journal(GROUP)
+    left = rows_of(journal, "member_left", since_ms)
+    assert {row["group_instance_id"] for row in left} == removed, left
+    assert len({row["ts_ms"] for row in left}) == 1, left
+    assert rows_of(journal, "member_removed", since_ms) == []
+    record("scale_down_leave_after_ms", left[0]["ts_ms"] - since_ms)
+
+    # 3. The driver stops (SIGTERM, as `kill` or a stopped job would): it deletes its
+    # executor pods; the two members left go in one LeaveGroup after the grace period.
+    since_ms = int(time.time() * 1000)
+    os.killpg(driver.pid, signal.SIGTERM)
+    driver.wait(timeout=120)
+    # Seen here: the stopping driver asks each executor to shut down, and they exit 0, but
+    # their pods stay (Succeeded) - a finished pod still holds its slot, so a user (or, in
+    # cluster mode, the garbage collector following the driver pod) deletes them.
+    wait_for(
+        "the executors to exit",
+        lambda: all(
+            (p.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            for p in executor_pods(cluster, ns)
+        ),
+        timeout_s=120,
+    )
+    cluster.kubectl("-n", ns, "delete", "pods", "-l", "spark-role=executor", "--wait=true")
+    remaining = {f"{GROUP}-0", f"{GROUP}-1"}
+
+    def left_since() -> list[dict[str, Any]]:
+        rows = rows_of(admin.journal(GROUP), "member_left", since_ms)
+        return rows if {row["group_instance_id"] for row in rows} >= remaining else []
+
+    last = wait_for("the remaining members' LeaveGroup", left_since, timeout_s=GRACE_S + 120)
+    assert {row["group_instance_id"] for row in last} == remaining, last
+    assert len({row["ts_ms"] for row in last}) == 1, last
+    record("driver_stop_leave_after_ms", last[0]["ts_ms"] - since_ms)
+
+    # Never two owners: from the member processes' own logs, and in the journal.
+    logs = member_logs(control / "members")
+    record("member_processes", len(logs))
+    assert len(logs) == EXECUTORS + 1  # the first executors and the one replacement
+    assert overlaps(logs) == []
+    assert doubly_assigned(admin.journal(GROUP)) == []
