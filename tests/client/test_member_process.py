@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from coordinator.protocol import TopicPartition
 from staticfleet.commands.member_cmd import EXIT_FENCED, EXIT_OK, read_events
 from staticfleet.demo.ownership import MemberLog, all_holdings, holdings, ownership_overlaps
+from tests.serve import serve_coordinator, staticfleet
 
 pytestmark = pytest.mark.slow
 
@@ -24,46 +24,24 @@ PARTITIONS = {TopicPartition(TOPIC, p) for p in range(12)}
 TOKEN = "member-token"
 
 
-def staticfleet(*args: str) -> list[str]:
-    return [sys.executable, "-m", "staticfleet.cli", *args]
-
-
 @pytest.fixture
 def coordinator_url(tmp_path: Path) -> Iterator[str]:
-    ready = tmp_path / "ready"
-    process = subprocess.Popen(
-        staticfleet(
-            "coordinator",
-            "serve",
-            "--store",
-            f"sqlite:///{tmp_path / 'coordinator.db'}",
-            "--port",
-            "0",
-            "--ready-file",
-            str(ready),
-            "--member-token",
-            f"{GROUP}:{TOKEN}",
-            "--admin-token",
-            "admin-token",
-            "--topics",
-            f"{TOPIC}=12",
-            "--initial-rebalance-delay-ms",
-            "300",
-            "--log-level",
-            "WARNING",
-        ),
-        stderr=open(tmp_path / "coordinator.err", "w"),  # noqa: SIM115
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert process.poll() is None, (tmp_path / "coordinator.err").read_text()
-            assert time.monotonic() < deadline, "coordinator did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{ready.read_text().strip()}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=20)
+    with serve_coordinator(
+        tmp_path,
+        "--store",
+        f"sqlite:///{tmp_path / 'coordinator.db'}",
+        "--member-token",
+        f"{GROUP}:{TOKEN}",
+        "--admin-token",
+        "admin-token",
+        "--topics",
+        f"{TOPIC}=12",
+        "--initial-rebalance-delay-ms",
+        "300",
+        "--log-level",
+        "WARNING",
+    ) as url:
+        yield url
 
 
 class Fleet:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from staticfleet.demo.ownership import (
     ownership_overlaps,
 )
 from staticfleet.kafka.broker import KafkaBroker
+from tests.serve import serve_coordinator, staticfleet
 
 from .helpers import end_offsets, produce, wait_for
 
@@ -36,43 +36,21 @@ GROUP = "readers"
 PARTITIONS = 6
 
 
-def staticfleet(*args: str) -> list[str]:
-    return [sys.executable, "-m", "staticfleet.cli", *args]
-
-
 @pytest.fixture
 def coordinator_url(tmp_path: Path) -> Iterator[str]:
-    ready = tmp_path / "ready"
-    process = subprocess.Popen(
-        staticfleet(
-            "coordinator",
-            "serve",
-            "--store",
-            "memory://",
-            "--port",
-            "0",
-            "--ready-file",
-            str(ready),
-            "--insecure",
-            "--initial-rebalance-delay-ms",
-            "500",
-            "--min-session-timeout-ms",
-            "1000",
-            "--log-level",
-            "WARNING",
-        ),
-        stderr=open(tmp_path / "coordinator.err", "w"),  # noqa: SIM115
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert process.poll() is None, (tmp_path / "coordinator.err").read_text()
-            assert time.monotonic() < deadline, "coordinator did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{ready.read_text().strip()}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=20)
+    with serve_coordinator(
+        tmp_path,
+        "--store",
+        "memory://",
+        "--insecure",
+        "--initial-rebalance-delay-ms",
+        "500",
+        "--min-session-timeout-ms",
+        "1000",
+        "--log-level",
+        "WARNING",
+    ) as url:
+        yield url
 
 
 class Members:
