@@ -1,7 +1,7 @@
 """Hot standby (issue 15, part 2): which standby takes over which missing active member.
 
-Pure decision rules only; the promotion path they feed is designed in docs/operator.md
-("Hot standby: the design") and not wired into the reconcile pass yet.
+Pure decision rules only; `hot_standby.promote_standbys` feeds them from a reconcile pass
+and carries their decisions out (docs/operator.md, "Hot standby").
 
 A promotion hands a standby the missing member's instance id as a static replacement (same
 assignment, no rebalance). The rules keep the one invariant that matters: an instance id is
