@@ -170,13 +170,16 @@ def promoted_patch(slot: int, instance_id: str) -> dict[str, Any]:
 
 
 def pod_health(pod: Mapping[str, Any] | None) -> PodHealth:
-    if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+    if pod is None:
         return PodHealth.DELETED
     status = pod.get("status") or {}
+    # Before the deletion check: a pod on a lost node never finishes terminating.
     if status.get("reason") == "NodeLost" or status.get("phase") == "Unknown":
         return PodHealth.NODE_LOST
     if status.get("phase") in ("Failed", "Succeeded"):
         return PodHealth.FAILED
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return PodHealth.TERMINATING
     return PodHealth.RUNNING
 
 
@@ -196,7 +199,11 @@ def active_slots(
     slots = []
     for slot in range(replicas):
         healths = [pod_health(pod) for pod in by_slot.get(slot, [])] or [PodHealth.DELETED]
-        health = PodHealth.RUNNING if PodHealth.RUNNING in healths else healths[0]
+        # A live pod wins: a running one (a replacement already made), then one still
+        # shutting down.
+        health = next(
+            (h for h in (PodHealth.RUNNING, PodHealth.TERMINATING) if h in healths), healths[0]
+        )
         instance_id = spec.instance_id(slot)
         slots.append(ActiveSlot(slot, instance_id, health, instance_id in listed_instance_ids))
     return slots

@@ -67,7 +67,9 @@ def test_standby_names_skip_the_ones_taken() -> None:
 
 def test_pod_health() -> None:
     assert pod_health(None) is PodHealth.DELETED
-    assert pod_health({"metadata": {"deletionTimestamp": "x"}}) is PodHealth.DELETED
+    assert pod_health({"metadata": {"deletionTimestamp": "x"}}) is PodHealth.TERMINATING
+    lost = {"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Unknown"}}
+    assert pod_health(lost) is PodHealth.NODE_LOST
     assert pod_health({"status": {"phase": "Failed"}}) is PodHealth.FAILED
     assert pod_health({"status": {"phase": "Running", "reason": "NodeLost"}}) is (
         PodHealth.NODE_LOST
@@ -85,3 +87,5 @@ def test_active_slots_a_running_replacement_wins_over_a_terminating_pod() -> Non
         (1, PodHealth.RUNNING, True),
         (2, PodHealth.DELETED, False),
     ]
+    slots = active_slots(SPEC, [_slot_pod(0), terminating], 2, {"orders-0", "orders-1"})
+    assert slots[1].health is PodHealth.TERMINATING
