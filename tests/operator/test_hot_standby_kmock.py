@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import kopf
+
 from tests.operator.kube_harness import (
     NAMESPACE,
     Cluster,
@@ -106,24 +108,43 @@ async def test_a_deleted_member_is_taken_over_by_a_standby_without_a_rebalance()
 
 async def test_an_operator_restart_mid_promotion_finishes_it_once() -> None:
     """The operator recorded the promotion and the coordinator made it, then the operator
-    died before relabeling the pod: the restarted one finishes that promotion (the repeated
-    promote is a no-op) and promotes no second standby."""
+    died before relabeling the pod (here: its relabel fails, then it restarts): the
+    restarted one finishes that promotion (the repeated promote is a no-op) and promotes no
+    second standby."""
     async with running_cluster() as cluster:
         await cluster.create_group("orders", managed_spec(replicas=3, standbys=2))
         await _ready_with_standbys(cluster, 2)
         generation = cluster.coordinator.generation_of("orders")
-        record = {
-            "standby": "orders-standby-0",
-            "slot": 2,
-            "instanceId": "orders-2",
-            "rule": "pod_deleted",
-            "startedAt": "2026-01-01T00:00:00Z",
-        }
-        await cluster.kube.patch_group_status(NAMESPACE, "orders", {"promotions": [record]})
-        answer = await cluster.coordinator.promote("orders", "orders-standby-0", "orders-2")
-        assert answer.error_code == 0
-        cluster.forget_operator_memory()
+
+        kube = cluster.operator.kube
+        relabel = kube.patch_pod
+        dead = [True]
+
+        async def crash(*args: Any, **kwargs: Any) -> Any:
+            # While "dead", every pass dies right after `promote` (a TemporaryError: Kopf
+            # retries in 0.2 s, not after its 60 s backoff for a crash).
+            if dead[0]:
+                raise kopf.TemporaryError("the operator died here (test)", delay=0.2)
+            return await relabel(*args, **kwargs)
+
+        kube.patch_pod = crash  # type: ignore[method-assign]
         await cluster.kube.delete_pod(NAMESPACE, "orders-2")
+
+        async def promoted_not_relabeled() -> bool:
+            status = await _status(cluster)
+            promotions = cluster.coordinator.standbys("orders").promotions
+            return bool(status.get("promotions")) and [p.instance_id for p in promotions] == [
+                "orders-2"
+            ]
+
+        await cluster.eventually(promoted_not_relabeled, what="promoted, relabel failed")
+        [recorded] = (await _status(cluster))["promotions"]
+        assert recorded["standby"] == "orders-standby-0" and recorded["slot"] == 2
+        # The restart. (Kopf gives each object a copy of the memo made when it first saw
+        # it, so the handlers may keep the Operator object; its memory plays no part here:
+        # the promotion is resumed from status alone.)
+        dead[0] = False
+        cluster.forget_operator_memory()
 
         async def finished() -> bool:
             status = await _status(cluster)
@@ -137,6 +158,8 @@ async def test_an_operator_restart_mid_promotion_finishes_it_once() -> None:
             what="the promoted standby stable",
         )
         assert _container(cluster, "orders-standby-1").member is None, "promoted twice"
+        [promotion] = cluster.coordinator.standbys("orders").promotions
+        assert promotion.standby_id == "orders-standby-0"
         assert cluster.coordinator.generation_of("orders") == generation
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
 
