@@ -31,6 +31,7 @@ from coordinator import ErrorCode
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, PromotionStatus
+from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
     GROUP_LABEL,
     INSTANCE_ID_ANNOTATION,
@@ -273,10 +274,19 @@ async def _promote_one(
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     answer = await op.coordinator.promote(spec.group_id, record.standby, record.instance_id)
+    relabeled = False
     if answer.error_code is ErrorCode.NONE:
-        await op.kube.patch_pod(
-            namespace, record.standby, promoted_patch(record.slot, record.instance_id)
-        )
+        try:
+            await op.kube.patch_pod(
+                namespace, record.standby, promoted_patch(record.slot, record.instance_id)
+            )
+            relabeled = True
+        except KubeError as error:
+            if error.status != 404:
+                raise
+            # The standby's pod is gone since: the slot gets a plain replacement, whose
+            # static rejoin fences the member id the standby was given.
+    if relabeled:
         op.metrics.promoted(
             namespace, name, (op.clock() - (record.started_at or now)).total_seconds()
         )
@@ -290,10 +300,11 @@ async def _promote_one(
     waited = (now - (record.started_at or now)).total_seconds()
     if answer.error_code is ErrorCode.REBALANCE_IN_PROGRESS and waited < PROMOTION_RETRY_SECONDS:
         return None
+    detail = "(its pod is gone)" if answer.error_code is ErrorCode.NONE else answer.detail
     op.metrics.promotion_failed(namespace, name)
     message = (
         f"standby {record.standby} not promoted to {record.instance_id}: "
-        f"{answer.error_code.name} {answer.detail}; the slot gets a plain static replacement"
+        f"{answer.error_code.name} {detail}; the slot gets a plain static replacement"
     )
     log.warning("%s/%s: %s", namespace, name, message)
     await op.kube.post_event(body, "PromotionFailed", message, warning=True)
