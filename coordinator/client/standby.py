@@ -60,6 +60,14 @@ async def wait_for_promotion(
             logger.debug("standby %s: heartbeat failed: %s", standby_id, error)
             await asyncio.sleep(min(interval_s, backoff.next_delay_s()))
             continue
+        except CoordinatorError as error:
+            if error.code is not ErrorCode.GROUP_AUTHORIZATION_FAILED:
+                raise
+            # A restarting operator refuses tokens until it has registered them again; a
+            # standby holds nothing, so it keeps asking (a wrong token shows in the log).
+            logger.warning("standby %s: token refused, retrying: %s", standby_id, error)
+            await asyncio.sleep(max(interval_s, backoff.next_delay_s()))
+            continue
         backoff.reset()
         if answer.promoted is not None:
             logger.info(

@@ -126,3 +126,27 @@ async def test_a_promoted_leader_keeps_the_group_stable(coordinator, members):
     await asyncio.sleep(0.2)
     assert coordinator.generation_of(GROUP) == generation
     assert ledger.violations == []
+
+
+async def test_a_standby_keeps_asking_while_its_token_is_refused(coordinator):
+    """A restarting operator refuses member tokens for a moment: the standby waits on."""
+
+    class Refusing:
+        def __init__(self) -> None:
+            self.refusals = 2
+
+        async def standby_heartbeat(self, request):
+            if self.refusals:
+                self.refusals -= 1
+                raise CoordinatorError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "403 (test)")
+            return await in_process(coordinator).standby_heartbeat(request)
+
+    transport = Refusing()
+    waiting = asyncio.ensure_future(
+        wait_for_promotion(
+            transport, GROUP, "standby-0", session_timeout_ms=6000, heartbeat_interval_ms=30
+        )
+    )
+    await wait_until(lambda: coordinator.standbys(GROUP).standby_ids == ["standby-0"])
+    assert transport.refusals == 0 and not waiting.done()
+    waiting.cancel()
