@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $(STAMP)
 
-demo: install ## the local fleet demo: coordinator + 6 members, six scenarios (docs/demo.md)
+demo: install ## the local fleet demo: coordinator + 6 members, seven scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
 
 demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka broker, side by side

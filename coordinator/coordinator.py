@@ -35,8 +35,8 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.offsets import OffsetProtocol
 from coordinator.records import StoreBatch
+from coordinator.standby_protocol import StandbyProtocol
 from coordinator.state import GroupState
 from coordinator.store import StoreError
 from coordinator.subscriptions import (
@@ -48,9 +48,10 @@ from coordinator.subscriptions import (
 log = logging.getLogger("coordinator")
 
 
-class GroupCoordinator(OffsetProtocol):
+class GroupCoordinator(StandbyProtocol):
     """The public face: lifecycle, the request API, admin calls (describe, list, delete,
-    topic metadata, journal). Handlers live in the base classes, one job per module."""
+    topic metadata, journal). Handlers live in the base classes, one job per module
+    (hot standby: `coordinator.standby_protocol`)."""
 
     async def start(self) -> None:
         """Open the store and load every group as it was last persisted."""
@@ -63,6 +64,7 @@ class GroupCoordinator(OffsetProtocol):
         self._offsets = snapshot.offsets
         # Before the groups' timers: a group reloaded mid-scale-up waits for the same set.
         self._expansions = await self.store.expansions()
+        self._promotions = await self.store.promotions()
         for record in snapshot.groups:
             group = ClassicGroup.from_record(record)
             group.persisted_record = record

@@ -17,6 +17,7 @@ from coordinator.expansion import Expansion
 from coordinator.group import ClassicGroup, ClassicMember
 from coordinator.journal import JournalEvent, JournalKind
 from coordinator.records import OffsetRecord
+from coordinator.standby import StandbyPromotion, StandbySession
 from coordinator.store import MemoryStore, Store, StoreError
 
 log = logging.getLogger("coordinator")
@@ -40,6 +41,10 @@ class CoordinatorRuntime:
         self._topics: dict[str, int] = {}
         # group id -> expected members (pre-registration); see `coordinator.expansion`.
         self._expansions: dict[str, Expansion] = {}
+        # Hot standby (`coordinator.standby`): group id -> standby id -> its session (in
+        # memory: standbys heartbeat again after a restart) / its promotion (persisted).
+        self._standby_sessions: dict[str, dict[str, StandbySession]] = {}
+        self._promotions: dict[str, dict[str, StandbyPromotion]] = {}
         self._topics_lock = asyncio.Lock()
         self._journal_seq = 0
         self._journal_listeners: list[JournalListener] = []

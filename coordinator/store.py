@@ -20,6 +20,7 @@ from typing import TypeVar
 from coordinator.expansion import Expansion
 from coordinator.journal import JournalEvent
 from coordinator.records import GroupRecord, OffsetRecord, StoreBatch, StoreSnapshot
+from coordinator.standby import StandbyPromotion
 
 T = TypeVar("T")
 
@@ -63,6 +64,17 @@ class Store(ABC):
         and deleting an empty group must not forget the fleet it is about to have."""
 
     @abstractmethod
+    async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
+        """Every group's standby promotions (group id -> standby id -> record)."""
+
+    @abstractmethod
+    async def write_promotion(
+        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
+    ) -> None:
+        """Set (or, with None, clear) a standby's promotion record, durably, before
+        returning (apart from the group records, as the expected members)."""
+
+    @abstractmethod
     async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
         """Delete journal rows with `ts_ms < older_than_ts_ms` and all but the newest
         `keep_rows` (None: no bound of that kind); returns how many were deleted. Sequence
@@ -78,6 +90,7 @@ class MemoryStore(Store):
         self._journal: list[JournalEvent] = []
         self._topics: dict[str, int] = {}
         self._expansions: dict[str, Expansion] = {}
+        self._promotions: dict[str, dict[str, StandbyPromotion]] = {}
         self._secret = secrets.token_bytes(32)
 
     async def open(self) -> None:
@@ -117,6 +130,18 @@ class MemoryStore(Store):
             self._expansions.pop(group_id, None)
         else:
             self._expansions[group_id] = expansion
+
+    async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
+        return {group_id: dict(records) for group_id, records in self._promotions.items()}
+
+    async def write_promotion(
+        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
+    ) -> None:
+        records = self._promotions.setdefault(group_id, {})
+        if promotion is None:
+            records.pop(standby_id, None)
+        else:
+            records[standby_id] = promotion
 
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None
@@ -175,6 +200,12 @@ CREATE TABLE IF NOT EXISTS expansions (
     group_id TEXT PRIMARY KEY,
     record TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS promotions (
+    group_id TEXT NOT NULL,
+    standby_id TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (group_id, standby_id)
+);
 """
 
 
@@ -184,7 +215,7 @@ APPLICATION_ID = 0x53464C54
 # The tables of a store written before the application id (and the meta table) existed.
 _LEGACY_TABLES = frozenset({"groups", "offsets", "journal", "topics"})
 # Tables added since; a file without the application id may have them or not.
-_LATER_TABLES = frozenset({"meta", "expansions"})
+_LATER_TABLES = frozenset({"meta", "expansions", "promotions"})
 
 
 def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
@@ -443,6 +474,41 @@ class SqliteStore(Store):
                 connection.execute(
                     "INSERT OR REPLACE INTO expansions (group_id, record) VALUES (?, ?)",
                     (group_id, json.dumps(expansion.to_json(), separators=(",", ":"))),
+                )
+
+        await self._run(apply)
+
+    async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
+        def read(connection: sqlite3.Connection) -> dict[str, dict[str, StandbyPromotion]]:
+            result: dict[str, dict[str, StandbyPromotion]] = {}
+            for group_id, standby_id, record in connection.execute(
+                "SELECT group_id, standby_id, record FROM promotions"
+            ):
+                result.setdefault(group_id, {})[standby_id] = StandbyPromotion.from_json(
+                    json.loads(record)
+                )
+            return result
+
+        return await self._run(read)
+
+    async def write_promotion(
+        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
+    ) -> None:
+        def apply(connection: sqlite3.Connection) -> None:
+            if promotion is None:
+                connection.execute(
+                    "DELETE FROM promotions WHERE group_id = ? AND standby_id = ?",
+                    (group_id, standby_id),
+                )
+            else:
+                connection.execute(
+                    "INSERT OR REPLACE INTO promotions (group_id, standby_id, record) "
+                    "VALUES (?, ?, ?)",
+                    (
+                        group_id,
+                        standby_id,
+                        json.dumps(promotion.to_json(), separators=(",", ":")),
+                    ),
                 )
 
         await self._run(apply)

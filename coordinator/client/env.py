@@ -21,6 +21,8 @@ REBALANCE_TIMEOUT_MS: Final = "STATICFLEET_REBALANCE_TIMEOUT_MS"
 HEARTBEAT_INTERVAL_MS: Final = "STATICFLEET_HEARTBEAT_INTERVAL_MS"
 TOKEN: Final = "STATICFLEET_TOKEN"
 EVENT_LOG: Final = "STATICFLEET_EVENT_LOG"  # JSON-lines path; unset or "-": stdout
+# Set: a hot standby (holds nothing until promoted; then it is the instance id it was given).
+STANDBY_ID: Final = "STATICFLEET_STANDBY_ID"
 # What the member reads: unset or "synthetic", or kafka://host:port. Not in ALL: the operator
 # does not inject it, a pod template may set it.
 SOURCE: Final = "STATICFLEET_SOURCE"
@@ -38,6 +40,7 @@ ALL: Final = (
     HEARTBEAT_INTERVAL_MS,
     TOKEN,
     EVENT_LOG,
+    STANDBY_ID,
 )
 
 

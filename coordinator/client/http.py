@@ -31,6 +31,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.standby import StandbyHeartbeatRequest, StandbyHeartbeatResponse
 from coordinator.wire import MEMBER_KEY_HEADER, WireError, from_json, to_json
 
 R = TypeVar("R")
@@ -87,6 +88,21 @@ class HttpTransport:
 
     async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         return await self._post(request.group_id, "heartbeat", request, HeartbeatResponse)
+
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        headers: dict[str, str] = {}
+        response = await self._post(
+            request.group_id,
+            "standby-heartbeat",
+            request,
+            StandbyHeartbeatResponse,
+            received_headers=headers,
+        )
+        key = headers.get(MEMBER_KEY_HEADER)
+        if key and response.promoted is not None:
+            # The promoted standby is that member now: it may leave as one.
+            self._member_keys[(request.group_id, response.promoted.member_id)] = key
+        return response
 
     async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
         headers: dict[str, str] = {}

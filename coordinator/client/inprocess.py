@@ -18,6 +18,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.standby import StandbyHeartbeatRequest, StandbyHeartbeatResponse
 
 if TYPE_CHECKING:
     from coordinator.coordinator import GroupCoordinator
@@ -44,6 +45,9 @@ class InProcessTransport:
 
     async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         return await self._coordinator.fetch_offsets(request)
+
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        return await self._coordinator.standby_heartbeat(request)
 
     async def topic_metadata(self) -> dict[str, int]:
         return dict(self._coordinator.topic_metadata())

@@ -49,6 +49,7 @@ from coordinator.messages import (
     SyncGroupRequestAssignment,
 )
 from coordinator.protocol import Assignment, ProtocolError, TopicPartition, decode_assignment
+from coordinator.standby import Promoted
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +150,8 @@ class GroupMember:
         self._unauthorized_since_s: float | None = None
         self._closing = False
         self._rebalances = 0
+        # Set by start() for a promoted hot standby: its first step is a sync, not a join.
+        self._promoted: Promoted | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -205,16 +208,29 @@ class GroupMember:
         """The assignor instance this member uses for a protocol name (tests, diagnostics)."""
         return self._strategy.assignors[name]
 
-    async def start(self) -> None:
+    async def start(self, promoted: Promoted | None = None) -> None:
         """Start joining in the background; returns at once (see `wait_for_assignment`).
 
         Joining is a long-poll that can last the coordinator's initial rebalance delay or
         a whole rebalance timeout, so it never blocks the caller here.
+
+        `promoted`: this process was a hot standby and the coordinator made it this member
+        (`coordinator.client.standby`): it syncs at once in the current generation with the
+        member id it was given and takes the member's assignment, with no JoinGroup and no
+        rebalance; should the sync fail, it rejoins as any member would.
         """
         if self._main_task is not None:
             raise RuntimeError("this member was already started; create a new one to restart")
         self._note_contact()
-        self._request_rejoin("the member is starting")
+        if promoted is None:
+            self._request_rejoin("the member is starting")
+        else:
+            if promoted.instance_id != self._config.group_instance_id:
+                raise ValueError(
+                    f"promoted to {promoted.instance_id!r} but configured as "
+                    f"{self._config.group_instance_id!r}"
+                )
+            self._promoted = promoted
         self._main_task = asyncio.create_task(self._run(), name=f"member-{self._label()}")
         self._heartbeat_task = asyncio.create_task(
             self._heartbeat_loop(), name=f"member-heartbeat-{self._label()}"
@@ -353,6 +369,8 @@ class GroupMember:
 
     async def _run(self) -> None:
         try:
+            if self._promoted is not None:
+                await self._take_over(self._promoted)
             while True:
                 await self._interruptible(self._rejoin_event.wait())
                 await self._join_until_stable()
@@ -364,6 +382,24 @@ class GroupMember:
         finally:
             if self._error is not None:
                 await self._after_fatal()
+
+    async def _take_over(self, promoted: Promoted) -> None:
+        """A promoted standby's first step: SyncGroup in the current generation (the
+        coordinator answers a Stable group's sync with the member's stored assignment)."""
+        self._promoted = None
+        joined = JoinGroupResponse(
+            ErrorCode.NONE,
+            generation_id=promoted.generation_id,
+            protocol_type=promoted.protocol_type,
+            protocol_name=promoted.protocol_name,
+            leader=promoted.leader,
+            # The group's assignment stands; even as its leader, there is nothing to assign.
+            skip_assignment=True,
+            member_id=promoted.member_id,
+        )
+        step = await self._sync(joined)
+        if step is not _Step.STABLE:
+            self._request_rejoin("the takeover sync did not complete; rejoining")
 
     async def _after_fatal(self) -> None:
         if self._heartbeat_task is not None and self._heartbeat_task is not asyncio.current_task():

@@ -23,7 +23,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.server import admin_api, member_api, system_api
+from coordinator.server import admin_api, member_api, standby_api, system_api
 from coordinator.server.limits import INT_MAX, JOURNAL_DEFAULT_LIMIT, JOURNAL_MAX_LIMIT
 from coordinator.server.models import (
     DeleteGroupResult,
@@ -35,6 +35,13 @@ from coordinator.server.models import (
     TopicMetadata,
 )
 from coordinator.server.operations import Access, Operation, QueryParam
+from coordinator.standby import (
+    PromoteRequest,
+    PromoteResponse,
+    StandbyHeartbeatRequest,
+    StandbyHeartbeatResponse,
+    StandbyList,
+)
 
 GROUP_PATH: Final = "/v1/groups/{group_id}"
 
@@ -209,6 +216,49 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "Forget the group's expected members; a held join phase ends as it otherwise would",
         _ADMIN,
         response_body=ExpectedMembers,
+    ),
+    Operation(
+        "standbyHeartbeat",
+        "POST",
+        GROUP_PATH + "/standby-heartbeat",
+        standby_api.standby_heartbeat,
+        Access.GROUP,
+        "A hot standby's heartbeat; the answer names its promotion once there is one",
+        _MEMBER,
+        description=(
+            "A standby is not a group member: it holds nothing and no assignor sees it. Once "
+            "promoted (promoteStandby) the answer carries the instance id, member id and "
+            "generation it syncs with at once (and its leave key in the "
+            "Staticfleet-Member-Key header)."
+        ),
+        request_body=StandbyHeartbeatRequest,
+        response_body=StandbyHeartbeatResponse,
+    ),
+    Operation(
+        "listStandbys",
+        "GET",
+        GROUP_PATH + "/standbys",
+        standby_api.list_standbys,
+        Access.ADMIN,
+        "The group's ready standbys (heard from within their session) and promotions",
+        _ADMIN,
+        response_body=StandbyList,
+    ),
+    Operation(
+        "promoteStandby",
+        "POST",
+        GROUP_PATH + "/promotions",
+        standby_api.promote,
+        Access.ADMIN,
+        "Hand a missing static member's assignment to a ready standby, with no rebalance",
+        _ADMIN,
+        description=(
+            "Stable groups only. The instance id gets a new member id (the old holder is "
+            "fenced), the assignment and generation stay; persisted before the answer. "
+            "Idempotent: a repeat answers NONE with the same promotion."
+        ),
+        request_body=PromoteRequest,
+        response_body=PromoteResponse,
     ),
     Operation(
         "getJournal",

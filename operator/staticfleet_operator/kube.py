@@ -126,6 +126,18 @@ class KubeApi:
             raise
         return True
 
+    async def patch_pod(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch of a pod (its labels and annotations: a promoted standby)."""
+        self.actions.append(Action("patch", "Pod", name))
+        return await self._request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body=dict(patch),
+            content_type=MERGE_PATCH,
+        )
+
     async def patch_pod_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> dict[str, Any]:

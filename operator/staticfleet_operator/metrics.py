@@ -22,7 +22,7 @@ from staticfleet_operator.crd import RolloutPhase
 PREFIX: Final = "staticfleet_operator"
 RESULTS: Final = ("ok", "error")
 ADMISSION_RESULTS: Final = ("stamped", "skipped", "rejected")
-MEMBER_KINDS: Final = ("desired", "ready", "slots", "awaiting")
+MEMBER_KINDS: Final = ("desired", "ready", "slots", "awaiting", "standbys")
 PHASES: Final = tuple(phase.value for phase in RolloutPhase)
 
 # A pass is a few API calls and a describe: milliseconds, seconds when the API server is slow.
@@ -48,7 +48,8 @@ class OperatorMetrics:
             f"{PREFIX}_group_members",
             "Member pods per ConsumerGroup: desired (replicas, or live adopted pods), ready "
             "(live pods Ready), slots (identity slots in use, vacant and retiring included), "
-            "awaiting (expected members of a scale-up not joined yet)",
+            "awaiting (expected members of a scale-up not joined yet), standbys (hot standbys "
+            "the coordinator hears from)",
             ["namespace", "group", "kind"],
             registry=self.registry,
         )
@@ -96,6 +97,19 @@ class OperatorMetrics:
             ["namespace", "group"],
             registry=self.registry,
         )
+        self.promotions = Counter(
+            f"{PREFIX}_standby_promotions",
+            "Hot standby promotions, by result (promoted: took over a missing member with no "
+            "rebalance; failed: given up, the slot got a plain static replacement)",
+            ["namespace", "group", "result"],
+            registry=self.registry,
+        )
+        self.promotion_seconds = Histogram(
+            f"{PREFIX}_standby_promotion_seconds",
+            "From the pass that decided a promotion to the standby holding the instance id",
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
         # Explicit zeros, so `rate()` and absence alerts work before the first event.
         for result in RESULTS:
             self.reconciles.labels(result)
@@ -118,9 +132,11 @@ class OperatorMetrics:
         slots: int,
         phase: RolloutPhase | str,
         awaiting: int = 0,
+        standbys: int = 0,
     ) -> None:
         """What one pass saw: member counts and the rollout phase."""
-        for kind, value in zip(MEMBER_KINDS, (desired, ready, slots, awaiting), strict=True):
+        counts = (desired, ready, slots, awaiting, standbys)
+        for kind, value in zip(MEMBER_KINDS, counts, strict=True):
             self.group_members.labels(namespace, group, kind).set(value)
         current = RolloutPhase(phase).value
         for name in PHASES:
@@ -141,6 +157,13 @@ class OperatorMetrics:
         self.batch_leaves.labels(namespace, group).inc()
         self.batch_leave_members.labels(namespace, group).inc(members)
 
+    def promoted(self, namespace: str, group: str, seconds: float) -> None:
+        self.promotions.labels(namespace, group, "promoted").inc()
+        self.promotion_seconds.observe(max(seconds, 0.0))
+
+    def promotion_failed(self, namespace: str, group: str) -> None:
+        self.promotions.labels(namespace, group, "failed").inc()
+
     def admission(self, result: str) -> None:
         if result not in ADMISSION_RESULTS:
             raise ValueError(f"unknown admission result {result!r}")
@@ -156,6 +179,9 @@ class OperatorMetrics:
         for kind in MEMBER_KINDS:
             with contextlib.suppress(KeyError):
                 self.group_members.remove(namespace, group, kind)
+        for result in ("promoted", "failed"):
+            with contextlib.suppress(KeyError):
+                self.promotions.remove(namespace, group, result)
         for name in PHASES:
             with contextlib.suppress(KeyError):
                 self.rollout_phase.remove(namespace, group, name)

@@ -1,7 +1,7 @@
 """Hot standby (issue 15, part 2): which standby takes over which missing active member.
 
-Pure decision rules only; the promotion path they feed is designed in docs/operator.md
-("Hot standby: the design") and not wired into the reconcile pass yet.
+Pure decision rules only; `hot_standby.promote_standbys` feeds them from a reconcile pass
+and carries their decisions out (docs/operator.md, "Hot standby").
 
 A promotion hands a standby the missing member's instance id as a static replacement (same
 assignment, no rebalance). The rules keep the one invariant that matters: an instance id is
@@ -19,7 +19,10 @@ from enum import StrEnum
 
 class PodHealth(StrEnum):
     RUNNING = "running"  # the member's pod is alive (Ready or starting)
-    DELETED = "deleted"  # the pod is terminating or gone
+    # Deleted, its container still shutting down: the member may still commit what it
+    # processed, so it keeps its slot until the pod is gone (then DELETED).
+    TERMINATING = "terminating"
+    DELETED = "deleted"  # the pod is gone
     FAILED = "failed"  # phase Failed, or its container crash-looping
     NODE_LOST = "node_lost"  # its node is NotReady/unreachable: the process may still run
 
@@ -59,7 +62,9 @@ def decide_promotions(
       not used for anything else (an operator restart mid-promotion neither repeats it onto
       another standby nor gives its slot a second one).
     - running_is_never_taken: a slot whose pod runs keeps its member (a slow member is the
-      session timeout's business, not a takeover's).
+      session timeout's business, not a takeover's), and so does one whose pod is still
+      terminating: its graceful shutdown commits, and a takeover now would give its
+      partitions a second owner; it is taken over once the pod is gone.
     - unlisted_needs_no_takeover: a member the coordinator no longer lists has no assignment
       to take over; the group has rebalanced already and a standby would gain nothing.
     - ready_standby_only: only a Ready standby (joined, heartbeating) is promoted, so the
@@ -80,7 +85,8 @@ def decide_promotions(
     for slot in sorted(slots, key=lambda s: s.slot):
         if not free:
             break
-        if slot.slot in busy_slots or slot.health is PodHealth.RUNNING or not slot.listed:
+        alive = slot.health in (PodHealth.RUNNING, PodHealth.TERMINATING)
+        if slot.slot in busy_slots or alive or not slot.listed:
             continue
         standby = free.pop(0)
         rule = "node_lost_too" if slot.health is PodHealth.NODE_LOST else f"pod_{slot.health}"

@@ -40,6 +40,7 @@ from staticfleet_operator.crd import (
     parse_spec,
     validate_spec,
 )
+from staticfleet_operator.hot_standby import keep_standbys, promote_standbys, standbys_ready
 from staticfleet_operator.identity import SlotAllocator, SlotClaim, SlotTable
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
@@ -245,6 +246,14 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
     switching = switch_slots(spec, members) if refusal is None else []
 
+    promoted = await promote_standbys(
+        op, body, spec, pods, {i for i in view.instance_ids if i}, rollout_active=state.active
+    )
+    if promoted is not None:
+        _observe_managed(op, namespace, name, replicas, members, state, standbys=spec)
+        return promoted
+    await keep_standbys(op, body, spec, pods, new_pod_protocol(spec, state, members))
+
     await _clear_stale_expansion(op, spec, view, replicas)
     excess = [m for m in members if m.slot >= replicas]
     retiring = retiring_instance_ids(view, spec, replicas, {m.slot for m in excess})
@@ -297,7 +306,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         state = decision.state
         done = await _act(op, body, spec, decision, members, view, described, now)
         awaiting = len(awaiting_members(op, spec, view))
-        _observe_managed(op, namespace, name, replicas, members, state, awaiting)
+        _observe_managed(op, namespace, name, replicas, members, state, awaiting, standbys=spec)
         return done
 
     status = observed_status(
@@ -313,9 +322,10 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         degraded_message=refused or "",
     )
     status.awaiting_members = awaiting_members(op, spec, view)
+    status.standbys_ready = standbys_ready(op, spec)
     await _write_status(op, body, status.to_patch())
     awaiting = len(status.awaiting_members)
-    _observe_managed(op, namespace, name, replicas, members, state, awaiting)
+    _observe_managed(op, namespace, name, replicas, members, state, awaiting, standbys=spec)
     return done
 
 
@@ -499,6 +509,8 @@ def _observe_managed(
     members: Sequence[MemberPod],
     state: RolloutState,
     awaiting: int = 0,
+    *,
+    standbys: ConsumerGroupSpec | None = None,
 ) -> None:
     op.metrics.observe_group(
         namespace,
@@ -508,6 +520,7 @@ def _observe_managed(
         slots=len({m.slot for m in members}),
         phase=rollout_phase(state),
         awaiting=awaiting,
+        standbys=(standbys_ready(op, standbys) or 0) if standbys is not None else 0,
     )
 
 
@@ -540,6 +553,7 @@ async def _act(
         now=now,
     )
     status.awaiting_members = awaiting_members(op, spec, view)
+    status.standbys_ready = standbys_ready(op, spec)
     changed = await _write_status(op, body, status.to_patch())
     if isinstance(decision, Bounce):
         log.info("%s", decision.reason)
@@ -689,6 +703,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
         backend = op.backend(spec)
         if not spec.coordinator.kafka:
             await op.coordinator.clear_expected_members(spec.group_id)
+            await op.coordinator.forget_standbys(spec.group_id)
         try:
             view = CoordinatorView.from_described(await describe(backend, spec.group_id))
             instance_ids = sorted(m.instance_id for m in view.members if m.instance_id)

@@ -16,9 +16,10 @@ def register(subparsers: Any) -> None:
         help="run a local fleet and measure static membership, cooperative rebalancing "
         "and batch LeaveGroup",
         description=(
-            "Start a coordinator and member processes on loopback, run six scenarios "
+            "Start a coordinator and member processes on loopback, run the scenarios "
             "(dynamic vs static rolling restart, the eager -> cooperative upgrade, scale-down "
-            "with and without batch LeaveGroup, a coordinator crash) and report what was "
+            "with and without batch LeaveGroup, a coordinator crash, scale-up with and without "
+            "pre-registration, a killed member with and without a hot standby) and report what was "
             "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png. With "
             "--coordinator kafka the groups live on a real Kafka broker the demo starts, "
             "and --coordinator both compares the two."
@@ -36,6 +37,13 @@ def register(subparsers: Any) -> None:
         type=Path,
         default=DEFAULT_OUTPUT_DIR,
         help="where report.json, timeline.png and the logs go (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        dest="scenarios",
+        metavar="NUMBER",
+        help="run only this scenario (e.g. 7 for 7a-7c, or 6b); repeatable (default: all)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="a smaller, faster run (4 members, 16 partitions)"
@@ -60,6 +68,8 @@ def register(subparsers: Any) -> None:
 
 def settings_from(args: argparse.Namespace) -> DemoSettings:
     overrides: dict[str, object] = {"output_dir": args.output_dir}
+    if getattr(args, "scenarios", None):
+        overrides["scenarios"] = tuple(args.scenarios)
     for name in ("members", "partitions", "session_timeout_ms"):
         value = getattr(args, name)
         if value is not None:

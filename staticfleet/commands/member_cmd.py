@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from coordinator.client.http import HttpTransport
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.listener import Partitions
 from coordinator.client.member import GroupMember
+from coordinator.client.standby import wait_for_promotion
 from coordinator.client.strategy import ConfigurationError
 from coordinator.client.transport import Transport, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
@@ -49,6 +51,7 @@ from coordinator.messages import (
     SyncGroupResponse,
 )
 from coordinator.protocol import TopicPartition
+from coordinator.standby import Promoted
 from staticfleet.source import PartitionReader, SyntheticReader, SyntheticSource, wall_clock_ms
 
 logger = logging.getLogger("staticfleet.member")
@@ -67,6 +70,8 @@ COMMIT = "commit"
 COMMIT_FAILED = "commit_failed"
 FATAL = "fatal"
 STOPPED = "stopped"
+STANDBY = "standby"  # waiting as a hot standby
+PROMOTED = "promoted"  # the standby is now `instance_id`
 
 
 # --------------------------------------------------------------------------- CLI
@@ -97,6 +102,13 @@ def register(subparsers: Any) -> None:
     run.add_argument("--group-id", help=f"consumer group id [{env.GROUP_ID}]")
     run.add_argument(
         "--instance-id", help=f"group.instance.id; empty for a dynamic member [{env.INSTANCE_ID}]"
+    )
+    run.add_argument(
+        "--standby-id",
+        help=(
+            "run as a hot standby with this id: hold nothing until the coordinator promotes "
+            f"it into a missing member's instance id (our coordinator only) [{env.STANDBY_ID}]"
+        ),
     )
     run.add_argument("--topics", help=f"comma-separated topics [{env.TOPICS}]")
     run.add_argument(
@@ -182,6 +194,7 @@ class Settings:
         source: SyntheticSource,
         kafka_bootstrap: str | None = None,
         max_poll_records: int = 2000,
+        standby_id: str | None = None,
     ) -> None:
         self.url = url
         self.token = token
@@ -194,6 +207,8 @@ class Settings:
         # Set: read real topics from this cluster instead of the synthetic source.
         self.kafka_bootstrap = kafka_bootstrap
         self.max_poll_records = max_poll_records
+        # Set: wait as a hot standby first (config.group_instance_id is None until promoted).
+        self.standby_id = standby_id
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -233,6 +248,12 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
             f"{env.REBALANCE_PROTOCOL} must be eager, compatible or cooperative, not {protocol!r}"
         ) from None
     instance_id = pick(args.instance_id, env.INSTANCE_ID) or None
+    standby_id = pick(args.standby_id, env.STANDBY_ID) or None
+    if standby_id is not None and (instance_id is not None or url.startswith("kafka://")):
+        raise ValueError(
+            f"{env.STANDBY_ID} needs our coordinator (not kafka://) and no {env.INSTANCE_ID}: "
+            "a standby is given its instance id when it is promoted"
+        )
     config = MemberConfig(
         group_id=group_id,
         topics=topics,
@@ -274,6 +295,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         ),
         kafka_bootstrap=kafka_bootstrap,
         max_poll_records=args.max_poll_records,
+        standby_id=standby_id,
     )
 
 
@@ -286,7 +308,7 @@ class EventLog:
     def __init__(self, stream: TextIO, *, group_id: str, instance_id: str | None) -> None:
         self._stream = stream
         self._group_id = group_id
-        self._instance_id = instance_id
+        self.instance_id = instance_id
         self.member: GroupMember | None = None
 
     @classmethod
@@ -305,7 +327,7 @@ class EventLog:
             "ts_ms": wall_clock_ms(),
             "event": event,
             "group_id": self._group_id,
-            "instance_id": self._instance_id,
+            "instance_id": self.instance_id,
             "member_id": member.member_id if member else "",
             "generation_id": member.generation_id if member else -1,
             **fields,
@@ -448,6 +470,22 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
     else:
         reader = SyntheticReader(settings.source)
     consumer = SourceConsumer(reader, events)
+    promoted: Promoted | None = None
+    if settings.standby_id is not None:
+        exit_code = EXIT_OK
+        try:
+            promoted = await _wait_as_standby(settings, transport, events, stop)
+        except CoordinatorError as error:
+            print(f"staticfleet member run: standby refused: {error}", file=sys.stderr)
+            exit_code = EXIT_FATAL
+        if promoted is None:  # stopped (or refused) while still a standby: nothing to hand back
+            events.write(STOPPED, consumed=0)
+            await transport.close()
+            reader.close()
+            events.close()
+            return exit_code
+        config = dataclasses.replace(config, group_instance_id=promoted.instance_id)
+        events.instance_id = promoted.instance_id
     try:
         member = GroupMember(transport, config, consumer)
     except ConfigurationError as error:
@@ -465,7 +503,9 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         topics=list(config.topics),
         pid=os.getpid(),
     )
-    await member.start()
+    if promoted is not None:
+        events.write(PROMOTED, standby_id=settings.standby_id, member_id=promoted.member_id)
+    await member.start(promoted=promoted)
     try:
         code = await _consume_until_stopped(member, consumer, settings, stop)
     finally:
@@ -476,6 +516,36 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         reader.close()
         events.close()
     return code
+
+
+async def _wait_as_standby(
+    settings: Settings, transport: Transport, events: EventLog, stop: asyncio.Event
+) -> Promoted | None:
+    """Heartbeat as a standby until promoted (the promotion) or stopped (None)."""
+    if not isinstance(transport, HttpTransport):
+        raise CoordinatorError(ErrorCode.INVALID_REQUEST, "a standby needs our coordinator")
+    config = settings.config
+    events.write(STANDBY, standby_id=settings.standby_id, pid=os.getpid())
+    waiting = asyncio.ensure_future(
+        wait_for_promotion(
+            transport,
+            config.group_id,
+            str(settings.standby_id),
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+        )
+    )
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not waiting.done():
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return None
+    return waiting.result()
 
 
 async def _consume_until_stopped(

@@ -96,6 +96,19 @@ class AdminClient:
         path = f"/v1/groups/{quoted}/expected-members"
         return cast(dict[str, Any], self._request("PUT", path, body))
 
+    def standbys(self, group_id: str) -> list[str]:
+        """The group's hot standbys the coordinator hears from."""
+        quoted = urllib.parse.quote(group_id, safe="")
+        answer = self._request("GET", f"/v1/groups/{quoted}/standbys")
+        return [str(standby) for standby in answer["standby_ids"]]
+
+    def promote(self, group_id: str, standby_id: str, instance_id: str) -> dict[str, Any]:
+        """Promote a hot standby into a missing member's instance id (what the operator does
+        when the member's pod is gone): same assignment, no rebalance."""
+        quoted = urllib.parse.quote(group_id, safe="")
+        body = {"standby_id": standby_id, "instance_id": instance_id}
+        return cast(dict[str, Any], self._request("POST", f"/v1/groups/{quoted}/promotions", body))
+
     def committed_offsets(self, group_id: str) -> dict[Partition, int]:
         """Every committed offset of a group (OffsetFetch with no partition list)."""
         quoted = urllib.parse.quote(group_id, safe="")

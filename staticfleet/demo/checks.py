@@ -37,7 +37,11 @@ def _ms(value: int | None) -> str:
     return "never" if value is None else f"{value} ms"
 
 
-def evaluate(outcomes: Mapping[str, ScenarioOutcome], session_timeout_ms: int) -> list[Check]:
+def evaluate(
+    outcomes: Mapping[str, ScenarioOutcome],
+    session_timeout_ms: int,
+    heartbeat_interval_ms: int = 3_000,
+) -> list[Check]:
     failed = {o.number: o.error for o in outcomes.values() if o.error}
     doubled = {
         o.number: o.metrics.max_owners
@@ -86,6 +90,7 @@ def evaluate(outcomes: Mapping[str, ScenarioOutcome], session_timeout_ms: int) -
                 )
             )
     checks.extend(_scale_down_checks(outcomes, session_timeout_ms))
+    checks.extend(_failover_checks(outcomes, heartbeat_interval_ms))
     crash = outcomes.get("coordinator_crash")
     if crash is not None:
         lost_members = crash.figures.get("static_members_lost", [])
@@ -169,6 +174,54 @@ def _scale_down_checks(
                 f"< {_ms(timeout_ms)} (4a)",
                 _ms(batch_ms),
                 batch_ms is not None and timeout_ms is not None and batch_ms < timeout_ms,
+            )
+        )
+    return checks
+
+
+def _failover_checks(
+    outcomes: Mapping[str, ScenarioOutcome], heartbeat_interval_ms: int
+) -> list[Check]:
+    """(7c) against (7a)/(7b): a promoted hot standby owns the killed member's partitions
+    within a heartbeat interval of the promotion, with no rebalance, before either."""
+    standby = outcomes.get("member_killed_standby")
+    if standby is None:
+        return []
+    after_promotion = standby.figures.get("reassigned_after_promotion_ms")
+    reassigned = standby.figures.get("reassigned_after_ms")
+    checks = [
+        Check(
+            standby.number,
+            "a promoted standby takes over without a rebalance",
+            "0 rebalances",
+            f"{standby.metrics.rebalances} rebalances, promote answered "
+            f"{standby.facts.get('promote_error_code', 'nothing')}",
+            standby.error is None
+            and standby.metrics.rebalances == 0
+            and standby.facts.get("promote_error_code") == 0,
+        ),
+        Check(
+            standby.number,
+            "its partitions are owned again within a heartbeat interval of the promotion",
+            f"< {heartbeat_interval_ms} ms",
+            _ms(after_promotion),
+            after_promotion is not None and after_promotion < heartbeat_interval_ms,
+        ),
+    ]
+    # Against the session timeout only: how long a plain static restart takes is the pod's
+    # start time (a process start here), which the report shows beside it.
+    for key in ("member_killed_timeout",):
+        other = outcomes.get(key)
+        if other is None:
+            continue
+        other_ms = other.figures.get("reassigned_after_ms")
+        checks.append(
+            Check(
+                standby.number,
+                f"the standby is faster than ({other.number})",
+                f"< {_ms(other_ms)} ({other.number})",
+                _ms(reassigned),
+                reassigned is not None and other_ms is not None and reassigned < other_ms,
             )
         )
     return checks

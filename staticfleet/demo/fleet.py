@@ -186,6 +186,8 @@ class MemberProcess:
     started_ms: int
     exited_ms: int | None = None
     exit_code: int | None = None
+    # Set: a hot standby process (`member run --standby-id`), a member only once promoted.
+    standby_id: str | None = None
 
     @property
     def process(self) -> str:
@@ -200,6 +202,13 @@ class MemberProcess:
 
     def member_log(self) -> MemberLog:
         return MemberLog(owner=self.slot, process=self.process, rows=self.rows())
+
+    @property
+    def waiting_standby(self) -> bool:
+        """A standby not promoted yet: a live process that is not a group member."""
+        return self.standby_id is not None and not any(
+            row.get("event") == "promoted" for row in self.rows()
+        )
 
 
 def slot_name(index: int) -> str:
@@ -221,7 +230,15 @@ class Fleet:
     processes: list[MemberProcess] = field(default_factory=list)
 
     def start(self, index: int, *, static: bool, protocol: str) -> MemberProcess:
-        slot = slot_name(index)
+        return self._start(slot_name(index), static=static, protocol=protocol)
+
+    def start_standby(self, name: str, *, protocol: str) -> MemberProcess:
+        """A hot standby process: holds nothing until the coordinator promotes it."""
+        return self._start(name, static=False, protocol=protocol, standby_id=name)
+
+    def _start(
+        self, slot: str, *, static: bool, protocol: str, standby_id: str | None = None
+    ) -> MemberProcess:
         if self.live(slot) is not None:
             raise FleetError(f"{slot} is already running")
         incarnation = sum(1 for p in self.processes if p.slot == slot) + 1
@@ -245,6 +262,8 @@ class Fleet:
                 member_env.EVENT_LOG: str(log_path),
             }
         )
+        if standby_id is not None:
+            environment[member_env.STANDBY_ID] = standby_id
         if self.source_url is not None:
             environment[member_env.SOURCE] = self.source_url
         popen = subprocess.Popen(
@@ -276,6 +295,7 @@ class Fleet:
             popen=popen,
             stderr=stderr,
             started_ms=now_ms(),
+            standby_id=standby_id,
         )
         self.processes.append(member)
         return member

@@ -169,9 +169,16 @@ def record_figures(record: ScenarioRecord, partitions: Sequence[Partition]) -> d
     """The scenario-specific figures, from the facts the scenario recorded."""
     facts = record.facts
     if "gone_ms" in facts:
-        return reassignment_figures(
+        figures: dict[str, Any] = reassignment_figures(
             record.journal, record.logs, partitions, int(facts["gone_ms"]), record.window_end_ms
         )
+        if "promoted_ms" in facts:
+            # Hot standby (7c): from the promotion call (the operator acting) to ownership.
+            gone, reassigned = int(facts["gone_ms"]), figures["reassigned_after_ms"]
+            figures["reassigned_after_promotion_ms"] = (
+                None if reassigned is None else gone + reassigned - int(facts["promoted_ms"])
+            )
+        return figures
     if "kill_ms" in facts and "ready_ms" in facts:
         return crash_figures(
             record.journal,

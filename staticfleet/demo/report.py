@@ -75,10 +75,21 @@ def scenario_notes(results: Sequence[ScenarioResult]) -> list[str]:
         number = result.record.spec.number
         figures, facts = result.figures, result.record.facts
         if "reassigned_after_ms" in figures:
+            # A journal that shows no new generation is a takeover without a rebalance.
+            stable = figures["journal_stable_after_ms"]
             notes.append(
                 f"({number}) members gone -> partitions reassigned: "
                 f"{_seconds(figures['reassigned_after_ms'])} by the member logs, "
-                f"{_seconds(figures['journal_stable_after_ms'])} by the journal"
+                + (
+                    f"{_seconds(stable)} by the journal"
+                    if stable is not None
+                    else "no rebalance in the journal"
+                )
+            )
+        if "reassigned_after_promotion_ms" in figures:
+            notes.append(
+                f"({number}) standby promoted -> its partitions owned: "
+                f"{_seconds(figures['reassigned_after_promotion_ms'])}"
             )
         if "coordinator_down_ms" in figures:
             lost = figures["static_members_lost"]

@@ -154,7 +154,11 @@ def _run_one(
     output_dir = settings.output_dir
     logs_dir = prepare_logs_dir(output_dir)
     run_id = secrets.token_hex(3)
-    scenario_plans = kafka_plans() if mode == "kafka" else plans()
+    scenario_plans = [
+        plan
+        for plan in (kafka_plans() if mode == "kafka" else plans())
+        if settings.runs(plan.number)
+    ]
     scenario_specs = specs(run_id, scenario_plans)
     partitions: list[Partition] = [(settings.topic, p) for p in range(settings.partitions)]
     records: list[ScenarioRecord] = []
@@ -323,7 +327,9 @@ def _conclude(
         )
         for r in results
     }
-    checks = demo_checks.evaluate(outcomes, settings.session_timeout_ms)
+    checks = demo_checks.evaluate(
+        outcomes, settings.session_timeout_ms, settings.heartbeat_interval_ms
+    )
     if engine_outcome.engine == "spark":
         checks.append(_engines_agree(engine_outcome))
     timeline.render(

@@ -5,6 +5,9 @@ and when (`ScenarioRecord`); nothing here computes a figure.
 3. eager -> compatible -> cooperative, two bounces, leader last
 4. scale-down by two: a) processes just stop, b) plus one batch LeaveGroup
 5. a static member restart while the coordinator is SIGKILLed and restarted
+6. scale-up x2: a) members join as they start, b) expected members pre-registered
+7. an active member's pod deleted: a) nothing replaces it (the session timeout), b) a plain
+   static restart, c) a hot standby promoted into its place
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -110,7 +114,12 @@ class ScenarioRun:
 
     def settle(self) -> GroupView:
         def live_logs() -> list[MemberLog]:
-            return [member.member_log() for member in self.fleet.live_processes()]
+            # A waiting hot standby is a process but no group member (scenario 7c).
+            return [
+                member.member_log()
+                for member in self.fleet.live_processes()
+                if not member.waiting_standby
+            ]
 
         try:
             return wait_until_settled(
@@ -445,6 +454,67 @@ def coordinator_crash(run: ScenarioRun) -> None:
     run.context.narrator.advance()
 
 
+class Failover(StrEnum):
+    SESSION_TIMEOUT = "session_timeout"  # nothing replaces the member
+    STATIC_RESTART = "static_restart"  # a new process with its instance id (a new pod)
+    STANDBY = "standby"  # a waiting hot standby is promoted into its instance id
+
+
+STANDBY_NAME = "standby-0"
+
+
+def member_killed(run: ScenarioRun, *, failover: Failover) -> None:
+    """(7): one active member's pod is deleted (SIGTERM: a static member sends no
+    LeaveGroup). Then, as the operator would: a) nothing, the coordinator expires it after
+    the session timeout; b) a replacement process with the same instance id, at once (in
+    Kubernetes: the pod's restart time later); c) a hot standby, waiting since the fleet
+    formed, is promoted into its instance id."""
+    run.start_fleet()
+    admin = run.context.admin
+    if failover is Failover.STANDBY:
+        assert isinstance(admin, AdminClient), "hot standby needs the embedded coordinator"
+        run.say("starting a hot standby")
+        run.fleet.start_standby(STANDBY_NAME, protocol=run.record.protocol)
+        _wait_for(
+            lambda: admin.standbys(run.group_id) == [STANDBY_NAME],
+            run.settings.settle_timeout_s,
+            "the standby did not report in",
+        )
+        run.record.window_start_ms = now_ms()
+    index = run.settings.members // 2
+    slot = slot_name(index)
+    label = (
+        f"{slot}'s pod deleted"
+        + {
+            Failover.SESSION_TIMEOUT: ", not replaced",
+            Failover.STATIC_RESTART: ", restarted (static)",
+            Failover.STANDBY: f", {STANDBY_NAME} promoted",
+        }[failover]
+    )
+    run.say(label)
+    start = now_ms()
+    gone_ms = run.fleet.stop([slot])
+    run.record.markers.append(Marker(gone_ms, f"{slot} gone"))
+    run.record.facts["gone_ms"] = gone_ms
+    run.record.facts["failover"] = failover.value
+    run.record.facts["killed"] = slot
+    if failover is Failover.STATIC_RESTART:
+        run.fleet.start(index, static=True, protocol=run.record.protocol)
+        run.record.markers.append(Marker(now_ms(), f"{slot} restarted"))
+    elif failover is Failover.STANDBY:
+        assert isinstance(admin, AdminClient)
+        answer = admin.promote(run.group_id, STANDBY_NAME, slot)
+        promoted_ms = now_ms()
+        run.record.markers.append(Marker(promoted_ms, f"{STANDBY_NAME} promoted"))
+        run.record.facts["promoted_ms"] = promoted_ms
+        run.record.facts["promote_error_code"] = int(answer.get("error_code", -1))
+    else:
+        run.say(f"{label}: waiting for the session timeout to expire it")
+    run.settle()
+    run.record.steps.append(Step(label, start, now_ms()))
+    run.context.narrator.advance()
+
+
 def _wait_for(condition: Callable[[], bool], timeout_s: float, failure: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -499,6 +569,18 @@ def _scale_up_plain(run: ScenarioRun) -> None:
 
 def _scale_up_pre_registered(run: ScenarioRun) -> None:
     scale_up(run, pre_register=True)
+
+
+def _killed_not_replaced(run: ScenarioRun) -> None:
+    member_killed(run, failover=Failover.SESSION_TIMEOUT)
+
+
+def _killed_static_restart(run: ScenarioRun) -> None:
+    member_killed(run, failover=Failover.STATIC_RESTART)
+
+
+def _killed_standby(run: ScenarioRun) -> None:
+    member_killed(run, failover=Failover.STANDBY)
 
 
 def plans() -> list[ScenarioPlan]:
@@ -579,6 +661,35 @@ def plans() -> list[ScenarioPlan]:
             body=_scale_up_pre_registered,
             steps=_one_step,
         ),
+        # Cooperative for (7): the others keep their partitions either way, so the figures
+        # are the killed member's partitions alone.
+        ScenarioPlan(
+            key="member_killed_timeout",
+            number="7a",
+            title="a member's pod deleted, not replaced",
+            static=True,
+            protocol=COOPERATIVE,
+            body=_killed_not_replaced,
+            steps=_one_step,
+        ),
+        ScenarioPlan(
+            key="member_killed_restart",
+            number="7b",
+            title="a member's pod deleted, static restart",
+            static=True,
+            protocol=COOPERATIVE,
+            body=_killed_static_restart,
+            steps=_one_step,
+        ),
+        ScenarioPlan(
+            key="member_killed_standby",
+            number="7c",
+            title="a member's pod deleted, hot standby promoted",
+            static=True,
+            protocol=COOPERATIVE,
+            body=_killed_standby,
+            steps=_one_step,
+        ),
     ]
 
 
@@ -591,6 +702,10 @@ KAFKA_SKIPPED: Mapping[str, str] = {
     "scale_up_pre_registered": (
         "Kafka has no API to tell its coordinator which members to expect (embedded "
         "coordinator only; docs/coordinator.md, Expected members)"
+    ),
+    "member_killed_standby": (
+        "Kafka has no standby member and no way to hand one member's assignment to another "
+        "without a rebalance (embedded coordinator only; docs/coordinator.md, Hot standby)"
     ),
     "upgrade": (
         "the orchestrator verifies bounce 1 from describe's offered assignors and leader, "

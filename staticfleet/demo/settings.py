@@ -26,6 +26,8 @@ class DemoSettings:
     # How long to wait for a group to be Stable again before giving up on the run.
     settle_timeout_s: float = 60.0
     quick: bool = False
+    # Scenario numbers to run ("7" runs 7a, 7b, 7c); empty: all of them.
+    scenarios: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.members < 3:
@@ -48,6 +50,13 @@ class DemoSettings:
             quick=True,
         )
         return replace(base, **overrides)  # type: ignore[arg-type]
+
+    def runs(self, number: str) -> bool:
+        """Whether scenario `number` (e.g. "7c") is selected."""
+        return not self.scenarios or any(
+            number == wanted or (number.startswith(wanted) and not number[len(wanted)].isdigit())
+            for wanted in self.scenarios
+        )
 
     @property
     def min_session_timeout_ms(self) -> int:

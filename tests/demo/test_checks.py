@@ -102,3 +102,43 @@ def test_an_aborted_scenario_fails():
     checks = by_name(evaluate({"upgrade": outcome("3", error="did not settle")}, 10_000))
     assert not checks[("all", "every scenario ran to the end")].ok
     assert not checks[("3", "after bounce 1 all offer cooperative, Stable")].ok
+
+
+def test_failover_checks_fail_on_a_rebalance_or_a_slow_standby():
+    def standby(rebalances=0, after_promotion=200, reassigned=300, code=0):
+        return outcome(
+            "7c",
+            scenario_metrics(rebalances=rebalances),
+            figures={
+                "reassigned_after_ms": reassigned,
+                "reassigned_after_promotion_ms": after_promotion,
+            },
+            facts={"promote_error_code": code},
+        )
+
+    waited = outcome("7a", figures={"reassigned_after_ms": 10_000})
+    name = "a promoted standby takes over without a rebalance"
+    fast = "its partitions are owned again within a heartbeat interval of the promotion"
+    good = by_name(
+        evaluate(
+            {"member_killed_standby": standby(), "member_killed_timeout": waited}, 10_000, 1_000
+        )
+    )
+    assert all(c.ok for c in good.values())
+    assert ("7c", "the standby is faster than (7a)") in good
+    assert not by_name(evaluate({"member_killed_standby": standby(rebalances=1)}, 10_000, 1_000))[
+        ("7c", name)
+    ].ok
+    assert not by_name(evaluate({"member_killed_standby": standby(code=25)}, 10_000, 1_000))[
+        ("7c", name)
+    ].ok
+    slow = standby(after_promotion=1_500)
+    assert not by_name(evaluate({"member_killed_standby": slow}, 10_000, 1_000))[("7c", fast)].ok
+    late = by_name(
+        evaluate(
+            {"member_killed_standby": standby(reassigned=12_000), "member_killed_timeout": waited},
+            10_000,
+            1_000,
+        )
+    )
+    assert not late[("7c", "the standby is faster than (7a)")].ok

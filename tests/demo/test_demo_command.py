@@ -63,6 +63,9 @@ def test_quick_demo_end_to_end(tmp_path):
         "coordinator_crash",
         "scale_up_plain",
         "scale_up_pre_registered",
+        "member_killed_timeout",
+        "member_killed_restart",
+        "member_killed_standby",
     ]
     for scenario in scenarios.values():
         assert scenario["error"] is None
@@ -96,6 +99,15 @@ def test_quick_demo_end_to_end(tmp_path):
     # Issue 15: pre-registered, the doubling is one rebalance (the plain run is the baseline).
     assert scenarios["scale_up_pre_registered"]["metrics"]["rebalances"] == 1
     assert scenarios["scale_up_plain"]["metrics"]["rebalances"] >= 1
+
+    # Issue 15: a promoted hot standby owns the killed member's partitions within a
+    # heartbeat interval of the promotion, with no rebalance, long before the session timeout.
+    standby = scenarios["member_killed_standby"]
+    assert standby["metrics"]["rebalances"] == 0
+    assert standby["figures"]["reassigned_after_promotion_ms"] < heartbeat_ms
+    expired = scenarios["member_killed_timeout"]["figures"]["reassigned_after_ms"]
+    assert standby["figures"]["reassigned_after_ms"] < expired
+    assert scenarios["member_killed_timeout"]["metrics"]["rebalances"] >= 1
 
     upgrade = scenarios["upgrade"]["facts"]
     assert upgrade["bounce_1"]["all_offer_cooperative"]

@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 import socket
@@ -48,6 +49,7 @@ from coordinator.client import (
 from coordinator.client import env as member_env
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.client.standby import wait_for_promotion
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
 from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet_operator import handlers
@@ -200,10 +202,54 @@ class JavaPod:
 
 
 @dataclass
+class StandbyContainer:
+    """A hot standby pod's container: heartbeats as a standby until promoted, then runs as
+    the member it was promoted into (what `staticfleet member run --standby-id` does)."""
+
+    transport: HttpTransport | InProcessTransport
+    group_id: str
+    standby_id: str
+    config: MemberConfig  # group_instance_id is set from the promotion
+    listener: RebalanceListener | None
+    member: GroupMember | None = None
+    promoted_at: float | None = None  # monotonic
+    task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        promoted = await wait_for_promotion(
+            self.transport,
+            self.group_id,
+            self.standby_id,
+            session_timeout_ms=self.config.session_timeout_ms,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+        )
+        self.promoted_at = time.monotonic()
+        config = dataclasses.replace(self.config, group_instance_id=promoted.instance_id)
+        member = GroupMember(self.transport, config, self.listener)
+        self.member = member
+        await member.start(promoted=promoted)
+
+    @property
+    def state(self) -> MemberState:
+        return self.member.state if self.member is not None else MemberState.UNJOINED
+
+    async def close(self, leave: bool = False) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        if self.member is not None:
+            await self.member.close(leave=leave)
+
+
+@dataclass
 class Kubelet:
     kube: KubeApi
     coordinator: GroupCoordinator
-    members: dict[str, GroupMember | JavaPod] = field(default_factory=dict)
+    members: dict[str, GroupMember | JavaPod | StandbyContainer] = field(default_factory=dict)
     history: list[PodEvent] = field(default_factory=list)
     # Set: members join over HTTP at this URL with their pod's STATICFLEET_TOKEN.
     server_url: str | None = None
@@ -298,6 +344,35 @@ class Kubelet:
         )
         listener = self.listener_for(pod["metadata"]["name"]) if self.listener_for else None
         url = values.get(member_env.COORDINATOR_URL, "")
+        if values.get(member_env.STANDBY_ID):
+            standby_transport: HttpTransport | InProcessTransport
+            if self.server_url is not None:
+                standby_transport = HttpTransport(
+                    self.server_url, token=values.get(member_env.TOKEN)
+                )
+                self.transports[key] = standby_transport
+            else:
+                standby_transport = InProcessTransport(self.coordinator)
+            container = StandbyContainer(
+                standby_transport,
+                config.group_id,
+                values[member_env.STANDBY_ID],
+                config,
+                listener,
+            )
+            await self._hold(pod)
+            container.start()
+            self.members[key] = container
+            self.history.append(
+                PodEvent(
+                    "started",
+                    pod["metadata"]["name"],
+                    "",
+                    values[member_env.REBALANCE_PROTOCOL],
+                )
+            )
+            await self._ready(pod)
+            return
         if url.startswith("kafka://"):
             kafka = KafkaTransport(url)
             self.transports[key] = kafka

@@ -34,6 +34,12 @@ def test_running_is_never_taken() -> None:
     assert decide_promotions([_slot(0), _slot(1)], [_standby("s-0")], []) == []
 
 
+def test_running_is_never_taken_nor_a_pod_still_terminating() -> None:
+    """Its graceful shutdown may still commit: a takeover now would make two owners."""
+    slots = [_slot(0, PodHealth.TERMINATING)]
+    assert decide_promotions(slots, [_standby("s-0")], []) == []
+
+
 def test_unlisted_needs_no_takeover() -> None:
     slots = [_slot(0, PodHealth.FAILED, listed=False)]
     assert decide_promotions(slots, [_standby("s-0")], []) == []

@@ -743,6 +743,11 @@ class ConsumerGroupSpec(SpecModel):
     """Rolling restart settings."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
     """Managed mode: scale-up in one rebalance (pre-registration of expected members)."""
+    standbys: int = Field(default=0, ge=0, le=100)
+    """Managed mode on the embedded coordinator: hot standby member pods that hold no
+    partitions. When an active member's pod is deleted, fails or loses its node, a Ready
+    standby is promoted into its instance id and takes its assignment with no rebalance; a
+    new standby replaces it. Ignored for Kafka-coordinated groups (Kafka has no standby)."""
     token_secret_ref: SecretKeyRef | None = None
     """Secret holding the member token the coordinator checks (injected as STATICFLEET_TOKEN)."""
     coordinator: CoordinatorSpec = Field(
@@ -879,6 +884,24 @@ def validate_spec(data: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- status
 
 
+class PromotionStatus(StatusModel):
+    """A hot standby promoted into a missing member's place (written before the promotion
+    is made, so a restarted operator finishes it instead of starting another)."""
+
+    standby: str
+    """The standby pod promoted."""
+    slot: int = Field(ge=0)
+    """The slot (and instance id) it takes over."""
+    instance_id: str
+    """group.instance.id taken over."""
+    rule: str = ""
+    """Why: pod_deleted, pod_failed or node_lost_too."""
+    started_at: datetime | None = None
+    """When the operator decided it."""
+    completed_at: datetime | None = None
+    """When the coordinator had made it and the pod was relabeled into the slot."""
+
+
 class MemberInstance(StatusModel):
     """One member slot: its instance id, the pod holding it and the coordinator's member id."""
 
@@ -1004,6 +1027,12 @@ class ConsumerGroupStatus(StatusModel):
     awaiting_members: list[str] = Field(default_factory=list)
     """Scale-up: instance ids registered with the embedded coordinator as expected that have
     not joined yet (its rebalance waits for them, up to scaleUp.expansionTimeoutSeconds)."""
+    standbys_ready: int | None = Field(default=None, ge=0)
+    """Hot standby: standby pods the embedded coordinator hears from (ready to take over)."""
+    promotions: list[PromotionStatus] = Field(default_factory=list)
+    """Hot standby: promotions decided and not finished yet (write-ahead)."""
+    last_promotion: PromotionStatus | None = None
+    """Hot standby: the last promotion finished."""
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
