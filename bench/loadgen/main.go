@@ -195,7 +195,9 @@ func run(cfg config) (*report, error) {
 	groups := 0
 	for _, target := range cfg.steps {
 		started := time.Now()
-		if err := setupGroups(cfg, toks, setupClient, groups, target, func(ms []*member) {
+		var mu sync.Mutex
+		var held []*member
+		enroll := func(ms []*member) {
 			byConn := map[int][]*member{}
 			for _, m := range ms {
 				m.seq = next
@@ -205,10 +207,24 @@ func run(cfg config) (*report, error) {
 			for i, batch := range byConn {
 				conns[i].add <- batch
 			}
+		}
+		if err := setupGroups(cfg, toks, setupClient, groups, target, func(ms []*member) {
+			mu.Lock()
+			defer mu.Unlock()
+			if cfg.mode == "steady" {
+				// Heartbeats start as each group is formed: a session must not lapse
+				// while later groups join.
+				enroll(ms)
+			} else {
+				// At full rate the heartbeats would crowd out the joins: they start
+				// once the step's groups are all formed.
+				held = append(held, ms...)
+			}
 		}); err != nil {
 			close(stop)
 			return nil, err
 		}
+		enroll(held)
 		setupSeconds := time.Since(started).Seconds()
 		groups = target
 		time.Sleep(cfg.settle)
