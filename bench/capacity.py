@@ -73,7 +73,7 @@ def cases(quick: bool) -> list[Case]:
         ]
     return [
         Case("steady", "steady", (200,), 30, 9),
-        Case("ramp", "steady", (50, 100, 200, 300, 400), 15, 6, P99_TARGET_MS),
+        Case("ramp", "steady", (10, 50, 100, 200, 300, 400), 15, 6, P99_TARGET_MS),
         Case("full", "full", (50,), 20, 5),
     ]
 

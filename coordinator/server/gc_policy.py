@@ -5,10 +5,12 @@ CPython's full collection scans every tracked object; with 20,000 members one to
 0.23-0.32 s, stalling every heartbeat (issue 13). `freeze_periodically` moves what has
 survived so far out of the collector's sight (`gc.freeze()`, constant time) every few
 seconds, after a young collection, so automatic collections only ever scan what is newer
-than the last freeze. Objects that die later are still freed by reference counting; only
-reference cycles that became garbage after being frozen are never reclaimed, and the
-coordinator's long-lived objects (groups, members, their timers) are released by reference
-counting when they go (a timer clears its handle when it fires).
+than the last freeze (a 10 s interval still let one collection take 90-160 ms of wall time
+with 20,000 members on a loaded machine; bench/capacity.py). Objects that die later are
+still freed by reference counting; only reference cycles that became garbage after being
+frozen are never reclaimed, and the coordinator's long-lived objects (groups, members,
+their timers) are released by reference counting when they go (a timer clears its handle
+when it fires).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import gc
 from typing import Final
 
-DEFAULT_FREEZE_INTERVAL_S: Final = 10.0
+DEFAULT_FREEZE_INTERVAL_S: Final = 2.0
 
 
 def freeze_now() -> None:

@@ -165,7 +165,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--gc-freeze-interval",
         type=float,
-        default=10.0,
+        default=2.0,
         help="seconds between gc.freeze() calls, which keep garbage-collection pauses short "
         "with a large fleet; 0: never (default: %(default)s)",
     )
