@@ -144,12 +144,16 @@ class _GuardedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._inner is None:
             return
-        if not self.busy and self._deadline is None:
-            self._arm()  # the first bytes of the next request on a kept-alive connection
         if self._splitter is not None:
             self._splitter.feed(data)
-        else:
-            self._inner.data_received(data)
+            # Armed after feeding: a heartbeat answered by the fast path is no longer
+            # waiting for its head, and needs no timer set and cancelled.
+            if not self.busy and self._deadline is None:
+                self._arm()  # the first bytes of the next request on a kept-alive connection
+            return
+        if not self.busy and self._deadline is None:
+            self._arm()
+        self._inner.data_received(data)
 
     # The fast path's view of aiohttp's handler. These are private attributes of aiohttp's
     # RequestHandler (`_has_request_state` checks they exist, else no fast path; a test
@@ -177,7 +181,6 @@ class _GuardedProtocol(asyncio.Protocol):
 
     def _fast_answered(self) -> None:
         self.busy = False
-        self._keep_alive()
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received() if self._inner is not None else None
