@@ -185,7 +185,10 @@ async def test_pipelined_requests_are_answered_in_order(sides: tuple[Side, Side]
         b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
         _post(HB_PATH, _heartbeat(fast)),
         _post(HB_PATH, _heartbeat(fast, generation_id=fast.generation + 1)),
-        f"GET /v1/topics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {MEMBER_A_TOKEN}\r\n\r\n".encode(),
+        (
+            "GET /v1/topics HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {MEMBER_A_TOKEN}\r\n\r\n"
+        ).encode(),
         _post(HB_PATH, _heartbeat(fast)),
     ]
     answers = await _exchange(fast, *requests)
