@@ -186,8 +186,7 @@ async def test_pipelined_requests_are_answered_in_order(sides: tuple[Side, Side]
         _post(HB_PATH, _heartbeat(fast)),
         _post(HB_PATH, _heartbeat(fast, generation_id=fast.generation + 1)),
         (
-            "GET /v1/topics HTTP/1.1\r\nHost: x\r\n"
-            f"Authorization: Bearer {MEMBER_A_TOKEN}\r\n\r\n"
+            f"GET /v1/topics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {MEMBER_A_TOKEN}\r\n\r\n"
         ).encode(),
         _post(HB_PATH, _heartbeat(fast)),
     ]
