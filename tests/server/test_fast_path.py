@@ -226,3 +226,14 @@ def test_the_decoder_refuses_what_the_full_path_refuses() -> None:
         b"[1]",
     ):
         assert decode_heartbeat(bad) is None, bad
+
+
+async def test_the_access_log_sees_every_heartbeat() -> None:
+    # With --access-log the fast path is off: aiohttp's log would miss what it answers.
+    app = create_app(GroupCoordinator(config=TEST_CONFIG, store=MemoryStore()), TEST_AUTH)
+    assert app[CONTEXT].connection_guard.fast_path is not None
+    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0, access_log=True)
+    try:
+        assert app[CONTEXT].connection_guard.fast_path is None
+    finally:
+        await running.stop()
