@@ -45,8 +45,17 @@ crds: install ## regenerate crds/ (and the chart's copy) from the pydantic model
 	$(VENV)/bin/staticfleet crds --output-dir crds
 	$(MAKE) --no-print-directory chart-crds
 
-bench: install java-assignors kafka ## benchmarks -> bench/results/*.json (docs/performance.md)
+bench: install java-assignors kafka loadgen ## benchmarks -> bench/results/*.json (docs/performance.md)
 	$(PY) -m bench.run
+
+# The capacity benchmark's load generator (bench/loadgen, Go standard library only), built
+# with the machine's Go into build/bin/loadgen.
+.PHONY: loadgen
+loadgen: build/bin/loadgen ## the Go load generator of the capacity benchmark (bench/capacity.py)
+
+build/bin/loadgen: bench/loadgen/main.go bench/loadgen/go.mod
+	@mkdir -p build/bin
+	cd bench/loadgen && go build -o ../../build/bin/loadgen .
 
 # --- Apache Kafka (java/broker/pom.xml) -----------------------------------------------------------
 # The broker's jars resolved by Maven into build/kafka/libs once; the tests marked `kafka` and

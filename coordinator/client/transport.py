@@ -11,21 +11,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from coordinator.api import GroupApi
 from coordinator.errors import CoordinatorError, ErrorCode
-from coordinator.messages import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    OffsetCommitRequest,
-    OffsetCommitResponse,
-    OffsetFetchRequest,
-    OffsetFetchResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
 
 
 class TransportError(Exception):
@@ -45,22 +32,8 @@ class RequestTooLargeError(CoordinatorError):
         super().__init__(ErrorCode.INVALID_REQUEST, detail)
 
 
-class Transport(Protocol):
-    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
-        """Long-poll: returns when the group's join phase completes."""
-        ...
-
-    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
-        """Followers wait here until the leader's assignment arrives."""
-        ...
-
-    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse: ...
-
-    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse: ...
-
-    async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse: ...
-
-    async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse: ...
+class Transport(GroupApi, Protocol):
+    """The member protocol (`GroupApi`) and what only a client needs."""
 
     async def topic_metadata(self) -> dict[str, int]:
         """Topic name -> partition count, as the leader needs it to assign."""

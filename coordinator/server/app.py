@@ -13,6 +13,7 @@ from coordinator.server.auth import AuthConfig, Authenticator
 from coordinator.server.auth import describe as describe_auth
 from coordinator.server.connections import ConnectionGuard, ConnectionLimits
 from coordinator.server.context import CONTEXT, ServerContext
+from coordinator.server.fast_path import FastPath
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES, MAX_DERIVED_BODY_BYTES
 from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
@@ -29,6 +30,7 @@ def create_app(
     manage_coordinator: bool = True,
     initial_topics: Mapping[str, int] | None = None,
     connection_limits: ConnectionLimits | None = None,
+    fast_path: bool = True,
 ) -> web.Application:
     """The HTTP/JSON API over `coordinator`.
 
@@ -39,7 +41,8 @@ def create_app(
     soon as it runs.
 
     `connection_limits` (timeouts, connections per client address) apply when the app is
-    served by `start_server`/`serving`.
+    served by `start_server`/`serving`; so does `fast_path`: well-formed, authorised
+    heartbeats answered ahead of aiohttp's request stack (`fast_path.py`), same answers.
 
     Raises `AuthConfigError` when `auth` has no tokens and is not explicitly insecure.
     """
@@ -61,6 +64,8 @@ def create_app(
         middlewares=[middleware.errors, middleware.guard],
     )
     app[CONTEXT] = context
+    if fast_path:
+        context.connection_guard.fast_path = FastPath(context)
     for operation in OPERATIONS:
         route = app.router.add_route(
             operation.method, operation.path, operation.handler, name=operation.operation_id

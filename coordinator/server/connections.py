@@ -17,6 +17,9 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
+
+from coordinator.server.fast_path import FastPath, RequestSplitter
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ class ConnectionGuard:
         self._by_transport: dict[asyncio.BaseTransport, _GuardedProtocol] = {}
         self.closed_slow = 0
         self.refused_over_cap = 0
+        # Set by `create_app`: heartbeats answered ahead of aiohttp (fast_path.py).
+        self.fast_path: FastPath | None = None
 
     def protocol_factory(
         self, inner_factory: Callable[[], asyncio.Protocol]
@@ -110,33 +115,80 @@ class _GuardedProtocol(asyncio.Protocol):
         self._deadline: asyncio.TimerHandle | None = None
         self.transport: asyncio.Transport | None = None
         self.busy = False
+        self._splitter: RequestSplitter | None = None
 
     # asyncio.Protocol, forwarded to aiohttp's handler once admitted.
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but have its interface.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         self._address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
         if not self._guard._admit(self, self._address):
-            transport.abort()
+            self.transport.abort()
             return
         self._inner = self._inner_factory()
         self._inner.connection_made(transport)
+        fast_path = self._guard.fast_path
+        if fast_path is not None and _has_request_state(self._inner):
+            self._splitter = RequestSplitter(
+                fast_path,
+                forward=self._inner.data_received,
+                aiohttp_idle=self._aiohttp_idle,
+                write=self.transport.write,
+                head_done=self._fast_head_done,
+                answered=self._fast_answered,
+            )
         self._arm()
 
     def data_received(self, data: bytes) -> None:
         if self._inner is None:
             return
+        if self._splitter is not None:
+            self._splitter.feed(data)
+            # Armed after feeding: a heartbeat answered by the fast path is no longer
+            # waiting for its head, and needs no timer set and cancelled.
+            if not self.busy and self._deadline is None:
+                self._arm()  # the first bytes of the next request on a kept-alive connection
+            return
         if not self.busy and self._deadline is None:
-            self._arm()  # the first bytes of the next request on a kept-alive connection
+            self._arm()
         self._inner.data_received(data)
+
+    # The fast path's view of aiohttp's handler. These are private attributes of aiohttp's
+    # RequestHandler (`_has_request_state` checks they exist, else no fast path; a test
+    # fails loudly if an aiohttp upgrade removes them).
+
+    def _aiohttp_idle(self) -> bool:
+        """aiohttp is waiting for a request: nothing queued, none in progress, so an answer
+        written now cannot overtake one of its own."""
+        inner: Any = self._inner
+        waiter = inner._waiter
+        return waiter is not None and not waiter.done() and not inner._messages
+
+    def _keep_alive(self) -> None:
+        # aiohttp closes a connection it saw idle for its keep-alive timeout; requests the
+        # fast path answered count as activity.
+        inner: Any = self._inner
+        inner._next_keepalive_close_time = (
+            asyncio.get_running_loop().time() + inner._keepalive_timeout
+        )
+
+    def _fast_head_done(self) -> None:
+        self.busy = True
+        self.disarm()
+        self._keep_alive()
+
+    def _fast_answered(self) -> None:
+        self.busy = False
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received() if self._inner is not None else None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.disarm()
+        if self._splitter is not None:
+            self._splitter.close()
         if self._inner is None:
             return
         self._guard._release(self, self._address)
@@ -177,3 +229,10 @@ class _GuardedProtocol(asyncio.Protocol):
                 closed,
             )
         self.transport.abort()
+
+
+_REQUEST_STATE = ("_waiter", "_messages", "_next_keepalive_close_time", "_keepalive_timeout")
+
+
+def _has_request_state(protocol: asyncio.Protocol) -> bool:
+    return all(hasattr(protocol, name) for name in _REQUEST_STATE)

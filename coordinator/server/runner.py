@@ -69,6 +69,9 @@ async def start_server(
 ) -> RunningServer:
     """Start serving `app`; port 0 picks a free port (see `RunningServer.port`)."""
     guard = app[CONTEXT].connection_guard
+    if access_log:
+        # The access log is aiohttp's: it would miss the heartbeats the fast path answers.
+        guard.fast_path = None
     runner = web.AppRunner(
         app,
         access_log=logging.getLogger("aiohttp.access") if access_log else None,

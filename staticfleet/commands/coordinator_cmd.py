@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +162,13 @@ def register(subparsers: Any) -> None:
         default=4096,
         help="open connections per client IP; 0: no cap (default: %(default)s)",
     )
+    serve.add_argument(
+        "--gc-freeze-interval",
+        type=float,
+        default=2.0,
+        help="seconds between gc.freeze() calls, which keep garbage-collection pauses short "
+        "with a large fleet; 0: never (default: %(default)s)",
+    )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
     serve.set_defaults(handler=serve_command)
@@ -206,9 +214,19 @@ def serve_command(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        return asyncio.run(_serve(args))
+        return _run_loop(_serve(args))
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         return 130
+
+
+def _run_loop(main: Coroutine[Any, Any, int]) -> int:
+    """On uvloop where it is installed (a dependency on Linux and macOS): it cut the time a
+    heartbeat spends reading and writing its socket (bench/capacity.py)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def _auth_config(args: argparse.Namespace) -> AuthConfig:
@@ -234,6 +252,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
     from coordinator.server import AuthConfigError, create_app, start_server
     from coordinator.server.connections import ConnectionLimits
+    from coordinator.server.gc_policy import freeze_periodically
     from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
     from coordinator.store import SqliteStore, StoreError
 
@@ -297,7 +316,14 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.ready_file:
         _write_atomically(args.ready_file, f"{server.port}\n")
 
+    freezer = (
+        asyncio.create_task(freeze_periodically(args.gc_freeze_interval))
+        if args.gc_freeze_interval > 0
+        else None
+    )
     await stop.wait()
+    if freezer is not None:
+        freezer.cancel()
     log.info("stopping: no new connections, closing the coordinator")
     await server.stop()
     if args.ready_file:

@@ -1,0 +1,3 @@
+module staticfleet/bench/loadgen
+
+go 1.22

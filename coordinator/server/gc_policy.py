@@ -1,0 +1,37 @@
+"""Garbage collection for a long-running server: no stop-the-world pause that grows with
+the fleet.
+
+CPython's full collection scans every tracked object; with 20,000 members one took
+0.23-0.32 s, stalling every heartbeat (issue 13). `freeze_periodically` moves what has
+survived so far out of the collector's sight (`gc.freeze()`, constant time) every few
+seconds, after a young collection, so automatic collections only ever scan what is newer
+than the last freeze (a 10 s interval still let one collection take 90-160 ms of wall time
+with 20,000 members on a loaded machine; bench/capacity.py). Objects that die later are
+still freed by reference counting; only reference cycles that became garbage after being
+frozen are never reclaimed, and the coordinator's long-lived objects (groups, members,
+their timers) are released by reference counting when they go (a timer clears its handle
+when it fires).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from typing import Final
+
+DEFAULT_FREEZE_INTERVAL_S: Final = 2.0
+
+
+def freeze_now() -> None:
+    """Collect the young generations (cheap), then freeze everything that survived."""
+    gc.collect(1)
+    gc.freeze()
+
+
+async def freeze_periodically(interval_s: float = DEFAULT_FREEZE_INTERVAL_S) -> None:
+    """Freeze at startup and every `interval_s` after, until cancelled."""
+    if interval_s <= 0:
+        raise ValueError("interval_s must be positive")
+    while True:
+        freeze_now()
+        await asyncio.sleep(interval_s)
