@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from coordinator.assignors.base import (
     PartitionAssignor,
     RebalanceProtocol,
+    fast_path_enabled,
     java_string_key,
     ordered_members,
 )
 from coordinator.protocol import Assignment, Subscription, TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.assignors.compact import CompactAssignment
 
 
 class RangeAssignor(PartitionAssignor):
@@ -48,3 +53,17 @@ class RangeAssignor(PartitionAssignor):
                     TopicPartition(topic, partition) for partition in range(start, start + length)
                 )
         return {m: Assignment(tuple(parts)) for m, parts in partitions_by_member.items()}
+
+    def assign_compact(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> CompactAssignment | None:
+        if not fast_path_enabled():
+            return None
+        # numpy is imported on the fast path's first use, not with the assignors.
+        from coordinator.assignors.compact_engine import compact_range
+
+        return compact_range(partitions_per_topic, subscriptions)
