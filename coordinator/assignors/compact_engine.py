@@ -222,21 +222,30 @@ def sticky_user_data_ids(space: CompactSpace, data: bytes | None) -> tuple[IdArr
 def compact_range(
     partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
 ) -> CompactAssignment:
-    """`RangeAssignor.assign` on arrays: topics with the same subscribers and partition
-    count are laid out together, one array operation per member and such topic group."""
+    """`RangeAssignor.assign` on arrays. Members with the same topics list are handled as one
+    subscription, and topics with the same subscriptions and partition count are laid out
+    together: one array operation per member and such topic group, nothing per partition or
+    per (member, topic)."""
     members = ordered_members(subscriptions)
-    members_by_topic: dict[str, list[int]] = {}
+    # Distinct topic lists -> the positions (ascending) of the members that sent them.
+    positions_by_topics: dict[tuple[str, ...], list[int]] = {}
     for position, member_id in enumerate(members):
-        for topic in set(subscriptions[member_id].topics):
-            if topic in partitions_per_topic:
-                members_by_topic.setdefault(topic, []).append(position)
-    space = CompactSpace(partitions_per_topic, list(members_by_topic))
+        positions_by_topics.setdefault(tuple(subscriptions[member_id].topics), []).append(position)
+    position_lists = list(positions_by_topics.values())
+    known_sets = [
+        frozenset(t for t in topics if t in partitions_per_topic) for topics in positions_by_topics
+    ]
+    space = CompactSpace(partitions_per_topic, set().union(*known_sets))
     groups: dict[tuple[tuple[int, ...], int], list[int]] = {}
     for index, topic in enumerate(space.topics):
-        key = (tuple(members_by_topic[topic]), int(space.counts[index]))
-        groups.setdefault(key, []).append(index)
+        holders = tuple(s for s, known in enumerate(known_sets) if topic in known)
+        groups.setdefault((holders, int(space.counts[index])), []).append(index)
     chunks: list[list[IdArray]] = [[] for _ in members]
-    for (group_members, count), topic_indices in groups.items():
+    for (holders, count), topic_indices in groups.items():
+        if len(holders) == 1:
+            group_members: Sequence[int] = position_lists[holders[0]]
+        else:
+            group_members = sorted(p for s in holders for p in position_lists[s])
         starts = space.offsets[np.array(topic_indices, dtype=np.int64)]
         per_member, extra = divmod(count, len(group_members))
         for position, member in enumerate(group_members):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,7 +111,8 @@ class KafkaAssignors:
     """
 
     def __init__(self, jar: Path, cpu: int | None = None) -> None:
-        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        # taskset (util-linux) is on every Linux the project runs on; elsewhere, unpinned.
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
         self._process = subprocess.Popen(
             [*pin, "java", "-jar", str(jar)],
             stdin=subprocess.PIPE,
