@@ -16,7 +16,7 @@ tests/assignors/test_compact_differential.py checks both against the pure-Python
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 
 import numpy as np
@@ -36,7 +36,7 @@ class CompactSpace:
 
     __slots__ = ("_topic_table", "counts", "index_of", "offsets", "size", "topics")
 
-    def __init__(self, partitions_per_topic: Mapping[str, int], topics: Sequence[str]) -> None:
+    def __init__(self, partitions_per_topic: Mapping[str, int], topics: Iterable[str]) -> None:
         self.topics: tuple[str, ...] = tuple(sorted(set(topics), key=java_string_key))
         self.counts: IdArray = np.array(
             [max(0, partitions_per_topic[t]) for t in self.topics], dtype=np.int64
