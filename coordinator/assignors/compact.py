@@ -15,6 +15,7 @@ tests/assignors/test_compact_differential.py checks both against the pure-Python
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
@@ -34,7 +35,15 @@ _INT32 = struct.Struct(">i")
 class CompactSpace:
     """The partitions of some topics numbered in Kafka's (topic, partition) order, as arrays."""
 
-    __slots__ = ("_topic_table", "counts", "index_of", "offsets", "size", "topics")
+    __slots__ = (
+        "_topic_table",
+        "counts",
+        "index_of",
+        "index_of_utf8",
+        "offsets",
+        "size",
+        "topics",
+    )
 
     def __init__(self, partitions_per_topic: Mapping[str, int], topics: Iterable[str]) -> None:
         self.topics: tuple[str, ...] = tuple(sorted(set(topics), key=java_string_key))
@@ -46,6 +55,12 @@ class CompactSpace:
             np.cumsum(self.counts[:-1], out=self.offsets[1:])
         self.size = int(self.counts.sum())
         self.index_of: dict[str, int] = {t: i for i, t in enumerate(self.topics)}
+        # The same keyed by the UTF-8 bytes, for reading names off the wire without decoding.
+        self.index_of_utf8: dict[bytes, int] = {}
+        for index, topic in enumerate(self.topics):
+            # A name with a lone surrogate has no UTF-8 form: no wire name decodes to it.
+            with contextlib.suppress(UnicodeEncodeError):
+                self.index_of_utf8[topic.encode()] = index
         self._topic_table: npt.NDArray[np.int32] | None = None
 
     def topic_of(self, ids: IdArray) -> npt.NDArray[np.int32]:

@@ -175,44 +175,41 @@ def sticky_user_data_ids(space: CompactSpace, data: bytes | None) -> tuple[IdArr
         if count < 0:
             return None
         pos = 4
-        starts: list[int] = []
-        sizes: list[int] = []
-        bases: list[int] = []
-        limits: list[int] = []
+        # (byte position of the partitions, their count, topic index) per known topic
+        blocks: list[tuple[int, int, int]] = []
+        append = blocks.append
         unpack16, unpack32 = _INT16.unpack_from, _INT32.unpack_from
-        index_of = space.index_of
-        offsets = space.offsets.tolist()
-        counts = space.counts.tolist()
+        index_of = space.index_of_utf8
         for _ in range(count):
             (length,) = unpack16(data, pos)
             start = pos + 2
             pos = start + length
             if length < 0 or pos + 4 > end:
                 return None
-            topic = data[start:pos].decode()
+            name = data[start:pos]
             (n,) = unpack32(data, pos)
             pos += 4
             if n < 0 or pos + 4 * n > end:
                 return None
-            index = index_of.get(topic)
-            if index is not None and n:
-                starts.append(pos)
-                sizes.append(n)
-                bases.append(offsets[index])
-                limits.append(counts[index])
+            index = index_of.get(name)
+            if index is None:
+                name.decode()  # not a topic of ours; still rejected if not UTF-8, as Kafka does
+            elif n:
+                append((pos, n, index))
             pos += 4 * n
     except (struct.error, UnicodeDecodeError):
         return None
     generation = _INT32.unpack_from(data, pos)[0] if end - pos >= 4 else -1
-    if not starts:
+    if not blocks:
         return _EMPTY, generation
-    size = np.array(sizes, dtype=np.int64)
+    table = np.array(blocks, dtype=np.int64)
+    starts, size, topic = table[:, 0], table[:, 1], table[:, 2]
     within = np.arange(int(size.sum()), dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)
     raw = np.frombuffer(data, dtype=np.uint8)
-    at = np.repeat(np.array(starts, dtype=np.int64), size) + 4 * within
+    at = np.repeat(starts, size) + 4 * within
     partition = raw[at[:, None] + np.arange(4)].copy().view(">i4").reshape(-1).astype(np.int64)
-    valid = (partition >= 0) & (partition < np.repeat(np.array(limits, dtype=np.int64), size))
-    ids = np.repeat(np.array(bases, dtype=np.int64), size) + partition
+    valid = (partition >= 0) & (partition < np.repeat(space.counts[topic], size))
+    ids = np.repeat(space.offsets[topic], size) + partition
     return (ids if valid.all() else ids[valid]), generation
 
 
