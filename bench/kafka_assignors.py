@@ -49,6 +49,7 @@ from tests.assignors.kafka_assignors import (
     Member,
     build_harness,
     serialized_digest,
+    sorted_digest,
 )
 
 ASSIGNOR = "cooperative-sticky"
@@ -232,6 +233,8 @@ def _big_phase(
         "kafka_cold_assign_seconds": round(theirs.assign_nanos[0] / 1e9, 4),
         "fast_path": compact is not None,
         "same_bytes_as_kafka": serialized_digest(encoded) == theirs.sha256,
+        "same_assignment_as_kafka": sorted_digest({m: a.partitions for m, a in assigned.items()})
+        == theirs.sorted_sha256,
         "ours_min_max": f"{min(ours_sizes)}/{max(ours_sizes)}",
         "kafka_min_max": f"{min(theirs.sizes.values())}/{max(theirs.sizes.values())}",
         "ours_assigned": sum(ours_sizes),

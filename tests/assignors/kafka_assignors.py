@@ -12,7 +12,7 @@ import hashlib
 import json
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,17 +90,37 @@ class SerializedRun:
     # SHA-256 over (member id, int32 length, bytes) of the serialized assignments, members
     # in id order; `serialized_digest` computes the same over ours
     sha256: str
+    # SHA-256 over (member id, then topic, a zero byte, int32 partition of each partition in
+    # (topic, partition) order): equal when the assignments are, in whatever order they are
+    # listed (Kafka's range lists topics in hash order); `sorted_digest` over ours
+    sorted_sha256: str
 
 
 def serialized_digest(encoded: dict[str, bytes]) -> str:
     """The harness's digest of serialized assignments (see `SerializedRun.sha256`)."""
     digest = hashlib.sha256()
-    for member_id in sorted(encoded, key=lambda m: m.encode("utf-16-be", "surrogatepass")):
+    for member_id in sorted(encoded, key=_java_order):
         data = encoded[member_id]
         digest.update(member_id.encode())
         digest.update(len(data).to_bytes(4, "big"))
         digest.update(data)
     return digest.hexdigest()
+
+
+def sorted_digest(assignment: Mapping[str, Sequence[TopicPartition]]) -> str:
+    """The harness's digest of assignments in (topic, partition) order (`sorted_sha256`)."""
+    digest = hashlib.sha256()
+    for member_id in sorted(assignment, key=_java_order):
+        digest.update(member_id.encode())
+        for topic, partition in sorted(
+            assignment[member_id], key=lambda tp: (_java_order(tp[0]), tp[1])
+        ):
+            digest.update(topic.encode() + b"\0" + partition.to_bytes(4, "big", signed=True))
+    return digest.hexdigest()
+
+
+def _java_order(text: str) -> bytes:
+    return text.encode("utf-16-be", "surrogatepass")
 
 
 class KafkaAssignors:
@@ -144,6 +164,7 @@ class KafkaAssignors:
             assign_nanos=document["nanos"][assignor],
             serialize_nanos=document["serialize_nanos"][assignor],
             sha256=document["sha256"][assignor],
+            sorted_sha256=document["sorted_sha256"][assignor],
         )
 
     def _send(self, line: str) -> dict[str, Any]:

@@ -51,7 +51,9 @@ import org.apache.kafka.common.TopicPartition;
  * With "serialize": true it also runs `repeat` more calls timed around `assign` plus
  * `ConsumerProtocol.serializeAssignment` of every member's assignment (what the group leader
  * does before SyncGroup), adding "serialize_nanos" and "sha256" (of member id, byte length and
- * bytes of each serialized assignment, members in id order). With "answer": "sizes" each
+ * bytes of each serialized assignment, members in id order) and "sorted_sha256" (of member id,
+ * then topic, a zero byte and int32 partition of each partition in (topic, partition) order:
+ * the assignment whatever order Kafka lists it in). With "answer": "sizes" each
  * assignor's answer is {member id: partition count} instead of the partitions.
  *
  * <p>Each member's subscription is built the way Kafka's consumer builds it: the instance id
@@ -118,6 +120,7 @@ public final class Harness {
         if (serialize) {
             run.answer.set("serialize_nanos", run.serializeNanos);
             run.answer.set("sha256", run.digests);
+            run.answer.set("sorted_sha256", run.sortedDigests);
         }
         return run.answer;
     }
@@ -133,6 +136,7 @@ public final class Harness {
         final ObjectNode nanos = JSON.createObjectNode();
         final ObjectNode serializeNanos = JSON.createObjectNode();
         final ObjectNode digests = JSON.createObjectNode();
+        final ObjectNode sortedDigests = JSON.createObjectNode();
 
         Run(Cluster cluster, List<Member> members, int repeat, boolean serialize, boolean sizesOnly) {
             this.cluster = cluster;
@@ -147,17 +151,20 @@ public final class Harness {
                 sizesOnly);
             answer.set(name, result);
             if (serialize && !result.has("error")) {
-                digests.put(name, serialized(assignor, cluster, members, subscriptionOf, repeat,
-                    serializeNanos.putArray(name)));
+                String[] both = serialized(assignor, cluster, members, subscriptionOf, repeat,
+                    serializeNanos.putArray(name));
+                digests.put(name, both[0]);
+                sortedDigests.put(name, both[1]);
             }
         }
     }
 
     /** `repeat` calls timed around assign plus serializing every member's assignment; the
-     * digest of the last call's bytes. */
-    private static String serialized(ConsumerPartitionAssignor assignor, Cluster cluster, List<Member> members,
+     * digests of the last call's bytes and of its partitions in order. */
+    private static String[] serialized(ConsumerPartitionAssignor assignor, Cluster cluster, List<Member> members,
                                      SubscriptionOf subscriptionOf, int repeat, ArrayNode nanos) {
         Map<String, ByteBuffer> bytes = null;
+        Map<String, Assignment> last = null;
         for (int i = 0; i < repeat; i++) {
             GroupSubscription groupSubscription = groupSubscription(members, subscriptionOf);
             long start = System.nanoTime();
@@ -167,6 +174,7 @@ public final class Harness {
                 bytes.put(entry.getKey(), ConsumerProtocol.serializeAssignment(entry.getValue()));
             }
             nanos.add(System.nanoTime() - start);
+            last = assignments;
         }
         try {
             MessageDigest digest = MessageDigest.getInstance("SHA-256");
@@ -176,14 +184,30 @@ public final class Harness {
                 digest.update(ByteBuffer.allocate(4).putInt(buffer.remaining()).array());
                 digest.update(buffer);
             }
-            StringBuilder hex = new StringBuilder();
-            for (byte b : digest.digest()) {
-                hex.append(String.format("%02x", b));
+            MessageDigest sorted = MessageDigest.getInstance("SHA-256");
+            for (Map.Entry<String, Assignment> entry : new TreeMap<>(last).entrySet()) {
+                sorted.update(entry.getKey().getBytes(StandardCharsets.UTF_8));
+                List<TopicPartition> partitions = new ArrayList<>(entry.getValue().partitions());
+                partitions.sort((a, b) -> a.topic().equals(b.topic())
+                    ? Integer.compare(a.partition(), b.partition()) : a.topic().compareTo(b.topic()));
+                for (TopicPartition tp : partitions) {
+                    sorted.update(tp.topic().getBytes(StandardCharsets.UTF_8));
+                    sorted.update((byte) 0);
+                    sorted.update(ByteBuffer.allocate(4).putInt(tp.partition()).array());
+                }
             }
-            return hex.toString();
+            return new String[] {hex(digest.digest()), hex(sorted.digest())};
         } catch (NoSuchAlgorithmException e) {
             throw new IllegalStateException(e);
         }
+    }
+
+    private static String hex(byte[] bytes) {
+        StringBuilder hex = new StringBuilder();
+        for (byte b : bytes) {
+            hex.append(String.format("%02x", b));
+        }
+        return hex.toString();
     }
 
     private static GroupSubscription groupSubscription(List<Member> members, SubscriptionOf subscriptionOf) {
