@@ -19,6 +19,7 @@ import contextlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,7 @@ class CompactSpace:
     """The partitions of some topics numbered in Kafka's (topic, partition) order, as arrays."""
 
     __slots__ = (
+        "_index_or_minus_one",
         "_topic_table",
         "counts",
         "index_of",
@@ -55,6 +57,7 @@ class CompactSpace:
             np.cumsum(self.counts[:-1], out=self.offsets[1:])
         self.size = int(self.counts.sum())
         self.index_of: dict[str, int] = {t: i for i, t in enumerate(self.topics)}
+        self._index_or_minus_one = _IndexOrMinusOne(self.index_of)
         # The same keyed by the UTF-8 bytes, for reading names off the wire without decoding.
         self.index_of_utf8: dict[bytes, int] = {}
         for index, topic in enumerate(self.topics):
@@ -76,15 +79,27 @@ class CompactSpace:
         array-wise."""
         if not partitions or not self.topics:
             return _EMPTY
-        topics, numbers = zip(*partitions, strict=True)
-        count = len(topics)
-        index = np.fromiter(map(self.index_of.get, topics, repeat(-1)), np.int64, count)
-        partition = np.fromiter(numbers, np.int64, count)
+        count = len(partitions)
+        # C-level maps over the tuples: no per-partition bytecode.
+        topics = map(_FIRST, partitions)
+        index = np.fromiter(map(self._index_or_minus_one.__getitem__, topics), np.int64, count)
+        partition = np.fromiter(map(_SECOND, partitions), np.int64, count)
         known = index >= 0
         safe = np.where(known, index, 0)
         valid = known & (partition >= 0) & (partition < self.counts[safe])
         ids = self.offsets[safe] + partition
         return ids if valid.all() else ids[valid]
+
+
+class _IndexOrMinusOne(dict[str, int]):
+    """Topic index by name, -1 for a topic outside the space."""
+
+    def __missing__(self, key: str) -> int:
+        return -1
+
+
+_FIRST = itemgetter(0)
+_SECOND = itemgetter(1)
 
 
 class CompactAssignment:
