@@ -8,7 +8,9 @@ reports what the first assignment gave it while 100 members join, and range. Eac
 on its own core (this process pinned with sched_setaffinity, the JVM with `taskset -c`).
 Three timings on each side:
 
-- `assign`: Kafka's `assign` (Java objects out) and ours (`TopicPartition` tuples out);
+- `assign`: Kafka's `assign` (Java objects out) and ours (`TopicPartition` tuples out: the
+  fast path's arrays made into tuples), and our pure-Python reference `assign_reference`
+  (one call);
 - Kafka's `assign` against our `assign_compact` (each member's partitions as a numpy array);
 - what the leader sends: Kafka's `assign` plus `ConsumerProtocol.serializeAssignment` of
   every member against our `assign_encoded` (the same bytes; SHA-256 digests compared).
@@ -162,6 +164,7 @@ def _run_big_case(
         key: round(sum(p[key] for p in phases.values()), 4)
         for key in (
             "ours_assign_seconds",
+            "ours_reference_seconds",
             "ours_compact_seconds",
             "ours_encoded_seconds",
             "kafka_assign_seconds",
@@ -177,6 +180,9 @@ def _run_big_case(
         ),
         "assign_vs_kafka_assign": _ratio(
             totals["ours_assign_seconds"], totals["kafka_assign_seconds"]
+        ),
+        "reference_vs_kafka_assign": _ratio(
+            totals["ours_reference_seconds"], totals["kafka_assign_seconds"]
         ),
     }
     summary = ", ".join(f"{k} {v}" for k, v in ratios.items())
@@ -207,10 +213,10 @@ def _big_phase(
     subscriptions = _subscriptions(assignor, group)
     ppt = group.partitions_per_topic
 
-    def timed(call: str) -> tuple[float, Any]:
+    def timed(call: str, calls: int = repeat) -> tuple[float, Any]:
         seconds: list[float] = []
         result: Any = None
-        for _ in range(repeat):
+        for _ in range(calls):
             ours = get_assignor(assignor)
             start = time.perf_counter()
             result = getattr(ours, call)(ppt, subscriptions)
@@ -218,6 +224,8 @@ def _big_phase(
         return round(statistics.median(seconds), 4), result
 
     assign_seconds, assigned = timed("assign")
+    # The pure-Python reference: one call (it is the slow one; `assign` takes the fast path).
+    reference_seconds, _ = timed("assign_reference", 1)
     compact_seconds, compact = timed("assign_compact")
     encoded_seconds, encoded = timed("assign_encoded")
     theirs = kafka.timed_serialized(group, assignor, warm_up + repeat)
@@ -226,6 +234,7 @@ def _big_phase(
     ours_sizes = [len(a.partitions) for a in assigned.values()]
     return {
         "ours_assign_seconds": assign_seconds,
+        "ours_reference_seconds": reference_seconds,
         "ours_compact_seconds": compact_seconds,
         "ours_encoded_seconds": encoded_seconds,
         "kafka_assign_seconds": kafka_assign,

@@ -75,6 +75,21 @@ class PartitionAssignor(ABC):
         extension that only the static-sticky assignor reads.
         """
 
+    def assign_reference(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
+        """The pure-Python reference: `assign` for assignors without a fast path, and what
+        the fast path is tested against for those with one."""
+        return self.assign(
+            partitions_per_topic,
+            subscriptions,
+            last_assignment_by_member=last_assignment_by_member,
+        )
+
     def assign_compact(
         self,
         partitions_per_topic: Mapping[str, int],
@@ -105,7 +120,7 @@ class PartitionAssignor(ABC):
         )
         if compact is not None:
             return compact.encode(version)
-        assignment = self.assign(
+        assignment = self.assign_reference(
             partitions_per_topic,
             subscriptions,
             last_assignment_by_member=last_assignment_by_member,

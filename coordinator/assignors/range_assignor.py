@@ -36,6 +36,19 @@ class RangeAssignor(PartitionAssignor):
         *,
         last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
     ) -> dict[str, Assignment]:
+        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
+        compact = self.assign_compact(partitions_per_topic, subscriptions)
+        if compact is not None:
+            return compact.to_assignments()
+        return self.assign_reference(partitions_per_topic, subscriptions)
+
+    def assign_reference(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
         members_by_topic: dict[str, list[str]] = {}
         for member_id in ordered_members(subscriptions):
             for topic in set(subscriptions[member_id].topics):

@@ -56,6 +56,19 @@ class StickyAssignor(PartitionAssignor):
         *,
         last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
     ) -> dict[str, Assignment]:
+        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
+        compact = self.assign_compact(partitions_per_topic, subscriptions)
+        if compact is not None:
+            return compact.to_assignments()
+        return self.assign_reference(partitions_per_topic, subscriptions)
+
+    def assign_reference(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
         claims = {member_id: claim_from_user_data(sub) for member_id, sub in subscriptions.items()}
         return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=False)
 

@@ -1,6 +1,7 @@
-"""The fast (numpy) path against the pure-Python reference: `assign_compact` gives exactly
-`assign`'s assignment, and `assign_encoded` / `CompactAssignment.encode` exactly
-`encode_assignment` of it, byte for byte (see coordinator/assignors/compact_engine.py)."""
+"""The fast (numpy) path against the pure-Python reference: `assign_compact` (and `assign`,
+which uses it when it applies) gives exactly `assign_reference`'s assignment, and
+`assign_encoded` / `CompactAssignment.encode` exactly `encode_assignment` of it, byte for
+byte (see coordinator/assignors/compact_engine.py)."""
 
 from __future__ import annotations
 
@@ -31,9 +32,11 @@ def _same_as_reference(
     assignor: PartitionAssignor, ppt: dict[str, int], subscriptions: dict[str, Subscription]
 ) -> bool:
     """Checks the fast path against `assign` when it applies; whether it applied."""
-    reference = assignor.assign(ppt, subscriptions)
+    reference = assignor.assign_reference(ppt, subscriptions)
     compact = assignor.assign_compact(ppt, subscriptions)
     encoded = assignor.assign_encoded(ppt, subscriptions)
+    # `assign` takes the fast path when it applies: the same answer either way.
+    assert assignor.assign(ppt, subscriptions) == reference
     assert encoded == {m: encode_assignment(a) for m, a in reference.items()}
     if compact is None:
         return False
