@@ -39,6 +39,7 @@ class CompactSpace:
 
     __slots__ = (
         "_index_or_minus_one",
+        "_numbers",
         "_topic_table",
         "counts",
         "index_of",
@@ -62,6 +63,7 @@ class CompactSpace:
         self._index_or_minus_one = _IndexOrMinusOne(self.index_of)
         # The names as a numpy object array, to look many up at once.
         self.names: npt.NDArray[np.object_] = np.array(self.topics, dtype=object)
+        self._numbers: npt.NDArray[np.object_] | None = None
         # The same keyed by the UTF-8 bytes, for reading names off the wire without decoding.
         self.index_of_utf8: dict[bytes, int] = {}
         for index, topic in enumerate(self.topics):
@@ -76,6 +78,15 @@ class CompactSpace:
         if self._topic_table is None:
             self._topic_table = np.repeat(np.arange(len(self.topics), dtype=np.int32), self.counts)
         return self._topic_table[ids]
+
+    @property
+    def numbers(self) -> npt.NDArray[np.object_]:
+        """0 .. largest partition count - 1 as Python ints, made once (on first use) and
+        shared by every tuple made from this space."""
+        if self._numbers is None:
+            largest = int(self.counts.max(initial=0))
+            self._numbers = np.array(list(range(largest)), dtype=object)
+        return self._numbers
 
     def ids_of(self, partitions: Sequence[TopicPartition]) -> IdArray:
         """Numbers of `partitions`, skipping those outside the space (unknown topics,
@@ -122,7 +133,7 @@ class CompactAssignment:
             return ()
         space = self.space
         topic_index = space.topic_of(ids)
-        numbers = (ids - space.offsets[topic_index]).tolist()
+        numbers = space.numbers[ids - space.offsets[topic_index]].tolist()
         names = space.names[topic_index].tolist()
         new_tuple = tuple.__new__
         return tuple(map(new_tuple, repeat(TopicPartition), zip(names, numbers, strict=True)))
