@@ -9,11 +9,31 @@ property-tested and benchmarked. The member-side half (`subscription_user_data`,
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from coordinator.protocol import Assignment, Subscription, TopicPartition
+from coordinator.protocol import (
+    HIGHEST_VERSION,
+    Assignment,
+    Subscription,
+    TopicPartition,
+    encode_assignment,
+)
+
+if TYPE_CHECKING:
+    from coordinator.assignors.compact import CompactAssignment
+
+# STATICFLEET_ASSIGNOR_PATH=reference turns the fast (numpy) path off: every assignor then
+# runs its pure-Python reference code only.
+REFERENCE_ENV = "STATICFLEET_ASSIGNOR_PATH"
+
+
+def fast_path_enabled() -> bool:
+    """False when the environment forces the pure-Python reference path."""
+    return os.environ.get(REFERENCE_ENV, "") != "reference"
 
 
 class RebalanceProtocol(StrEnum):
@@ -54,6 +74,58 @@ class PartitionAssignor(ABC):
         `last_assignment_by_member` is the coordinator's last assignment per member, an
         extension that only the static-sticky assignor reads.
         """
+
+    def assign_reference(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
+        """The pure-Python reference: `assign` for assignors without a fast path, and what
+        the fast path is tested against for those with one."""
+        return self.assign(
+            partitions_per_topic,
+            subscriptions,
+            last_assignment_by_member=last_assignment_by_member,
+        )
+
+    def assign_compact(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> CompactAssignment | None:
+        """The same assignment as `assign`, as arrays of partition numbers, when this
+        assignor has a fast path for this input (see `compact_engine`); None otherwise, and
+        always None when STATICFLEET_ASSIGNOR_PATH=reference."""
+        return None
+
+    def assign_encoded(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+        version: int = HIGHEST_VERSION,
+    ) -> dict[str, bytes]:
+        """What the group leader sends in SyncGroup: each member's ConsumerProtocol Assignment
+        bytes, `encode_assignment` of `assign`'s result. Built from `assign_compact` when
+        there is a fast path (no per-partition Python objects), else from `assign`."""
+        compact = self.assign_compact(
+            partitions_per_topic,
+            subscriptions,
+            last_assignment_by_member=last_assignment_by_member,
+        )
+        if compact is not None:
+            return compact.encode(version)
+        assignment = self.assign_reference(
+            partitions_per_topic,
+            subscriptions,
+            last_assignment_by_member=last_assignment_by_member,
+        )
+        return {m: encode_assignment(a, version) for m, a in assignment.items()}
 
     def on_assignment(self, assignment: Assignment, generation_id: int) -> None:
         """Member side: remember what this member was given, for its next user data."""

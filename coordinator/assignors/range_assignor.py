@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from coordinator.assignors.base import (
     PartitionAssignor,
     RebalanceProtocol,
+    fast_path_enabled,
     java_string_key,
     ordered_members,
 )
 from coordinator.protocol import Assignment, Subscription, TopicPartition
+
+if TYPE_CHECKING:
+    from coordinator.assignors.compact import CompactAssignment
 
 
 class RangeAssignor(PartitionAssignor):
@@ -25,6 +30,19 @@ class RangeAssignor(PartitionAssignor):
     version = 0
 
     def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
+        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
+        compact = self.assign_compact(partitions_per_topic, subscriptions)
+        if compact is not None:
+            return compact.to_assignments()
+        return self.assign_reference(partitions_per_topic, subscriptions)
+
+    def assign_reference(
         self,
         partitions_per_topic: Mapping[str, int],
         subscriptions: Mapping[str, Subscription],
@@ -48,3 +66,17 @@ class RangeAssignor(PartitionAssignor):
                     TopicPartition(topic, partition) for partition in range(start, start + length)
                 )
         return {m: Assignment(tuple(parts)) for m, parts in partitions_by_member.items()}
+
+    def assign_compact(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> CompactAssignment | None:
+        if not fast_path_enabled():
+            return None
+        # numpy is imported on the fast path's first use, not with the assignors.
+        from coordinator.assignors.compact_engine import compact_range
+
+        return compact_range(partitions_per_topic, subscriptions)

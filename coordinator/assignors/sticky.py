@@ -4,8 +4,9 @@ member carries in its user data (KIP-341)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from coordinator.assignors.base import PartitionAssignor, RebalanceProtocol
+from coordinator.assignors.base import PartitionAssignor, RebalanceProtocol, fast_path_enabled
 from coordinator.assignors.ownership import DEFAULT_GENERATION, Claim
 from coordinator.assignors.sticky_engine import sticky_assign
 from coordinator.protocol import (
@@ -16,6 +17,9 @@ from coordinator.protocol import (
     decode_sticky_user_data,
     encode_sticky_user_data,
 )
+
+if TYPE_CHECKING:
+    from coordinator.assignors.compact import CompactAssignment, CompactSpace, IdArray
 
 
 class StickyAssignor(PartitionAssignor):
@@ -52,8 +56,39 @@ class StickyAssignor(PartitionAssignor):
         *,
         last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
     ) -> dict[str, Assignment]:
+        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
+        compact = self.assign_compact(partitions_per_topic, subscriptions)
+        if compact is not None:
+            return compact.to_assignments()
+        return self.assign_reference(partitions_per_topic, subscriptions)
+
+    def assign_reference(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
         claims = {member_id: claim_from_user_data(sub) for member_id, sub in subscriptions.items()}
         return sticky_assign(partitions_per_topic, subscriptions, claims, cooperative=False)
+
+    def assign_compact(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> CompactAssignment | None:
+        if not fast_path_enabled():
+            return None
+        # numpy is imported on the fast path's first use, not with the assignors.
+        from coordinator.assignors.compact_engine import compact_sticky, sticky_user_data_ids
+
+        def read_claim(space: CompactSpace, member_id: str) -> IdArray | None:
+            claim = sticky_user_data_ids(space, subscriptions[member_id].user_data)
+            return None if claim is None else claim[0]
+
+        return compact_sticky(partitions_per_topic, subscriptions, read_claim, cooperative=False)
 
 
 def claim_from_user_data(subscription: Subscription) -> Claim:

@@ -8,11 +8,14 @@ for the format and for how each member's subscription is built.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from coordinator.protocol import TopicPartition
 
@@ -34,11 +37,20 @@ class Group:
     partitions_per_topic: dict[str, int]
     members: tuple[Member, ...]
 
-    def to_json(self, assignors: Sequence[str], repeat: int | None = None) -> str:
+    def to_json(
+        self,
+        assignors: Sequence[str],
+        repeat: int | None = None,
+        *,
+        serialize: bool = False,
+        sizes_only: bool = False,
+    ) -> str:
         return json.dumps(
             {
                 "assignors": list(assignors),
                 "repeat": repeat,
+                "serialize": serialize,
+                "answer": "sizes" if sizes_only else "partitions",
                 "topics": self.partitions_per_topic,
                 "members": [
                     {
@@ -64,12 +76,65 @@ def build_harness() -> Path:
     return HARNESS_JAR
 
 
-class KafkaAssignors:
-    """One long-running harness JVM: `assign` sends a group and reads Kafka's answer."""
+@dataclass(frozen=True)
+class SerializedRun:
+    """Kafka's timings of one assignor on one group, with the leader's serialization."""
 
-    def __init__(self, jar: Path) -> None:
+    # member id -> number of partitions assigned
+    sizes: dict[str, int]
+    # nanoseconds of each `assign` call
+    assign_nanos: list[int]
+    # nanoseconds of each `assign` call plus ConsumerProtocol.serializeAssignment of every
+    # member's assignment (separate calls from `assign_nanos`)
+    serialize_nanos: list[int]
+    # SHA-256 over (member id, int32 length, bytes) of the serialized assignments, members
+    # in id order; `serialized_digest` computes the same over ours
+    sha256: str
+    # SHA-256 over (member id, then topic, a zero byte, int32 partition of each partition in
+    # (topic, partition) order): equal when the assignments are, in whatever order they are
+    # listed (Kafka's range lists topics in hash order); `sorted_digest` over ours
+    sorted_sha256: str
+
+
+def serialized_digest(encoded: dict[str, bytes]) -> str:
+    """The harness's digest of serialized assignments (see `SerializedRun.sha256`)."""
+    digest = hashlib.sha256()
+    for member_id in sorted(encoded, key=_java_order):
+        data = encoded[member_id]
+        digest.update(member_id.encode())
+        digest.update(len(data).to_bytes(4, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def sorted_digest(assignment: Mapping[str, Sequence[TopicPartition]]) -> str:
+    """The harness's digest of assignments in (topic, partition) order (`sorted_sha256`)."""
+    digest = hashlib.sha256()
+    for member_id in sorted(assignment, key=_java_order):
+        digest.update(member_id.encode())
+        for topic, partition in sorted(
+            assignment[member_id], key=lambda tp: (_java_order(tp[0]), tp[1])
+        ):
+            digest.update(topic.encode() + b"\0" + partition.to_bytes(4, "big", signed=True))
+    return digest.hexdigest()
+
+
+def _java_order(text: str) -> bytes:
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+class KafkaAssignors:
+    """One long-running harness JVM: `assign` sends a group and reads Kafka's answer.
+
+    With `cpu`, the JVM (all its threads: JIT compilers and GC included) is pinned to that
+    core with `taskset -c`, for the benchmark's one-core side-by-side.
+    """
+
+    def __init__(self, jar: Path, cpu: int | None = None) -> None:
+        # taskset (util-linux) is on every Linux the project runs on; elsewhere, unpinned.
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None and shutil.which("taskset") else []
         self._process = subprocess.Popen(
-            ["java", "-jar", str(jar)],
+            [*pin, "java", "-jar", str(jar)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -87,17 +152,36 @@ class KafkaAssignors:
         answer, nanos = self._ask(group, [assignor], repeat)
         return answer, nanos[assignor]
 
+    def timed_serialized(self, group: Group, assignor: str, repeat: int) -> SerializedRun:
+        """`repeat` timed `assign` calls, then `repeat` timed calls of `assign` plus the
+        serialization of every member's assignment; the sizes and digest of the result."""
+        document = self._send(group.to_json([assignor], repeat, serialize=True, sizes_only=True))
+        result = document[assignor]
+        if "error" in result and not isinstance(result["error"], int):
+            raise RuntimeError(f"Kafka's {assignor} failed: {result['error']}")
+        return SerializedRun(
+            sizes={m: int(n) for m, n in result.items()},
+            assign_nanos=document["nanos"][assignor],
+            serialize_nanos=document["serialize_nanos"][assignor],
+            sha256=document["sha256"][assignor],
+            sorted_sha256=document["sorted_sha256"][assignor],
+        )
+
+    def _send(self, line: str) -> dict[str, Any]:
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write(line + "\n")
+        stdin.flush()
+        answer = stdout.readline()
+        if not answer:
+            raise RuntimeError(f"assignor harness exited with {self._process.wait()}")
+        document: dict[str, Any] = json.loads(answer)
+        return document
+
     def _ask(
         self, group: Group, assignors: Sequence[str], repeat: int | None
     ) -> tuple[KafkaAnswer, dict[str, list[int]]]:
-        stdin, stdout = self._process.stdin, self._process.stdout
-        assert stdin is not None and stdout is not None
-        stdin.write(group.to_json(assignors, repeat) + "\n")
-        stdin.flush()
-        line = stdout.readline()
-        if not line:
-            raise RuntimeError(f"assignor harness exited with {self._process.wait()}")
-        document = json.loads(line)
+        document = self._send(group.to_json(assignors, repeat))
         nanos: dict[str, list[int]] = document.pop("nanos", {})
         answer: KafkaAnswer = {}
         for name, result in document.items():

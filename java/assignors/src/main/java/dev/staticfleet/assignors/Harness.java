@@ -11,6 +11,8 @@ import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashMap;
@@ -27,6 +29,7 @@ import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.Assignment;
 import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.GroupSubscription;
 import org.apache.kafka.clients.consumer.ConsumerPartitionAssignor.Subscription;
 import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
+import org.apache.kafka.clients.consumer.internals.ConsumerProtocol;
 import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.consumer.RoundRobinAssignor;
 import org.apache.kafka.clients.consumer.StickyAssignor;
@@ -45,6 +48,13 @@ import org.apache.kafka.common.TopicPartition;
  * array) to {member id: [[topic, partition], ...]}, or to {"error": message} when Kafka's
  * assignor throws. With "repeat": n each assignor runs n times and the answer adds
  * "nanos": {assignor: [nanoseconds of each assign call]} (the benchmark's side-by-side).
+ * With "serialize": true it also runs `repeat` more calls timed around `assign` plus
+ * `ConsumerProtocol.serializeAssignment` of every member's assignment (what the group leader
+ * does before SyncGroup), adding "serialize_nanos" and "sha256" (of member id, byte length and
+ * bytes of each serialized assignment, members in id order) and "sorted_sha256" (of member id,
+ * then topic, a zero byte and int32 partition of each partition in (topic, partition) order:
+ * the assignment whatever order Kafka lists it in). With "answer": "sizes" each
+ * assignor's answer is {member id: partition count} instead of the partitions.
  *
  * <p>Each member's subscription is built the way Kafka's consumer builds it: the instance id
  * set; for sticky (eager) no owned partitions and the user data of a StickyAssignor that was
@@ -87,28 +97,127 @@ public final class Harness {
         }
         JsonNode repeatNode = group.get("repeat");
         int repeat = repeatNode == null || repeatNode.isNull() ? 1 : Math.max(1, repeatNode.asInt());
-        ObjectNode answer = JSON.createObjectNode();
-        ObjectNode nanos = JSON.createObjectNode();
+        JsonNode serializeNode = group.get("serialize");
+        boolean serialize = serializeNode != null && serializeNode.asBoolean(false);
+        JsonNode answerNode = group.get("answer");
+        boolean sizesOnly = answerNode != null && "sizes".equals(answerNode.asText());
+        Run run = new Run(cluster, members, repeat, serialize, sizesOnly);
         if (wanted.contains("range")) {
-            answer.set("range", run(new RangeAssignor(), cluster, members, Member::plain, repeat,
-                nanos.putArray("range")));
+            run.of("range", new RangeAssignor(), Member::plain);
         }
         if (wanted.contains("roundrobin")) {
-            answer.set("roundrobin", run(new RoundRobinAssignor(), cluster, members, Member::plain, repeat,
-                nanos.putArray("roundrobin")));
+            run.of("roundrobin", new RoundRobinAssignor(), Member::plain);
         }
         if (wanted.contains("sticky")) {
-            answer.set("sticky", run(new StickyAssignor(), cluster, members, Member::sticky, repeat,
-                nanos.putArray("sticky")));
+            run.of("sticky", new StickyAssignor(), Member::sticky);
         }
         if (wanted.contains("cooperative-sticky")) {
-            answer.set("cooperative-sticky", run(new CooperativeStickyAssignor(), cluster, members,
-                Member::cooperativeSticky, repeat, nanos.putArray("cooperative-sticky")));
+            run.of("cooperative-sticky", new CooperativeStickyAssignor(), Member::cooperativeSticky);
         }
         if (repeatNode != null && !repeatNode.isNull()) {
-            answer.set("nanos", nanos);
+            run.answer.set("nanos", run.nanos);
         }
-        return answer;
+        if (serialize) {
+            run.answer.set("serialize_nanos", run.serializeNanos);
+            run.answer.set("sha256", run.digests);
+            run.answer.set("sorted_sha256", run.sortedDigests);
+        }
+        return run.answer;
+    }
+
+    /** One group's runs of the wanted assignors, and what the answer collects. */
+    private static final class Run {
+        final Cluster cluster;
+        final List<Member> members;
+        final int repeat;
+        final boolean serialize;
+        final boolean sizesOnly;
+        final ObjectNode answer = JSON.createObjectNode();
+        final ObjectNode nanos = JSON.createObjectNode();
+        final ObjectNode serializeNanos = JSON.createObjectNode();
+        final ObjectNode digests = JSON.createObjectNode();
+        final ObjectNode sortedDigests = JSON.createObjectNode();
+
+        Run(Cluster cluster, List<Member> members, int repeat, boolean serialize, boolean sizesOnly) {
+            this.cluster = cluster;
+            this.members = members;
+            this.repeat = repeat;
+            this.serialize = serialize;
+            this.sizesOnly = sizesOnly;
+        }
+
+        void of(String name, ConsumerPartitionAssignor assignor, SubscriptionOf subscriptionOf) {
+            JsonNode result = run(assignor, cluster, members, subscriptionOf, repeat, nanos.putArray(name),
+                sizesOnly);
+            answer.set(name, result);
+            if (serialize && !result.has("error")) {
+                String[] both = serialized(assignor, cluster, members, subscriptionOf, repeat,
+                    serializeNanos.putArray(name));
+                digests.put(name, both[0]);
+                sortedDigests.put(name, both[1]);
+            }
+        }
+    }
+
+    /** `repeat` calls timed around assign plus serializing every member's assignment; the
+     * digests of the last call's bytes and of its partitions in order. */
+    private static String[] serialized(ConsumerPartitionAssignor assignor, Cluster cluster, List<Member> members,
+                                     SubscriptionOf subscriptionOf, int repeat, ArrayNode nanos) {
+        Map<String, ByteBuffer> bytes = null;
+        Map<String, Assignment> last = null;
+        for (int i = 0; i < repeat; i++) {
+            GroupSubscription groupSubscription = groupSubscription(members, subscriptionOf);
+            long start = System.nanoTime();
+            Map<String, Assignment> assignments = assignor.assign(cluster, groupSubscription).groupAssignment();
+            bytes = new HashMap<>();
+            for (Map.Entry<String, Assignment> entry : assignments.entrySet()) {
+                bytes.put(entry.getKey(), ConsumerProtocol.serializeAssignment(entry.getValue()));
+            }
+            nanos.add(System.nanoTime() - start);
+            last = assignments;
+        }
+        try {
+            MessageDigest digest = MessageDigest.getInstance("SHA-256");
+            for (Map.Entry<String, ByteBuffer> entry : new TreeMap<>(bytes).entrySet()) {
+                ByteBuffer buffer = entry.getValue().duplicate();
+                digest.update(entry.getKey().getBytes(StandardCharsets.UTF_8));
+                digest.update(ByteBuffer.allocate(4).putInt(buffer.remaining()).array());
+                digest.update(buffer);
+            }
+            MessageDigest sorted = MessageDigest.getInstance("SHA-256");
+            for (Map.Entry<String, Assignment> entry : new TreeMap<>(last).entrySet()) {
+                sorted.update(entry.getKey().getBytes(StandardCharsets.UTF_8));
+                List<TopicPartition> partitions = new ArrayList<>(entry.getValue().partitions());
+                partitions.sort((a, b) -> a.topic().equals(b.topic())
+                    ? Integer.compare(a.partition(), b.partition()) : a.topic().compareTo(b.topic()));
+                for (TopicPartition tp : partitions) {
+                    sorted.update(tp.topic().getBytes(StandardCharsets.UTF_8));
+                    sorted.update((byte) 0);
+                    sorted.update(ByteBuffer.allocate(4).putInt(tp.partition()).array());
+                }
+            }
+            return new String[] {hex(digest.digest()), hex(sorted.digest())};
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException(e);
+        }
+    }
+
+    private static String hex(byte[] bytes) {
+        StringBuilder hex = new StringBuilder();
+        for (byte b : bytes) {
+            hex.append(String.format("%02x", b));
+        }
+        return hex.toString();
+    }
+
+    private static GroupSubscription groupSubscription(List<Member> members, SubscriptionOf subscriptionOf) {
+        Map<String, Subscription> subscriptions = new HashMap<>();
+        for (Member member : members) {
+            Subscription subscription = subscriptionOf.of(member);
+            subscription.setGroupInstanceId(member.instanceId);
+            subscriptions.put(member.id, subscription);
+        }
+        return new GroupSubscription(subscriptions);
     }
 
     private static Cluster cluster(JsonNode topics) {
@@ -132,17 +241,11 @@ public final class Harness {
      * (subscriptions rebuilt each time, not timed) and each `assign` call's nanoseconds are
      * added to `nanos`, for the benchmark. */
     private static JsonNode run(ConsumerPartitionAssignor assignor, Cluster cluster, List<Member> members,
-                                SubscriptionOf subscriptionOf, int repeat, ArrayNode nanos) {
+                                SubscriptionOf subscriptionOf, int repeat, ArrayNode nanos, boolean sizesOnly) {
         Map<String, Assignment> assignments = null;
         try {
             for (int i = 0; i < repeat; i++) {
-                Map<String, Subscription> subscriptions = new HashMap<>();
-                for (Member member : members) {
-                    Subscription subscription = subscriptionOf.of(member);
-                    subscription.setGroupInstanceId(member.instanceId);
-                    subscriptions.put(member.id, subscription);
-                }
-                GroupSubscription groupSubscription = new GroupSubscription(subscriptions);
+                GroupSubscription groupSubscription = groupSubscription(members, subscriptionOf);
                 long start = System.nanoTime();
                 assignments = assignor.assign(cluster, groupSubscription).groupAssignment();
                 nanos.add(System.nanoTime() - start);
@@ -154,6 +257,10 @@ public final class Harness {
         }
         ObjectNode result = JSON.createObjectNode();
         for (Map.Entry<String, Assignment> entry : new TreeMap<>(assignments).entrySet()) {
+            if (sizesOnly) {
+                result.put(entry.getKey(), entry.getValue().partitions().size());
+                continue;
+            }
             ArrayNode partitions = result.putArray(entry.getKey());
             for (TopicPartition tp : entry.getValue().partitions()) {
                 partitions.addArray().add(tp.topic()).add(tp.partition());
