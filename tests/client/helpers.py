@@ -15,6 +15,7 @@ from coordinator.client import (
     Transport,
     TransportError,
 )
+from coordinator.clock import ManualClock
 from coordinator.errors import ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
@@ -69,6 +70,23 @@ async def wait_until(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(interval)
+
+
+async def advance_until(
+    clock: ManualClock, predicate: Callable[[], object], within_ms: int = 60_000, step_ms: int = 10
+) -> int:
+    """Move a manual clock in `step_ms` steps until `predicate` holds; the clock time it took.
+
+    Each step fires the timers that fall due (heartbeats, backoffs, the coordinator's) and
+    lets the tasks they wake run, so a rebalance takes as many steps as its timers need, not
+    wall-clock time."""
+    waited = 0
+    while not predicate():
+        if waited >= within_ms:
+            raise AssertionError(f"condition not reached within {within_ms} ms of clock time")
+        await clock.advance(step_ms)
+        waited += step_ms
+    return waited
 
 
 def settled(members: Iterable[GroupMember], partitions: frozenset[TopicPartition]) -> bool:
