@@ -89,6 +89,12 @@ async def advance_until(
     return waited
 
 
+async def assignment_of(clock: ManualClock, member: GroupMember) -> Partitions:
+    """`wait_for_assignment` on manual time: advance until the member is stable (or failed)."""
+    await advance_until(clock, lambda: member.state == "stable" or member.error is not None)
+    return member.poll()
+
+
 def settled(members: Iterable[GroupMember], partitions: frozenset[TopicPartition]) -> bool:
     """Every member stable in one generation, together owning every partition once."""
     members = list(members)
