@@ -36,8 +36,9 @@ from coordinator.protocol import TopicPartition
 GROUP = "fleet"
 TOPIC = "events"
 
-# Small real-time timings: heartbeats every 30 ms make rebalances propagate fast; the
-# session timeout is the coordinator's minimum so nothing expires by accident.
+# Small timings: heartbeats every 30 ms make rebalances propagate in few steps (a few
+# `advance_until` steps on a ManualClock, or little real time over HTTP and in processes);
+# the session timeout is the coordinator's minimum so nothing expires by accident.
 FAST = {
     "session_timeout_ms": 6_000,
     "rebalance_timeout_ms": 5_000,
