@@ -13,7 +13,8 @@ from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
 from coordinator.client.http import HttpTransport
 from coordinator.client.inprocess import InProcessTransport
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener
-from coordinator.client.member import GroupMember, MemberClosedError, MemberFailure, MemberState
+from coordinator.client.member import GroupMember, MemberClosedError, MemberFailure
+from coordinator.client.member_state import MemberState
 from coordinator.client.strategy import ConfigurationError
 from coordinator.client.transport import RequestTooLargeError, Transport, TransportError
 

@@ -21,5 +21,9 @@ class Backoff:
         factor = 1.0 + random.uniform(-self._jitter, self._jitter)
         return max(0.0, delay * factor / 1000)
 
+    def next_delay_ms(self) -> int:
+        """`next_delay_s` in whole milliseconds (for a `Clock`)."""
+        return round(self.next_delay_s() * 1000)
+
     def reset(self) -> None:
         self._attempts = 0

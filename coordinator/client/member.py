@@ -10,9 +10,11 @@ One member, two tasks:
   stale generation, unknown member, session lost) and wakes the main task, or declares a
   fatal error.
 
-States: unjoined -> preparing_rebalance (JoinGroup in flight) -> completing_rebalance
-(SyncGroup in flight) -> stable, and back to preparing_rebalance on any rejoin; fatal and
-closed are final. See docs/client.md for the error table.
+The member holds one `MemberState` and changes it only through the transition table of
+`member_state.py` (unjoined -> preparing_rebalance -> completing_rebalance -> stable, back to
+preparing_rebalance on any rejoin; leaving -> closed on close; fatal on an error retrying
+cannot fix). Time comes from an injected `Clock` (`timing.py`). See docs/client.md for the
+state and error tables.
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ from coordinator.client.backoff import Backoff
 from coordinator.client.config import MemberConfig
 from coordinator.client.leader import assign, assignments_by_instance
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
+from coordinator.client.member_state import MemberState, Reset, is_active, transition
 from coordinator.client.probing import rejoin_reason
 from coordinator.client.strategy import PROTOCOL_TYPE, AssignorFactory, build_strategy
+from coordinator.client.timing import MonotonicClock, sleep
 from coordinator.client.transport import RequestTooLargeError, Transport, TransportError
 from coordinator.client.validation import assignment_problem
+from coordinator.clock import Clock
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     NO_GENERATION,
@@ -70,15 +75,6 @@ FATAL_ERRORS = frozenset(
 )
 
 
-class MemberState(StrEnum):
-    UNJOINED = "unjoined"
-    PREPARING_REBALANCE = "preparing_rebalance"
-    COMPLETING_REBALANCE = "completing_rebalance"
-    STABLE = "stable"
-    FATAL = "fatal"
-    CLOSED = "closed"
-
-
 class MemberFailure(CoordinatorError):
     """The member itself failed (a bug, e.g. in an assignor on the leader), not the
     coordinator; `code` is UNKNOWN_SERVER_ERROR so callers need only one except clause."""
@@ -114,8 +110,11 @@ class GroupMember:
         listener: RebalanceListener | None = None,
         *,
         assignor_factory: AssignorFactory = get_assignor,
+        clock: Clock | None = None,
     ) -> None:
         self._transport = transport
+        # Heartbeats, backoffs and the session check all read this clock (tests: ManualClock).
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._config = config
         self._listener: RebalanceListener = listener or NoopRebalanceListener()
         self._strategy = build_strategy(config, assignor_factory)
@@ -135,9 +134,7 @@ class GroupMember:
 
         # Requests from the heartbeat task (or elsewhere) to the main task.
         self._rejoin_reason: str | None = None
-        self._reset_member_id = False
-        self._reset_generation = False
-        self._lose_partitions = False
+        self._reset = Reset.NONE
 
         self._rejoin_event = asyncio.Event()
         self._stable_event = asyncio.Event()
@@ -145,10 +142,9 @@ class GroupMember:
         self._done_event = asyncio.Event()
         self._main_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
-        self._last_contact_s = 0.0
+        self._last_contact_ms = 0
         # Since when the coordinator refuses our credentials (None: it accepts them).
-        self._unauthorized_since_s: float | None = None
-        self._closing = False
+        self._unauthorized_since_ms: int | None = None
         self._rebalances = 0
         # Set by start() for a promoted hot standby: its first step is a sync, not a join.
         self._promoted: Promoted | None = None
@@ -340,16 +336,15 @@ class GroupMember:
                 "close() called from a rebalance listener would wait for itself; close the "
                 "member from the application's own task"
             )
-        if self._closing:
+        if self._state in (MemberState.LEAVING, MemberState.CLOSED):
             await self._done_event.wait()
             return
-        self._closing = True
+        self._state = transition(self._state, MemberState.LEAVING)
         self._abort_event.set()
         await self._stop_tasks()
         if self._error is None and self._owned:
             owned = self._owned
-            lost = self._reset_generation or self._reset_member_id or self._lose_partitions
-            if lost or self._session_expired():
+            if self._reset >= Reset.PARTITIONS or self._session_expired():
                 await invoke(self._listener.on_partitions_lost, owned)
             else:
                 await invoke(self._listener.on_partitions_revoked, owned)
@@ -360,8 +355,8 @@ class GroupMember:
         fenced = self._error is not None and self._error.code is ErrorCode.FENCED_INSTANCE_ID
         if should_leave and not fenced and self._member_id:
             await self._leave_group()
-        if self._error is None:
-            self._state = MemberState.CLOSED
+        # Closed even after a fatal error (`error` still says why): a closed member is done.
+        self._state = transition(self._state, MemberState.CLOSED)
         self._stable_event.clear()
         self._done_event.set()
 
@@ -404,7 +399,7 @@ class GroupMember:
     async def _after_fatal(self) -> None:
         if self._heartbeat_task is not None and self._heartbeat_task is not asyncio.current_task():
             self._heartbeat_task.cancel()
-        self._state = MemberState.FATAL
+        self._enter_fatal()
         self._stable_event.clear()
         if self._owned:
             # The partitions may already belong to another process (fencing): lost, not
@@ -421,29 +416,25 @@ class GroupMember:
             if step is _Step.STABLE:
                 return
             if step is _Step.RETRY_LATER:
-                await self._interruptible(asyncio.sleep(backoff.next_delay_s()))
+                await self._interruptible(sleep(self._clock, backoff.next_delay_ms()))
 
     async def _prepare_join(self) -> None:
         """Kafka's onJoinPrepare: settle what happens to owned partitions before joining."""
         self._rejoin_event.clear()
-        self._state = MemberState.PREPARING_REBALANCE
+        self._enter(MemberState.PREPARING_REBALANCE)
         self._stable_event.clear()
         if self._owned and self._session_expired():
             logger.warning("member %s: no contact for a session timeout", self._label())
-            self._lose_partitions = True
-            self._reset_generation = True
-        if self._reset_member_id:
+            self._reset_to(Reset.GENERATION)
+        reset, self._reset = self._reset, Reset.NONE
+        if reset >= Reset.MEMBER_ID:
             self._member_id = UNKNOWN_MEMBER_ID
-        if self._reset_member_id or self._reset_generation:
+        if reset >= Reset.GENERATION:
             self._generation_id = NO_GENERATION
             self._owned_generation = NO_GENERATION
-            self._lose_partitions = True
-        self._reset_member_id = self._reset_generation = False
-        if self._lose_partitions:
-            self._lose_partitions = False
-            if self._owned:
-                owned, self._owned = self._owned, frozenset()
-                await invoke(self._listener.on_partitions_lost, owned)
+        if reset >= Reset.PARTITIONS and self._owned:
+            owned, self._owned = self._owned, frozenset()
+            await invoke(self._listener.on_partitions_lost, owned)
         if not self._strategy.cooperative and self._owned:
             # Eager: give up everything before joining; the listener commits now, while
             # this member's generation is still the current one.
@@ -510,7 +501,7 @@ class GroupMember:
         self._generation_id = joined.generation_id
         self._protocol_name = joined.protocol_name
         self._leader_id = joined.leader
-        self._state = MemberState.COMPLETING_REBALANCE
+        self._enter(MemberState.COMPLETING_REBALANCE)
         name = joined.protocol_name or ""
         assignor = self._strategy.assignors.get(name)
         if assignor is None:
@@ -610,9 +601,7 @@ class GroupMember:
         probing = rejoin_reason(assignor, skipped_assignment_as_leader=skipped_assignment)
         if probing is not None:
             self._request_rejoin(probing)
-        if self._abort_event.is_set():
-            raise _Aborted
-        self._state = MemberState.STABLE
+        self._enter(MemberState.STABLE)
         self._stable_event.set()
         logger.info(
             "member %s stable in generation %d with %d partition(s)",
@@ -636,11 +625,11 @@ class GroupMember:
             self._fail(CoordinatorError(code, detail or f"{what} by {self._label()}"))
             raise _Aborted
         if code is ErrorCode.UNKNOWN_MEMBER_ID:
-            self._reset_member_id = True
+            self._reset_to(Reset.MEMBER_ID)
             self._rejoin_reason = f"{what} returned UNKNOWN_MEMBER_ID"
             return _Step.RETRY_NOW
         if code is ErrorCode.ILLEGAL_GENERATION:
-            self._reset_generation = True
+            self._reset_to(Reset.GENERATION)
             self._rejoin_reason = f"{what} returned ILLEGAL_GENERATION"
             return _Step.RETRY_NOW
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
@@ -651,12 +640,12 @@ class GroupMember:
     # ------------------------------------------------------------------ heartbeat task
 
     async def _heartbeat_loop(self) -> None:
-        interval_s = self._config.heartbeat_interval_ms / 1000
+        interval_ms = self._config.heartbeat_interval_ms
         backoff = Backoff(self._config.retry_backoff_ms, self._config.retry_backoff_max_ms)
-        delay_s = interval_s
+        delay_ms = interval_ms
         while not self._abort_event.is_set():
-            await asyncio.sleep(delay_s)
-            delay_s = interval_s
+            await sleep(self._clock, delay_ms)
+            delay_ms = interval_ms
             if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
                 continue
             member_id, generation = self._member_id, self._generation_id
@@ -672,13 +661,13 @@ class GroupMember:
                 logger.debug("member %s: heartbeat failed: %s", self._label(), error)
                 if self._state is MemberState.STABLE and self._session_expired():
                     self._request_rejoin("no contact with the coordinator for a session timeout")
-                delay_s = min(interval_s, backoff.next_delay_s())
+                delay_ms = min(interval_ms, backoff.next_delay_ms())
                 continue
             except CoordinatorError as error:
                 code = error.code
             except Exception:  # a transport bug must not silently end the heartbeats
                 logger.exception("member %s: heartbeat crashed; retrying", self._label())
-                delay_s = max(interval_s, backoff.next_delay_s())
+                delay_ms = max(interval_ms, backoff.next_delay_ms())
                 continue
             backoff.reset()
             if (member_id, generation) != (self._member_id, self._generation_id):
@@ -704,10 +693,10 @@ class GroupMember:
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._request_rejoin("heartbeat returned REBALANCE_IN_PROGRESS")
         elif code is ErrorCode.ILLEGAL_GENERATION:
-            self._reset_generation = True
+            self._reset_to(Reset.GENERATION)
             self._request_rejoin("heartbeat returned ILLEGAL_GENERATION")
         elif code is ErrorCode.UNKNOWN_MEMBER_ID:
-            self._reset_member_id = True
+            self._reset_to(Reset.MEMBER_ID)
             self._request_rejoin("heartbeat returned UNKNOWN_MEMBER_ID")
         else:
             logger.info("member %s: heartbeat returned %s; retrying", self._label(), code.name)
@@ -716,8 +705,8 @@ class GroupMember:
 
     def _note_contact(self) -> None:
         """The coordinator answered (so it also accepted our credentials)."""
-        self._last_contact_s = _now()
-        self._unauthorized_since_s = None
+        self._last_contact_ms = self._clock.now_ms()
+        self._unauthorized_since_ms = None
 
     def _retry_authorization(self, code: ErrorCode, what: str) -> bool:
         """True while a refused token should be retried: a restarting operator refuses it
@@ -725,10 +714,10 @@ class GroupMember:
         `authorization_retry_ms`."""
         if code is not ErrorCode.GROUP_AUTHORIZATION_FAILED:
             return False
-        now = _now()
-        if self._unauthorized_since_s is None:
-            self._unauthorized_since_s = now
-        refused_for_ms = (now - self._unauthorized_since_s) * 1000
+        now = self._clock.now_ms()
+        if self._unauthorized_since_ms is None:
+            self._unauthorized_since_ms = now
+        refused_for_ms = now - self._unauthorized_since_ms
         if refused_for_ms >= self._config.authorization_retry_ms:
             return False
         logger.warning(
@@ -740,6 +729,21 @@ class GroupMember:
             self._config.authorization_retry_ms,
         )
         return True
+
+    def _reset_to(self, level: Reset) -> None:
+        """Make the next rejoin drop at least `level` (the highest request wins)."""
+        self._reset = max(self._reset, level)
+
+    def _enter(self, target: MemberState) -> None:
+        """The main task's moves; once the member is stopping it moves no further."""
+        if self._abort_event.is_set():
+            raise _Aborted
+        self._state = transition(self._state, target)
+
+    def _enter_fatal(self) -> None:
+        # A failure while closing leaves the member LEAVING: close() finishes it as CLOSED.
+        if is_active(self._state):
+            self._state = transition(self._state, MemberState.FATAL)
 
     def _request_rejoin(self, reason: str) -> None:
         if self._rejoin_reason is None:
@@ -762,7 +766,7 @@ class GroupMember:
         self._abort_event.set()
         if self._main_task is None or self._main_task.done():
             # Nobody left to run the fatal epilogue (not started, or already finished).
-            self._state = MemberState.FATAL
+            self._enter_fatal()
             self._done_event.set()
 
     async def _interruptible(self, awaitable: Coroutine[Any, Any, T] | Awaitable[T]) -> T:
@@ -813,11 +817,7 @@ class GroupMember:
             )
 
     def _session_expired(self) -> bool:
-        return _now() - self._last_contact_s > self._config.session_timeout_ms / 1000
+        return self._clock.now_ms() - self._last_contact_ms > self._config.session_timeout_ms
 
     def _label(self) -> str:
         return self._config.group_instance_id or self._member_id or "new-member"
-
-
-def _now() -> float:
-    return asyncio.get_running_loop().time()

@@ -8,12 +8,13 @@ assignment, no rebalance (docs/operator.md, "Hot standby").
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Protocol
 
 from coordinator.client.backoff import Backoff
+from coordinator.client.timing import MonotonicClock, sleep
 from coordinator.client.transport import TransportError
+from coordinator.clock import Clock
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.standby import Promoted, StandbyHeartbeatRequest, StandbyHeartbeatResponse
 
@@ -44,21 +45,23 @@ async def wait_for_promotion(
     heartbeat_interval_ms: int,
     retry_backoff_ms: int = 100,
     retry_backoff_max_ms: int = 1000,
+    clock: Clock | None = None,
 ) -> Promoted:
     """Heartbeat until promoted; returns the promotion. A standby heartbeats
     `STANDBY_BEATS_PER_INTERVAL` times per heartbeat interval (a tiny request, and the
     takeover is then a fraction of an interval after the promotion). An unreachable
     coordinator is retried (a standby has nothing to lose); a refused request raises
-    `CoordinatorError`."""
+    `CoordinatorError`. Waits go through `clock` (default: the real one)."""
+    clock = clock if clock is not None else MonotonicClock()
     request = StandbyHeartbeatRequest(group_id, standby_id, session_timeout_ms)
     backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
-    interval_s = max(heartbeat_interval_ms / STANDBY_BEATS_PER_INTERVAL, MIN_POLL_MS) / 1000
+    interval_ms = max(heartbeat_interval_ms // STANDBY_BEATS_PER_INTERVAL, MIN_POLL_MS)
     while True:
         try:
             answer = await transport.standby_heartbeat(request)
         except TransportError as error:
             logger.debug("standby %s: heartbeat failed: %s", standby_id, error)
-            await asyncio.sleep(min(interval_s, backoff.next_delay_s()))
+            await sleep(clock, min(interval_ms, backoff.next_delay_ms()))
             continue
         except CoordinatorError as error:
             if error.code is not ErrorCode.GROUP_AUTHORIZATION_FAILED:
@@ -66,7 +69,7 @@ async def wait_for_promotion(
             # A restarting operator refuses tokens until it has registered them again; a
             # standby holds nothing, so it keeps asking (a wrong token shows in the log).
             logger.warning("standby %s: token refused, retrying: %s", standby_id, error)
-            await asyncio.sleep(max(interval_s, backoff.next_delay_s()))
+            await sleep(clock, max(interval_ms, backoff.next_delay_ms()))
             continue
         backoff.reset()
         if answer.promoted is not None:
@@ -82,4 +85,4 @@ async def wait_for_promotion(
             raise CoordinatorError(answer.error_code, f"standby heartbeat by {standby_id}")
         if answer.error_code is not ErrorCode.NONE:
             logger.info("standby %s: heartbeat returned %s", standby_id, answer.error_code.name)
-        await asyncio.sleep(interval_s)
+        await sleep(clock, interval_ms)

@@ -15,6 +15,7 @@ from coordinator.client import (
     Transport,
     TransportError,
 )
+from coordinator.clock import ManualClock
 from coordinator.errors import ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
@@ -35,8 +36,9 @@ from coordinator.protocol import TopicPartition
 GROUP = "fleet"
 TOPIC = "events"
 
-# Small real-time timings: heartbeats every 30 ms make rebalances propagate fast; the
-# session timeout is the coordinator's minimum so nothing expires by accident.
+# Small timings: heartbeats every 30 ms make rebalances propagate in few steps (a few
+# `advance_until` steps on a ManualClock, or little real time over HTTP and in processes);
+# the session timeout is the coordinator's minimum so nothing expires by accident.
 FAST = {
     "session_timeout_ms": 6_000,
     "rebalance_timeout_ms": 5_000,
@@ -69,6 +71,29 @@ async def wait_until(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(interval)
+
+
+async def advance_until(
+    clock: ManualClock, predicate: Callable[[], object], within_ms: int = 60_000, step_ms: int = 10
+) -> int:
+    """Move a manual clock in `step_ms` steps until `predicate` holds; the clock time it took.
+
+    Each step fires the timers that fall due (heartbeats, backoffs, the coordinator's) and
+    lets the tasks they wake run, so a rebalance takes as many steps as its timers need, not
+    wall-clock time."""
+    waited = 0
+    while not predicate():
+        if waited >= within_ms:
+            raise AssertionError(f"condition not reached within {within_ms} ms of clock time")
+        await clock.advance(step_ms)
+        waited += step_ms
+    return waited
+
+
+async def assignment_of(clock: ManualClock, member: GroupMember) -> Partitions:
+    """`wait_for_assignment` on manual time: advance until the member is stable (or failed)."""
+    await advance_until(clock, lambda: member.state == "stable" or member.error is not None)
+    return member.poll()
 
 
 def settled(members: Iterable[GroupMember], partitions: frozenset[TopicPartition]) -> bool:

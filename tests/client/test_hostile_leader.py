@@ -8,13 +8,21 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
+from coordinator import CoordinatorConfig, GroupCoordinator, ManualClock, MemoryStore
 from coordinator.assignors.range_assignor import RangeAssignor
 from coordinator.client import GroupMember
 from coordinator.client.validation import assignment_problem
 from coordinator.protocol import Assignment, Subscription, TopicPartition
 
-from .helpers import TOPIC, Ledger, all_partitions, in_process, member_config, wait_until
+from .helpers import (
+    TOPIC,
+    Ledger,
+    advance_until,
+    all_partitions,
+    assignment_of,
+    in_process,
+    member_config,
+)
 
 PARTITIONS = all_partitions(12)
 NONSENSE = (
@@ -49,8 +57,9 @@ class HostileRange(RangeAssignor):
 async def test_a_follower_refuses_a_nonsense_assignment_and_rejoins(
     bad: list[TopicPartition], caplog: pytest.LogCaptureFixture
 ) -> None:
+    clock = ManualClock()
     coordinator = GroupCoordinator(
-        CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
+        CoordinatorConfig(group_initial_rebalance_delay_ms=50), clock, MemoryStore()
     )
     await coordinator.start()
     await coordinator.set_topic_metadata({TOPIC: 12, "payments": 4})
@@ -60,19 +69,22 @@ async def test_a_follower_refuses_a_nonsense_assignment_and_rejoins(
         member_config("a-leader"),
         ledger.listener("leader"),
         assignor_factory=lambda name: HostileRange(bad),
+        clock=clock,
     )
     victim_listener = ledger.listener("victim")
-    victim = GroupMember(in_process(coordinator), member_config("b-victim"), victim_listener)
+    victim = GroupMember(
+        in_process(coordinator), member_config("b-victim"), victim_listener, clock=clock
+    )
     try:
         await hostile.start()
-        await hostile.wait_for_assignment(timeout=10)
+        await assignment_of(clock, hostile)
         caplog.set_level(logging.INFO, logger="coordinator.client.member")
         await victim.start()
 
         def refused_twice() -> bool:
             return sum("is invalid" in r.getMessage() for r in caplog.records) >= 2
 
-        await wait_until(refused_twice)  # logged, rejoined, refused again
+        await advance_until(clock, refused_twice)  # logged, rejoined, refused again
         assert victim.error is None, "not fatal: a later generation may be sound"
         assert victim_listener.assigned == [], "nothing of the nonsense was taken"
         assert victim.assignment == frozenset()

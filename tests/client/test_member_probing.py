@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
+
 from coordinator.assignors import StaticStickyAssignor, decode_subscription_info, get_assignor
 from coordinator.client import GroupMember
 from coordinator.protocol import decode_subscription
 
-from .helpers import Ledger, all_partitions, in_process, member_config, settled, wait_until
+from .helpers import (
+    Ledger,
+    advance_until,
+    all_partitions,
+    assignment_of,
+    in_process,
+    member_config,
+    settled,
+)
 
 PARTITIONS = all_partitions(12)
 
@@ -20,7 +30,13 @@ def versioned(version: int):
     return factory
 
 
-async def start(coordinator, members, ledger, instance_id, version):
+@pytest.fixture
+def coordinator(manual_coordinator):
+    """Manual time: the coordinator and the members read the test's `clock`."""
+    return manual_coordinator
+
+
+async def start(coordinator, clock, members, ledger, instance_id, version):
     member = GroupMember(
         in_process(coordinator),
         member_config(
@@ -28,6 +44,7 @@ async def start(coordinator, members, ledger, instance_id, version):
         ),
         ledger.listener(instance_id),
         assignor_factory=versioned(version),
+        clock=clock,
     )
     members.append(member)
     await member.start()
@@ -45,17 +62,19 @@ async def subscription_versions(coordinator) -> dict[str, int]:
 
 
 async def test_newer_member_downgrades_then_group_upgrades_after_leader_bounce(
-    coordinator, members
+    coordinator, clock, members
 ):
     ledger = Ledger()
-    leader = await start(coordinator, members, ledger, "m-0", version=1)
-    await leader.wait_for_assignment(5)
+    leader = await start(coordinator, clock, members, ledger, "m-0", version=1)
+    await assignment_of(clock, leader)
     assert leader.is_leader
 
     # A v2 member joins a group led by a v1 leader: the leader cannot read it, answers with
     # a probe, the member downgrades to v1 and rejoins; the group then settles on v1.
-    newer = await start(coordinator, members, ledger, "m-1", version=2)
-    await wait_until(lambda: settled([leader, newer], PARTITIONS) and len(newer.assignment) == 6)
+    newer = await start(coordinator, clock, members, ledger, "m-1", version=2)
+    await advance_until(
+        clock, lambda: settled([leader, newer], PARTITIONS) and len(newer.assignment) == 6
+    )
     newer_assignor = newer.assignor("static-sticky")
     assert newer_assignor.leader_supported_version == 1
     assert newer_assignor.used_version == 1
@@ -65,17 +84,18 @@ async def test_newer_member_downgrades_then_group_upgrades_after_leader_bounce(
     # after which the group moves to v2 by itself: no second bounce needed.
     before = {leader.group_instance_id: leader.assignment, "m-1": newer.assignment}
     await leader.close()
-    upgraded = await start(coordinator, members, ledger, "m-0", version=2)
-    await wait_until(
+    upgraded = await start(coordinator, clock, members, ledger, "m-0", version=2)
+    await advance_until(
+        clock,
         lambda: (
             settled([upgraded, newer], PARTITIONS)
             and newer_assignor.leader_supported_version == 2
             and newer_assignor.used_version == 2
             and upgraded.assignor("static-sticky").used_version == 2
-        )
+        ),
     )
     assert upgraded.is_leader
-    await wait_until(lambda: not newer._rejoin_event.is_set())
+    await advance_until(clock, lambda: not newer._rejoin_event.is_set())
     assert await subscription_versions(coordinator) == {"m-0": 2, "m-1": 2}
     # Version changes are metadata only: static-sticky kept every partition where it was.
     assert upgraded.assignment == before["m-0"]

@@ -11,22 +11,28 @@ from coordinator.errors import CoordinatorError, ErrorCode
 
 from .helpers import (
     Ledger,
+    advance_until,
     all_partitions,
     in_process,
     listener_of,
     member_config,
     settled,
-    wait_until,
 )
 
 PARTITIONS = all_partitions(12)
 
 
-async def start_members(coordinator, members, ledger, names, **config):
+@pytest.fixture
+def coordinator(manual_coordinator):
+    """Manual time: the coordinator and the members read the test's `clock`."""
+    return manual_coordinator
+
+
+async def start_members(coordinator, clock, members, ledger, names, **config):
     started = []
     for name in names:
         member = GroupMember(
-            in_process(coordinator), member_config(**config), ledger.listener(name)
+            in_process(coordinator), member_config(**config), ledger.listener(name), clock=clock
         )
         members.append(member)
         started.append(member)
@@ -34,10 +40,10 @@ async def start_members(coordinator, members, ledger, names, **config):
     return started
 
 
-async def test_eager_group_of_three_gets_a_full_disjoint_assignment(coordinator, members):
+async def test_eager_group_of_three_gets_a_full_disjoint_assignment(coordinator, clock, members):
     ledger = Ledger()
-    started = await start_members(coordinator, members, ledger, ["a", "b", "c"])
-    await wait_until(lambda: settled(started, PARTITIONS))
+    started = await start_members(coordinator, clock, members, ledger, ["a", "b", "c"])
+    await advance_until(clock, lambda: settled(started, PARTITIONS))
 
     assert sorted(len(m.assignment) for m in started) == [4, 4, 4]
     assert all(m.protocol_name == "range" and not m.cooperative for m in started)
@@ -48,13 +54,13 @@ async def test_eager_group_of_three_gets_a_full_disjoint_assignment(coordinator,
     }
 
 
-async def test_eager_member_revokes_everything_before_rejoining(coordinator, members):
+async def test_eager_member_revokes_everything_before_rejoining(coordinator, clock, members):
     ledger = Ledger()
-    a, b = await start_members(coordinator, members, ledger, ["a", "b"])
-    await wait_until(lambda: settled([a, b], PARTITIONS))
+    a, b = await start_members(coordinator, clock, members, ledger, ["a", "b"])
+    await advance_until(clock, lambda: settled([a, b], PARTITIONS))
     before = a.assignment
-    (c,) = await start_members(coordinator, members, ledger, ["c"])
-    await wait_until(lambda: settled([a, b, c], PARTITIONS))
+    (c,) = await start_members(coordinator, clock, members, ledger, ["c"])
+    await advance_until(clock, lambda: settled([a, b, c], PARTITIONS))
 
     listener_a = listener_of(a)
     # Eager: the whole previous assignment was revoked, then a whole new one assigned.
@@ -63,19 +69,19 @@ async def test_eager_member_revokes_everything_before_rejoining(coordinator, mem
     assert ledger.violations == []
 
 
-async def test_cooperative_scale_up_moves_partitions_in_two_rebalances(coordinator, members):
+async def test_cooperative_scale_up_moves_partitions_in_two_rebalances(coordinator, clock, members):
     ledger = Ledger()
     a, b = await start_members(
-        coordinator, members, ledger, ["a", "b"], rebalance_protocol="cooperative"
+        coordinator, clock, members, ledger, ["a", "b"], rebalance_protocol="cooperative"
     )
-    await wait_until(lambda: settled([a, b], PARTITIONS))
+    await advance_until(clock, lambda: settled([a, b], PARTITIONS))
     generation = a.generation_id
     kept = {"a": a.assignment, "b": b.assignment}
 
     (c,) = await start_members(
-        coordinator, members, ledger, ["c"], rebalance_protocol="cooperative"
+        coordinator, clock, members, ledger, ["c"], rebalance_protocol="cooperative"
     )
-    await wait_until(lambda: settled([a, b, c], PARTITIONS))
+    await advance_until(clock, lambda: settled([a, b, c], PARTITIONS))
 
     assert all(m.cooperative and m.protocol_name == "cooperative-sticky" for m in (a, b, c))
     assert sorted(len(m.assignment) for m in (a, b, c)) == [4, 4, 4]
@@ -94,12 +100,14 @@ async def test_cooperative_scale_up_moves_partitions_in_two_rebalances(coordinat
     assert ledger.violations == []
 
 
-async def test_compatible_members_offer_cooperative_first_but_behave_eagerly(coordinator, members):
+async def test_compatible_members_offer_cooperative_first_but_behave_eagerly(
+    coordinator, clock, members
+):
     ledger = Ledger()
     a, b = await start_members(
-        coordinator, members, ledger, ["a", "b"], rebalance_protocol="compatible"
+        coordinator, clock, members, ledger, ["a", "b"], rebalance_protocol="compatible"
     )
-    await wait_until(lambda: settled([a, b], PARTITIONS))
+    await advance_until(clock, lambda: settled([a, b], PARTITIONS))
     # Everyone's first choice is the cooperative assignor, so the group selects it...
     assert a.protocol_name == "cooperative-sticky"
     assert a.config.offered_assignors == ("cooperative-sticky", "range")
@@ -107,8 +115,10 @@ async def test_compatible_members_offer_cooperative_first_but_behave_eagerly(coo
     assert not a.cooperative
     before = {a: a.assignment, b: b.assignment}
 
-    (c,) = await start_members(coordinator, members, ledger, ["c"], rebalance_protocol="compatible")
-    await wait_until(lambda: settled([a, b, c], PARTITIONS))
+    (c,) = await start_members(
+        coordinator, clock, members, ledger, ["c"], rebalance_protocol="compatible"
+    )
+    await advance_until(clock, lambda: settled([a, b, c], PARTITIONS))
     for member in (a, b):
         listener = listener_of(member)
         assert before[member] in listener.revoked  # everything, before rejoining
@@ -116,15 +126,16 @@ async def test_compatible_members_offer_cooperative_first_but_behave_eagerly(coo
     assert ledger.violations == []
 
 
-async def test_cooperative_member_cannot_join_an_eager_group(coordinator, members):
+async def test_cooperative_member_cannot_join_an_eager_group(coordinator, clock, members):
     ledger = Ledger()
-    a, b = await start_members(coordinator, members, ledger, ["a", "b"])
-    await wait_until(lambda: settled([a, b], PARTITIONS))
+    a, b = await start_members(coordinator, clock, members, ledger, ["a", "b"])
+    await advance_until(clock, lambda: settled([a, b], PARTITIONS))
     generation = a.generation_id
 
     (rogue,) = await start_members(
-        coordinator, members, ledger, ["rogue"], rebalance_protocol="cooperative"
+        coordinator, clock, members, ledger, ["rogue"], rebalance_protocol="cooperative"
     )
+    await advance_until(clock, lambda: rogue.error is not None)
     with pytest.raises(CoordinatorError) as failure:
         await asyncio.wait_for(rogue.run(), 5)
     assert failure.value.code is ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -133,6 +144,6 @@ async def test_cooperative_member_cannot_join_an_eager_group(coordinator, member
     with pytest.raises(CoordinatorError):
         await rogue.wait_for_assignment(1)
     # The eager group never noticed.
-    await asyncio.sleep(0.1)
+    await clock.advance(100)
     assert coordinator.generation_of("fleet") == generation
     assert settled([a, b], PARTITIONS)

@@ -7,12 +7,21 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
-from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
+from coordinator import CoordinatorConfig, GroupCoordinator, ManualClock, MemoryStore, SystemClock
 from coordinator.client import GroupMember, HttpTransport, Transport
 from coordinator.protocol import TopicPartition
 from coordinator.server import AuthConfig, create_app, start_server
 
-from .helpers import GROUP, TOPIC, Ledger, all_partitions, in_process, member_config, wait_until
+from .helpers import (
+    GROUP,
+    TOPIC,
+    Ledger,
+    advance_until,
+    all_partitions,
+    in_process,
+    member_config,
+    wait_until,
+)
 
 CLICKS = "clicks"
 ADMIN_TOKEN = "admin-token"
@@ -24,13 +33,20 @@ async def start_static(
     members: list[GroupMember],
     ledger: Ledger,
     instance_id: str,
+    clock: ManualClock | None = None,
     **config: object,
 ) -> GroupMember:
     settings = member_config(instance_id, **config)
-    member = GroupMember(transport, settings, ledger.listener(instance_id))
+    member = GroupMember(transport, settings, ledger.listener(instance_id), clock=clock)
     members.append(member)
     await member.start()
     return member
+
+
+@pytest.fixture
+def coordinator(manual_coordinator: GroupCoordinator) -> GroupCoordinator:
+    """Manual time for the in-process tests: they advance the test's `clock`."""
+    return manual_coordinator
 
 
 def owned_once(fleet: list[GroupMember], partitions: frozenset[TopicPartition]) -> bool:
@@ -61,6 +77,7 @@ async def last_seq(coordinator: GroupCoordinator) -> int:
 )
 async def test_new_partitions_of_subscribed_topics_get_owned_after_a_metadata_change(
     coordinator: GroupCoordinator,
+    clock: ManualClock,
     members: list[GroupMember],
     protocol: str,
     change: dict[str, int],
@@ -73,17 +90,18 @@ async def test_new_partitions_of_subscribed_topics_get_owned_after_a_metadata_ch
             members,
             ledger,
             f"m-{i}",
+            clock,
             topics=(TOPIC, CLICKS),
             rebalance_protocol=protocol,
         )
         for i in range(3)
     ]
-    await wait_until(lambda: owned_once(fleet, all_partitions(12)))
+    await advance_until(clock, lambda: owned_once(fleet, all_partitions(12)))
     since = await last_seq(coordinator)
 
     await coordinator.set_topic_metadata(change)
 
-    await wait_until(lambda: owned_once(fleet, expected))
+    await advance_until(clock, lambda: owned_once(fleet, expected))
     assert ledger.violations == []
     assert set(ledger.owner) == expected
     assert await rebalances_since(coordinator, since) == 1
@@ -91,7 +109,7 @@ async def test_new_partitions_of_subscribed_topics_get_owned_after_a_metadata_ch
 
 @pytest.mark.parametrize("protocol", ["eager", "cooperative"])
 async def test_static_follower_restarting_with_another_topic_gets_it_assigned(
-    coordinator: GroupCoordinator, members: list[GroupMember], protocol: str
+    coordinator: GroupCoordinator, clock: ManualClock, members: list[GroupMember], protocol: str
 ) -> None:
     # Beyond Kafka, deliberately: Kafka serves such a member the current generation and its
     # new topic stays unowned until something else rebalances the group.
@@ -99,11 +117,11 @@ async def test_static_follower_restarting_with_another_topic_gets_it_assigned(
     ledger = Ledger()
     fleet = [
         await start_static(
-            in_process(coordinator), members, ledger, f"m-{i}", rebalance_protocol=protocol
+            in_process(coordinator), members, ledger, f"m-{i}", clock, rebalance_protocol=protocol
         )
         for i in range(3)
     ]
-    await wait_until(lambda: owned_once(fleet, all_partitions(12)))
+    await advance_until(clock, lambda: owned_once(fleet, all_partitions(12)))
     follower = next(m for m in fleet if not m.is_leader)
     assert follower.group_instance_id is not None
     since = await last_seq(coordinator)
@@ -114,13 +132,14 @@ async def test_static_follower_restarting_with_another_topic_gets_it_assigned(
         members,
         ledger,
         follower.group_instance_id,
+        clock,
         topics=(TOPIC, CLICKS),
         rebalance_protocol=protocol,
     )
     fleet = [m for m in fleet if m is not follower] + [restarted]
 
     expected = all_partitions(12) | all_partitions(6, CLICKS)
-    await wait_until(lambda: owned_once(fleet, expected))
+    await advance_until(clock, lambda: owned_once(fleet, expected))
     assert all_partitions(6, CLICKS) <= restarted.assignment
     assert ledger.violations == []
     assert await rebalances_since(coordinator, since) == 1
