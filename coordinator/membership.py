@@ -711,6 +711,9 @@ class MembershipProtocol(CoordinatorRuntime):
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
         group.remove_pending_sync_member(member_id)
+        if not group.pending_sync_members:
+            # As Kafka's removePendingSyncMember: everyone has synced, nobody to time out.
+            self._cancel_sync_timer(group)
         self._touch(group, member)
         if group.is_in(GroupState.STABLE):
             return self._sync_response(group, member.assignment)

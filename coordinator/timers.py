@@ -40,7 +40,7 @@ def sync_key(group_id: str) -> str:
     return f"sync-{group_id}"
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class _Timer(Generic[Scope]):
     key: str
     due_ms: int
@@ -68,6 +68,9 @@ class Timers(Generic[Scope]):
         self._timers[key] = timer
 
         async def fire() -> None:
+            # Break timer -> handle -> fire -> timer now: the server freezes the collector
+            # (`server.gc_policy`), so a fired timer must go by reference counting alone.
+            timer.handle = None
             if self._timers.get(key) is timer:
                 await self._write_path(timer.scope, lambda: self._expire(timer))
 

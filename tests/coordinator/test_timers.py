@@ -7,13 +7,17 @@ timers a coordinator has armed, and when, after join, sync, heartbeat and leave.
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from coordinator import ErrorCode, LeaveGroupRequest, ManualClock, MemberIdentity
-from coordinator.clock import settle
+from coordinator.clock import SystemClock, settle
 from coordinator.group import ClassicGroup, ClassicMember, GroupInvariantError
+from coordinator.records import StoreBatch
+from coordinator.store import MemoryStore
 from coordinator.timers import Timers, heartbeat_key, join_key, sync_key
 from tests.coordinator.harness import (
     GROUP,
@@ -131,6 +135,27 @@ async def test_cancel_all() -> None:
     assert fired == []
 
 
+async def test_a_fired_timer_is_freed_without_the_collector() -> None:
+    # The server freezes the collector (server.gc_policy): a cycle left by a fired timer
+    # would never be reclaimed.
+    write_path = WritePath()
+    timers: Timers[str] = Timers(SystemClock(), write_path)
+    fired: list[str] = []
+    gc.disable()
+    try:
+        timers.schedule("join-g", "g", 0, lambda: fired.append("join"))
+        timer = weakref.ref(timers._timers["join-g"])
+        for _ in range(100):
+            await asyncio.sleep(0.001)
+            if fired:
+                break
+        await settle()
+        assert fired == ["join"]
+        assert timer() is None, "freed by reference counting alone"
+    finally:
+        gc.enable()
+
+
 def test_keys_are_kafkas() -> None:
     assert heartbeat_key("g", "m-1") == "heartbeat-g-m-1"
     assert join_key("g") == "join-g"
@@ -176,6 +201,7 @@ async def test_timers_after_join_sync_heartbeat_and_leave(harness: Harness) -> N
         timers.assert_timer(heartbeat_key(GROUP, response.member_id), now + SESSION_MS)
 
     await harness.complete_sync(responses)
+    timers.assert_no_timer(sync_key(GROUP))  # everyone synced: as Kafka, it is cancelled
     leader, follower = sorted(responses, key=lambda r: r.leader != r.member_id)
     assert leader.leader == leader.member_id
 
@@ -328,3 +354,36 @@ def test_removing_an_unknown_member_is_lenient_as_in_kafka() -> None:
     group.add(member("a"))
     assert group.remove("nobody") is None
     assert list(group.members) == ["a"] and group.leader_id == "a"
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[StoreBatch] = []
+
+    async def write(self, batch: StoreBatch) -> None:
+        self.batches.append(batch)
+        await super().write(batch)
+
+
+async def test_a_session_expiry_is_written_once_through_the_write_path() -> None:
+    store = CountingStore()
+    harness = await Harness(store=store).start()
+    try:
+        responses = await harness.form_group(["i-0", "i-1"])
+        stays = next(r for r in responses if r.member_id.startswith("i-0"))
+        store.batches.clear()
+        # i-0 keeps heartbeating, i-1 goes silent; nothing else happens meanwhile.
+        for _ in range(SESSION_MS // 3_000 + 1):
+            await harness.clock.advance(3_000)
+            assert await harness.heartbeat(stays.member_id, 1, "i-0") in (
+                ErrorCode.NONE,
+                ErrorCode.REBALANCE_IN_PROGRESS,
+            )
+        expiry = [b for b in store.batches if any(e.kind == "member_removed" for e in b.journal)]
+        assert len(expiry) == 1, "one write for the expiry and what it started"
+        kinds = [event.kind for event in expiry[0].journal]
+        assert kinds == ["member_removed", "rebalance_started"]
+        assert await harness.state() == "PreparingRebalance"
+    finally:
+        await harness.coordinator.close()
