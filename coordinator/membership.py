@@ -9,6 +9,7 @@ documented in `coordinator.state`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -593,12 +594,9 @@ class MembershipProtocol(CoordinatorRuntime):
 
     def _arm_session_timer(self, group: ClassicGroup, member: ClassicMember, delay_ms: int) -> None:
         member_id = member.member_id
-        self.timers.schedule(
-            heartbeat_key(group.group_id, member_id),
-            group,
-            delay_ms,
-            lambda: self._session_expired(group, member_id),
-        )
+        # A partial, not a lambda: every member holds one (memory per member counts).
+        expire = functools.partial(self._session_expired, group, member_id)
+        self.timers.schedule(heartbeat_key(group.group_id, member_id), group, delay_ms, expire)
 
     def _move_session_timer(
         self, group: ClassicGroup, old_member_id: str, new_member_id: str
@@ -609,11 +607,9 @@ class MembershipProtocol(CoordinatorRuntime):
         due_ms = self.timers.due_ms(old_key)
         self.timers.cancel(old_key)
         if due_ms is not None:
+            expire = functools.partial(self._session_expired, group, new_member_id)
             self.timers.schedule_at(
-                heartbeat_key(group.group_id, new_member_id),
-                group,
-                due_ms,
-                lambda: self._session_expired(group, new_member_id),
+                heartbeat_key(group.group_id, new_member_id), group, due_ms, expire
             )
 
     def _session_expired(self, group: ClassicGroup, member_id: str) -> None:

@@ -12,6 +12,7 @@ Hand-written: no library keys timers this way on an injectable clock.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -66,15 +67,16 @@ class Timers(Generic[Scope]):
         self.cancel(key)
         timer = _Timer(key, due_ms, scope, operation)
         self._timers[key] = timer
-
-        async def fire() -> None:
-            # Break timer -> handle -> fire -> timer now: the server freezes the collector
-            # (`server.gc_policy`), so a fired timer must go by reference counting alone.
-            timer.handle = None
-            if self._timers.get(key) is timer:
-                await self._write_path(timer.scope, lambda: self._expire(timer))
-
+        # A partial, not a closure: one is held per member, and a closure costs more.
+        fire = functools.partial(self._fire, timer)
         timer.handle = self._clock.call_later(max(due_ms - self._clock.now_ms(), 0), fire)
+
+    async def _fire(self, timer: _Timer[Scope]) -> None:
+        # Break timer -> handle -> callback -> timer now: the server freezes the collector
+        # (`server.gc_policy`), so a fired timer must go by reference counting alone.
+        timer.handle = None
+        if self._timers.get(timer.key) is timer:
+            await self._write_path(timer.scope, functools.partial(self._expire, timer))
 
     def _expire(self, timer: _Timer[Scope]) -> bool:
         # Checked again under the lock: a request may have replaced or cancelled the timer
