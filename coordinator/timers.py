@@ -47,7 +47,12 @@ class _Timer(Generic[Scope]):
     due_ms: int
     scope: Scope
     operation: TimerOperation
+    service: Timers[Scope]
     handle: TimerHandle | None = field(default=None)
+
+    def __call__(self) -> Awaitable[None]:
+        """The clock's callback is the timer itself (one is held per member: no closure)."""
+        return self.service._fire(self)
 
 
 class Timers(Generic[Scope]):
@@ -65,14 +70,12 @@ class Timers(Generic[Scope]):
     def schedule_at(self, key: str, scope: Scope, due_ms: int, operation: TimerOperation) -> None:
         """Run `operation` at `due_ms` (clock time); any timer under `key` is replaced."""
         self.cancel(key)
-        timer = _Timer(key, due_ms, scope, operation)
+        timer = _Timer(key, due_ms, scope, operation, self)
         self._timers[key] = timer
-        # A partial, not a closure: one is held per member, and a closure costs more.
-        fire = functools.partial(self._fire, timer)
-        timer.handle = self._clock.call_later(max(due_ms - self._clock.now_ms(), 0), fire)
+        timer.handle = self._clock.call_later(max(due_ms - self._clock.now_ms(), 0), timer)
 
     async def _fire(self, timer: _Timer[Scope]) -> None:
-        # Break timer -> handle -> callback -> timer now: the server freezes the collector
+        # Break timer -> handle -> timer now: the server freezes the collector
         # (`server.gc_policy`), so a fired timer must go by reference counting alone.
         timer.handle = None
         if self._timers.get(timer.key) is timer:
