@@ -84,11 +84,10 @@ class GroupCoordinator(StandbyProtocol):
         self._closed = True
         if self._journal_prune_timer is not None:
             self._journal_prune_timer.cancel()
+        self.timers.cancel_all()
         for group in self._groups.values():
             async with group.lock:
-                self._cancel_group_timers(group)
                 for member in group.members.values():
-                    member.cancel_session_timer()
                     member.complete_join(
                         JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id="")
                     )

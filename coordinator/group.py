@@ -1,7 +1,8 @@
 """A classic group and its members: membership, selected protocol, generation.
 
-Pure data and rules, no I/O and no timers (those live in `coordinator.coordinator`), like
-Kafka's ClassicGroup / ClassicGroupMember.
+Pure data and rules, no I/O and no timers (those are keyed in `coordinator.timers`), like
+Kafka's ClassicGroup / ClassicGroupMember, including the invariants it checks: breaking one
+is a bug in the caller and raises `GroupInvariantError`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import asyncio
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from coordinator.clock import TimerHandle
 from coordinator.errors import ErrorCode
 from coordinator.messages import JoinGroupResponse, JoinGroupResponseMember, SyncGroupResponse
 from coordinator.records import GroupRecord, MemberRecord, StoreBatch
 from coordinator.state import GroupState, assert_valid_transition
 from coordinator.subscriptions import group_topics
+
+
+class GroupInvariantError(Exception):
+    """A change would break a group invariant (Kafka's IllegalStateException there)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -32,13 +36,10 @@ class ClassicMember:
     # A parked JoinGroup / SyncGroup waiting for the join phase / the leader's assignment.
     join_future: asyncio.Future[JoinGroupResponse] | None = None
     sync_future: asyncio.Future[SyncGroupResponse] | None = None
-    session_timer: TimerHandle | None = None
-    # The session timer is re-armed lazily: a heartbeat only records `last_heard_ms`; when
-    # the timer fires early it re-arms for the rest (cancel + re-arm per heartbeat was the
-    # heartbeat's main cost). `session_epoch` tells a superseded timer it is stale.
-    session_epoch: int = 0
+    # The session timer (`heartbeat-<group>-<member>`) is re-armed lazily: a heartbeat only
+    # records `last_heard_ms`; when the timer fires early it re-arms for the rest (cancel +
+    # re-arm per heartbeat was the heartbeat's main cost).
     last_heard_ms: int = 0
-    session_timer_due_ms: int = 0
     # Joined but not yet through a join phase: its parked JoinGroup does not keep it alive
     # (Kafka's ClassicGroupMember.isNew and NewMemberJoinTimeoutMs).
     is_new: bool = False
@@ -88,11 +89,6 @@ class ClassicMember:
         future.set_result(response)
         return True
 
-    def cancel_session_timer(self) -> None:
-        if self.session_timer is not None:
-            self.session_timer.cancel()
-            self.session_timer = None
-
     def to_record(self) -> MemberRecord:
         return MemberRecord(
             member_id=self.member_id,
@@ -131,15 +127,13 @@ class ClassicGroup:
     members: dict[str, ClassicMember] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     # Dynamic members told MEMBER_ID_REQUIRED that have not rejoined yet (KIP-394).
-    pending_members: dict[str, TimerHandle] = field(default_factory=dict)
+    pending_members: set[str] = field(default_factory=set)
     # Members of this generation that have not sent SyncGroup yet.
     pending_sync_members: set[str] = field(default_factory=set)
     last_assignment_by_instance: dict[str, bytes] = field(default_factory=dict)
     # Partition counts of the subscribed topics when the join phase ended: the leader
     # assigned with these (a later change starts another rebalance).
     assigned_topics: dict[str, int] = field(default_factory=dict)
-    join_timer: TimerHandle | None = None
-    sync_timer: TimerHandle | None = None
     # Initial rebalance delay bookkeeping (Kafka's InitialDelayedJoin).
     initial_join_in_progress: bool = False
     initial_join_remaining_ms: int = 0
@@ -175,24 +169,77 @@ class ClassicGroup:
         return self.leader_id == member_id
 
     def add(self, member: ClassicMember) -> None:
+        """Kafka's ClassicGroup.add: the same checks, in the same order."""
+        instance_id = member.group_instance_id
+        if instance_id is not None and instance_id in self.static_members:
+            raise GroupInvariantError(
+                f"static member {instance_id} cannot be added to group {self.group_id}:"
+                " it is already a member"
+            )
+        if self.members and member.protocol_type != self.protocol_type:
+            raise GroupInvariantError(
+                f"member {member.member_id} has protocol type {member.protocol_type!r},"
+                f" group {self.group_id} has {self.protocol_type!r}"
+            )
+        if not self.supports_protocols(member.protocol_type, member.protocol_names):
+            raise GroupInvariantError(
+                f"group {self.group_id} supports none of member {member.member_id}'s protocols"
+            )
         if not self.members:
             self.protocol_type = member.protocol_type
         self.members[member.member_id] = member
         self.protocol_counts.update(member.protocol_names)
-        if member.group_instance_id is not None:
-            self.static_members[member.group_instance_id] = member.member_id
+        if instance_id is not None:
+            self.static_members[instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
+        self.pending_members.discard(member.member_id)
+
+    def add_pending_member(self, member_id: str) -> bool:
+        """KIP-394: a dynamic member id handed out, not joined yet; False if already pending."""
+        if member_id in self.members:
+            raise GroupInvariantError(
+                f"pending member {member_id} is already a member of group {self.group_id}"
+            )
+        if member_id in self.pending_members:
+            return False
+        self.pending_members.add(member_id)
+        return True
+
+    def remove_pending_member(self, member_id: str) -> bool:
+        """False if `member_id` was not pending."""
+        if member_id not in self.pending_members:
+            return False
+        self.pending_members.discard(member_id)
+        return True
+
+    def add_pending_sync_member(self, member_id: str) -> None:
+        if member_id not in self.members:
+            raise GroupInvariantError(f"{member_id} is not a member of group {self.group_id}")
+        self.pending_sync_members.add(member_id)
+
+    def remove_pending_sync_member(self, member_id: str) -> bool:
+        """Kafka's removePendingSyncMember: only a member can have been pending sync."""
+        if member_id not in self.members:
+            raise GroupInvariantError(f"{member_id} is not a member of group {self.group_id}")
+        if member_id not in self.pending_sync_members:
+            return False
+        self.pending_sync_members.discard(member_id)
+        return True
 
     def remove(self, member_id: str) -> ClassicMember | None:
+        """None for an unknown member id: Kafka's remove is lenient there too."""
         member = self.members.pop(member_id, None)
         if member is None:
+            self.pending_members.discard(member_id)
+            self.pending_sync_members.discard(member_id)
             return None
         self.protocol_counts.subtract(member.protocol_names)
         self.protocol_counts += Counter()  # drop names no member offers any more
         instance_id = member.group_instance_id
         if instance_id is not None and self.static_members.get(instance_id) == member_id:
             del self.static_members[instance_id]
+        self.pending_members.discard(member_id)
         self.pending_sync_members.discard(member_id)
         if self.leader_id == member_id:
             self.leader_id = next(iter(self.members), None)
@@ -222,7 +269,9 @@ class ClassicGroup:
         self, instance_id: str, old_member_id: str, new_member_id: str
     ) -> ClassicMember:
         """Give a static instance a new member id; the old one is fenced from now on."""
-        member = self.members.pop(old_member_id)
+        member = self.members.pop(old_member_id, None)
+        if member is None:
+            raise GroupInvariantError(f"cannot replace non-existing member id {old_member_id}")
         member.member_id = new_member_id
         self.members[new_member_id] = member
         self.static_members[instance_id] = new_member_id

@@ -9,6 +9,7 @@ documented in `coordinator.state`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from coordinator.runtime import CoordinatorRuntime
 from coordinator.state import GroupState
 from coordinator.store import StoreError
 from coordinator.subscriptions import subscription_changed, topic_counts
+from coordinator.timers import heartbeat_key, join_key, sync_key
 
 log = logging.getLogger("coordinator")
 
@@ -120,9 +122,8 @@ class MembershipProtocol(CoordinatorRuntime):
 
     def _refuse_over_capacity(self, group: ClassicGroup, member_id: str) -> None:
         """Kafka removes a member refused for size: it must not hold a place it cannot have."""
-        pending = group.pending_members.pop(member_id, None)
-        if pending is not None:
-            pending.cancel()
+        if group.remove_pending_member(member_id):
+            self.timers.cancel(heartbeat_key(group.group_id, member_id))
         member = group.members.get(member_id)
         if member is not None:
             self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "group_max_size")
@@ -156,7 +157,7 @@ class MembershipProtocol(CoordinatorRuntime):
         if not group.supports_protocols(request.protocol_type, [n for n, _ in protocols]):
             return JoinGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         if member_id in group.pending_members and request.group_instance_id is None:
-            group.pending_members.pop(member_id).cancel()
+            # `add` takes it out of the pending members; its session timer is re-armed.
             return self._add_member_and_rebalance(group, request, member_id, protocols)
         code = self._validate_member(group, member_id, request.group_instance_id, "join")
         if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
@@ -263,6 +264,7 @@ class MembershipProtocol(CoordinatorRuntime):
         old_member.complete_join(JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=""))
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        self._move_session_timer(group, old_member_id, new_member_id)
         # As Kafka, the replacing member is not "new": its parked JoinGroup keeps it alive.
         was_new, member.is_new = member.is_new, False
         group.set_member_protocols(member, protocols)
@@ -300,6 +302,7 @@ class MembershipProtocol(CoordinatorRuntime):
                     exc_info=True,
                 )
                 group.replace_static_member(instance_id, new_member_id, old_member_id)
+                self._move_session_timer(group, new_member_id, old_member_id)
                 group.set_member_protocols(member, previous[0])
                 (
                     _,
@@ -362,14 +365,14 @@ class MembershipProtocol(CoordinatorRuntime):
         return future
 
     def _add_pending_member(self, group: ClassicGroup, member_id: str, session_ms: int) -> None:
-        async def expire() -> None:
-            async with group.lock:
-                if group.pending_members.pop(member_id, None) is not None:
-                    log.info("pending member %s of %s never rejoined", member_id, group.group_id)
-                    self._maybe_complete_join(group)
-                    await self._flush(group)
-
-        group.pending_members[member_id] = self.clock.call_later(session_ms, expire)
+        group.add_pending_member(member_id)
+        # As Kafka: a pending member id's session is the member's heartbeat key.
+        self.timers.schedule(
+            heartbeat_key(group.group_id, member_id),
+            group,
+            session_ms,
+            lambda: self._session_expired(group, member_id),
+        )
 
     # --- rebalance ------------------------------------------------------------------------
 
@@ -414,38 +417,33 @@ class MembershipProtocol(CoordinatorRuntime):
             self._maybe_complete_join(group)
 
     def _arm_join_timer(self, group: ClassicGroup, delay_ms: int) -> None:
-        async def deadline() -> None:
-            async with group.lock:
-                if group.join_timer is not handle or not group.is_in(
-                    GroupState.PREPARING_REBALANCE
-                ):
-                    return
-                group.join_timer = None
-                hold = self._expansion_hold_ms(group)
-                if hold > 0:
-                    # Expected members are still missing: the join phase waits for them.
-                    self._arm_join_timer(group, hold)
-                    return
-                if (
-                    group.initial_join_in_progress
-                    and group.new_member_added
-                    and (group.initial_join_remaining_ms > 0)
-                ):
-                    group.new_member_added = False
-                    delay = min(
-                        self.config.group_initial_rebalance_delay_ms,
-                        group.initial_join_remaining_ms,
-                    )
-                    group.initial_join_remaining_ms = max(
-                        group.initial_join_remaining_ms - delay, 0
-                    )
-                    self._arm_join_timer(group, delay)
-                else:
-                    self._complete_join(group)
-                await self._flush(group)
+        self.timers.schedule(
+            join_key(group.group_id), group, delay_ms, lambda: self._join_deadline(group)
+        )
 
-        handle = self.clock.call_later(delay_ms, deadline)
-        group.join_timer = handle
+    def _join_deadline(self, group: ClassicGroup) -> None:
+        """The join phase's timer (run under the group lock by the timer write path)."""
+        if not group.is_in(GroupState.PREPARING_REBALANCE):
+            return
+        hold = self._expansion_hold_ms(group)
+        if hold > 0:
+            # Expected members are still missing: the join phase waits for them.
+            self._arm_join_timer(group, hold)
+            return
+        if (
+            group.initial_join_in_progress
+            and group.new_member_added
+            and (group.initial_join_remaining_ms > 0)
+        ):
+            group.new_member_added = False
+            delay = min(
+                self.config.group_initial_rebalance_delay_ms,
+                group.initial_join_remaining_ms,
+            )
+            group.initial_join_remaining_ms = max(group.initial_join_remaining_ms - delay, 0)
+            self._arm_join_timer(group, delay)
+        else:
+            self._complete_join(group)
 
     def _maybe_complete_join(self, group: ClassicGroup) -> None:
         # The initial delay does not end early: it exists to let more members arrive (unless
@@ -544,44 +542,37 @@ class MembershipProtocol(CoordinatorRuntime):
 
     def _arm_sync_timer(self, group: ClassicGroup) -> None:
         generation = group.generation_id
+        self.timers.schedule(
+            sync_key(group.group_id),
+            group,
+            group.rebalance_timeout_ms(),
+            lambda: self._sync_deadline(group, generation),
+        )
 
-        async def deadline() -> None:
-            async with group.lock:
-                if group.sync_timer is not handle:
-                    return
-                group.sync_timer = None
-                if generation != group.generation_id or not group.is_in(
-                    GroupState.COMPLETING_REBALANCE, GroupState.STABLE
-                ):
-                    return
-                late = [group.members[m] for m in group.pending_sync_members if m in group.members]
-                if late:
-                    for member in late:
-                        self._remove_member(
-                            group, member, JournalKind.MEMBER_REMOVED, "sync_timeout"
-                        )
-                    self._maybe_prepare_rebalance(group, "members did not sync in time")
-                    self._maybe_complete_join(group)
-                await self._flush(group)
-
-        handle = self.clock.call_later(group.rebalance_timeout_ms(), deadline)
-        group.sync_timer = handle
+    def _sync_deadline(self, group: ClassicGroup, generation: int) -> None:
+        """The sync phase's timer (run under the group lock by the timer write path)."""
+        if generation != group.generation_id or not group.is_in(
+            GroupState.COMPLETING_REBALANCE, GroupState.STABLE
+        ):
+            return
+        late = [group.members[m] for m in group.pending_sync_members if m in group.members]
+        if late:
+            for member in late:
+                self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "sync_timeout")
+            self._maybe_prepare_rebalance(group, "members did not sync in time")
+            self._maybe_complete_join(group)
 
     def _cancel_join_timer(self, group: ClassicGroup) -> None:
-        if group.join_timer is not None:
-            group.join_timer.cancel()
-            group.join_timer = None
+        self.timers.cancel(join_key(group.group_id))
 
     def _cancel_sync_timer(self, group: ClassicGroup) -> None:
-        if group.sync_timer is not None:
-            group.sync_timer.cancel()
-            group.sync_timer = None
+        self.timers.cancel(sync_key(group.group_id))
 
     def _cancel_group_timers(self, group: ClassicGroup) -> None:
         self._cancel_join_timer(group)
         self._cancel_sync_timer(group)
-        for handle in group.pending_members.values():
-            handle.cancel()
+        for member_id in group.pending_members:
+            self.timers.cancel(heartbeat_key(group.group_id, member_id))
 
     # --- members: liveness and removal -----------------------------------------------------
 
@@ -592,7 +583,8 @@ class MembershipProtocol(CoordinatorRuntime):
         deadline = now + member.session_timeout_ms
         # Keep the armed timer unless it would fire after the new deadline (a shorter
         # session timeout); firing early is fine: it re-arms for the rest.
-        if member.session_timer is None or member.session_timer_due_ms > deadline:
+        due_ms = self.timers.due_ms(heartbeat_key(group.group_id, member.member_id))
+        if due_ms is None or due_ms > deadline:
             self._arm_session_timer(group, member, member.session_timeout_ms)
 
     def _schedule_session_timeout(self, group: ClassicGroup, member: ClassicMember) -> None:
@@ -601,57 +593,69 @@ class MembershipProtocol(CoordinatorRuntime):
         self._arm_session_timer(group, member, member.session_timeout_ms)
 
     def _arm_session_timer(self, group: ClassicGroup, member: ClassicMember, delay_ms: int) -> None:
-        member.cancel_session_timer()
-        member.session_epoch += 1
-        epoch = member.session_epoch
+        member_id = member.member_id
+        # A partial, not a lambda: every member holds one (memory per member counts).
+        expire = functools.partial(self._session_expired, group, member_id)
+        self.timers.schedule(heartbeat_key(group.group_id, member_id), group, delay_ms, expire)
 
-        async def expire() -> None:
-            async with group.lock:
-                # member_id is read now: a static replacement re-keys the same object.
-                if group.members.get(member.member_id) is not member or (
-                    member.session_epoch != epoch
-                ):
-                    return
-                member.session_timer = None
-                if member.is_new:
-                    # Kafka's hasSatisfiedHeartbeat: a new member waiting in JoinGroup has
-                    # not shown it is alive; it expires (its JoinGroup gets UNKNOWN_MEMBER_ID).
-                    log.info(
-                        "group %s: new member %s did not complete its join in time",
-                        group.group_id,
-                        member.member_id,
-                    )
-                    self._remove_member(
-                        group, member, JournalKind.MEMBER_REMOVED, "new_member_join_timeout"
-                    )
-                    self._after_removal(group, f"new member {member.member_id} timed out")
-                    await self._flush(group)
-                    return
-                if member.is_awaiting_join or member.is_awaiting_sync:
-                    # A parked request is a sign of life (Kafka's shouldKeepAlive).
-                    self._touch(group, member)
-                    return
-                remaining = member.last_heard_ms + member.session_timeout_ms - self.clock.now_ms()
-                if remaining > 0:
-                    self._arm_session_timer(group, member, remaining)
-                    return
-                log.info(
-                    "group %s: member %s (%s) session timed out",
-                    group.group_id,
-                    member.member_id,
-                    member.group_instance_id,
-                )
-                self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "session_timeout")
-                self._after_removal(group, f"member {member.member_id} session timed out")
-                await self._flush(group)
+    def _move_session_timer(
+        self, group: ClassicGroup, old_member_id: str, new_member_id: str
+    ) -> None:
+        """A static replacement re-keys the member: its session timer moves with it, due as
+        before (the member object and its session are the same)."""
+        old_key = heartbeat_key(group.group_id, old_member_id)
+        due_ms = self.timers.due_ms(old_key)
+        self.timers.cancel(old_key)
+        if due_ms is not None:
+            expire = functools.partial(self._session_expired, group, new_member_id)
+            self.timers.schedule_at(
+                heartbeat_key(group.group_id, new_member_id), group, due_ms, expire
+            )
 
-        member.session_timer_due_ms = self.clock.now_ms() + delay_ms
-        member.session_timer = self.clock.call_later(delay_ms, expire)
+    def _session_expired(self, group: ClassicGroup, member_id: str) -> None:
+        """`heartbeat-<group>-<member>` fell due (run under the group lock by the timer
+        write path): a pending member id (KIP-394) or a member's session."""
+        if group.remove_pending_member(member_id):
+            log.info("pending member %s of %s never rejoined", member_id, group.group_id)
+            self._maybe_complete_join(group)
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            return
+        if member.is_new:
+            # Kafka's hasSatisfiedHeartbeat: a new member waiting in JoinGroup has not
+            # shown it is alive; it expires (its JoinGroup gets UNKNOWN_MEMBER_ID).
+            log.info(
+                "group %s: new member %s did not complete its join in time",
+                group.group_id,
+                member_id,
+            )
+            self._remove_member(
+                group, member, JournalKind.MEMBER_REMOVED, "new_member_join_timeout"
+            )
+            self._after_removal(group, f"new member {member_id} timed out")
+            return
+        if member.is_awaiting_join or member.is_awaiting_sync:
+            # A parked request is a sign of life (Kafka's shouldKeepAlive).
+            self._touch(group, member)
+            return
+        remaining = member.last_heard_ms + member.session_timeout_ms - self.clock.now_ms()
+        if remaining > 0:
+            self._arm_session_timer(group, member, remaining)
+            return
+        log.info(
+            "group %s: member %s (%s) session timed out",
+            group.group_id,
+            member_id,
+            member.group_instance_id,
+        )
+        self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "session_timeout")
+        self._after_removal(group, f"member {member_id} session timed out")
 
     def _remove_member(
         self, group: ClassicGroup, member: ClassicMember, kind: JournalKind, reason: str
     ) -> None:
-        member.cancel_session_timer()
+        self.timers.cancel(heartbeat_key(group.group_id, member.member_id))
         # As Kafka's removeMemberAndUpdateClassicGroup: the member id is no longer valid.
         member.complete_join(
             JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID)
@@ -702,7 +706,10 @@ class MembershipProtocol(CoordinatorRuntime):
             return SyncGroupResponse(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return SyncGroupResponse(ErrorCode.REBALANCE_IN_PROGRESS)
-        group.pending_sync_members.discard(member_id)
+        group.remove_pending_sync_member(member_id)
+        if not group.pending_sync_members:
+            # As Kafka's removePendingSyncMember: everyone has synced, nobody to time out.
+            self._cancel_sync_timer(group)
         self._touch(group, member)
         if group.is_in(GroupState.STABLE):
             return self._sync_response(group, member.assignment)
@@ -869,8 +876,8 @@ class MembershipProtocol(CoordinatorRuntime):
             member_id = mapped
         else:
             member_id = identity.member_id
-            if member_id in group.pending_members:
-                group.pending_members.pop(member_id).cancel()
+            if group.remove_pending_member(member_id):
+                self.timers.cancel(heartbeat_key(group.group_id, member_id))
                 return result(ErrorCode.NONE, removed=True)
         member = group.members.get(member_id)
         if member is None:

@@ -19,6 +19,7 @@ from coordinator.journal import JournalEvent, JournalKind
 from coordinator.records import OffsetRecord
 from coordinator.standby import StandbyPromotion, StandbySession
 from coordinator.store import MemoryStore, Store, StoreError
+from coordinator.timers import Timers
 
 log = logging.getLogger("coordinator")
 
@@ -37,6 +38,8 @@ class CoordinatorRuntime:
         self.clock: Clock = clock or SystemClock()
         self.store: Store = store or MemoryStore()
         self._groups: dict[str, ClassicGroup] = {}
+        # Group timers by Kafka's keys; each expiry goes through `_run_timer`.
+        self.timers: Timers[ClassicGroup] = Timers(self.clock, self._run_timer)
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._topics: dict[str, int] = {}
         # group id -> expected members (pre-registration); see `coordinator.expansion`.
@@ -120,6 +123,12 @@ class CoordinatorRuntime:
                 detail={"operation": operation},
             )
         )
+
+    async def _run_timer(self, group: ClassicGroup, operation: Callable[[], bool]) -> None:
+        """The one write path of timer expiry: lock the group, run, persist once."""
+        async with group.lock:
+            if operation():
+                await self._flush(group)
 
     async def _flush(self, group: ClassicGroup) -> None:
         """Write what the group changed under its lock (caller holds the lock)."""

@@ -188,6 +188,7 @@ class StandbyProtocol(OffsetProtocol):
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         persisted_before = group.persisted_record
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        self._move_session_timer(group, old_member_id, new_member_id)
         try:
             self._journal(
                 group,
@@ -201,6 +202,7 @@ class StandbyProtocol(OffsetProtocol):
             await self._flush(group)
         except StoreError:
             group.replace_static_member(instance_id, new_member_id, old_member_id)
+            self._move_session_timer(group, new_member_id, old_member_id)
             group.persisted_record = persisted_before
             group.needs_persist = False
             await self._write_promotion(group.group_id, standby_id, None)
