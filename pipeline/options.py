@@ -91,6 +91,12 @@ def generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.A
     parser.add_argument("--shards", type=int, default=16, help="files")
     parser.add_argument("--workers", type=int, default=2, help="processes")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--format",
+        choices=("jsonl", "parquet"),
+        default="jsonl",
+        help="JSON lines, or the columnar journal the analytics reads (no conversion)",
+    )
     return parser
 
 
