@@ -7,7 +7,7 @@
   --format parquet`: 23.6 GB of JSON would be written only to be converted), run the
   analytics over it.
 
-(--quick: 200k JSON events and 1 million columnar ones.) Each step records its wall time
+(--quick: 100k JSON events and 200k columnar ones.) Each step records its wall time
 and the peak memory of its whole process tree (the driver JVM, which in local mode also
 runs the executor threads, and the Python workers). Not part of `make test`; `make bench`
 runs it (bench/results/spark.json).
@@ -178,7 +178,7 @@ def run_size(events: int, groups: int, columnar_first: bool) -> dict[str, Any]:
 
 def run(quick: bool) -> dict[str, Any]:
     sizes = (
-        {"200k_json": (200_000, 40, False), "1M_columnar": (1_000_000, 200, True)}
+        {"100k_json": (100_000, 20, False), "200k_columnar": (200_000, 40, True)}
         if quick
         else {"10M_json": (10_000_000, 2000, False), "100M_columnar": (100_000_000, 2000, True)}
     )
