@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make `pipeline` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -38,7 +40,7 @@ from pyspark.sql.types import (
 )
 
 from coordinator.journal import JournalKind
-from pipeline import options
+from pipeline import figures, options
 from pipeline.reference import ALL_WINDOW, demo_aliases
 from pipeline.reference import Window as RolloutWindow
 
@@ -71,7 +73,10 @@ PARTITIONS_TYPE = ArrayType(
     )
 )
 
-# The columnar journal (`pipeline.columnar`): what the analytics reads, in Parquet.
+# The columnar journal (`pipeline.columnar`): what the analytics reads, in Parquet. Every
+# column is flat: an assignment's partitions are one string, "topic:0,1,2;other:5" (Kafka
+# topic names never hold ";", ":" or ","), which moves from the JVM to Python as fast as
+# a number column, where a list of structs costs ~5x the rest of the row (docs/spark.md).
 COLUMNAR_SCHEMA = StructType(
     [
         StructField("seq", LongType(), False),
@@ -81,7 +86,7 @@ COLUMNAR_SCHEMA = StructType(
         StructField("generation_id", LongType(), False),
         StructField("member_id", StringType(), True),
         StructField("group_instance_id", StringType(), True),
-        StructField("partitions", PARTITIONS_TYPE, True),
+        StructField("assigned", StringType(), True),
     ]
 )
 
@@ -103,8 +108,13 @@ def read_journal(
         fmt = "parquet" if _looks_parquet(Path(path)) else "json"
     if fmt == "parquet":
         frame = spark.read.parquet(path)
-        if "partitions" in frame.columns:
+        if "assigned" in frame.columns:
             return frame.select(*COLUMNAR_SCHEMA.fieldNames())
+        if "partitions" in frame.columns:  # the earlier columnar shape: list of structs
+            return frame.select(
+                *COLUMNAR_SCHEMA.fieldNames()[:-1],
+                pack_partitions(F.col("partitions")).alias("assigned"),
+            )
         frame = spark.read.schema(JOURNAL_SCHEMA).parquet(path)
     else:
         reader = spark.read.schema(JOURNAL_SCHEMA).option("mode", "FAILFAST")
@@ -130,8 +140,8 @@ def _looks_parquet(local: Path) -> bool:
 
 
 def narrow(frame: DataFrame) -> DataFrame:
-    """JOURNAL_SCHEMA rows -> COLUMNAR_SCHEMA: the partitions as (topic, partition int)
-    structs, the columns the analytics reads and nothing else."""
+    """JOURNAL_SCHEMA rows -> COLUMNAR_SCHEMA: the columns the analytics reads and nothing
+    else, the partitions packed in one string (`pack_partitions`)."""
     partitions = F.transform(
         F.col("detail.partitions"),
         lambda tp: F.struct(tp[0].alias("topic"), tp[1].cast("int").alias("partition")),
@@ -144,8 +154,37 @@ def narrow(frame: DataFrame) -> DataFrame:
         "generation_id",
         "member_id",
         "group_instance_id",
-        partitions.cast(PARTITIONS_TYPE).alias("partitions"),
+        pack_partitions(partitions).alias("assigned"),
     )
+
+
+def pack_partitions(partitions: Column) -> Column:
+    """[(topic, partition), ...] -> "topic:0,1,2;other:5" (each topic once, in the order
+    it first appears; partitions in their order); an empty list -> ""; null -> null."""
+    topics = F.array_distinct(F.transform(partitions, lambda tp: tp["topic"]))
+
+    def one_topic(topic: Column) -> Column:
+        numbers = F.transform(
+            F.filter(partitions, lambda tp: tp["topic"] == topic),
+            lambda tp: tp["partition"].cast("string"),
+        )
+        return F.concat(topic, F.lit(":"), F.array_join(numbers, ","))
+
+    return F.array_join(F.transform(topics, one_topic), ";")
+
+
+def unpack_partitions(assigned: Column) -> Column:
+    """The inverse of `pack_partitions`: [(topic, partition int), ...]."""
+    topics = F.filter(F.split(assigned, ";"), lambda part: part != "")
+
+    def one_topic(part: Column) -> Column:
+        name, numbers = F.split(part, ":", 2)[0], F.split(part, ":", 2)[1]
+        return F.transform(
+            F.filter(F.split(numbers, ","), lambda n: n != ""),
+            lambda n: F.struct(name.alias("topic"), n.cast("int").alias("partition")),
+        )
+
+    return F.flatten(F.transform(topics, one_topic)).cast(PARTITIONS_TYPE)
 
 
 ALIAS_SCHEMA = "member_id string, alias string"
@@ -436,13 +475,57 @@ def generation_figures(
     )
 
 
+def _ddl(schema: pa.Schema) -> str:
+    names = {pa.int8(): "tinyint", pa.int32(): "int", pa.int64(): "bigint"}
+    names |= {pa.float64(): "double", pa.string(): "string"}
+    return ", ".join(f"`{field.name}` {names[field.type]}" for field in schema)
+
+
 def compute(
     spark: SparkSession,
     journal: DataFrame,
     windows: Sequence[RolloutWindow] = (),
     aliases: Mapping[str, str] | None = None,
+    clustered: bool = False,
 ) -> dict[str, DataFrame]:
-    """The job's result tables (lazy): windows, generations, moves."""
+    """The job's result tables (lazy): windows, generations, moves.
+
+    One pass: every group's rows go to one task in seq order (a shuffle by group, unless
+    the journal is `clustered`: files of whole groups in seq order, as `pipeline.columnar`
+    writes them), and each task computes its groups' three tables in numpy
+    (`pipeline.figures`); the result is cached so that the three writes read it once."""
+    if not clustered:
+        tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "16")
+        journal = journal.repartition(tasks, "group_id").sortWithinPartitions("group_id", "seq")
+    chosen = list(windows)
+    names = dict(aliases or {})
+
+    def per_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return figures.partition_figures(batches, chosen, names)
+
+    rows = journal.mapInArrow(per_task, _ddl(figures.UNION_SCHEMA)).persist()
+    return {
+        name: rows.where(F.col("table") == key).select(
+            *[field.name for field in figures.TABLE_FIELDS[key]]
+        )
+        for name, key in (
+            ("windows", figures.WINDOWS),
+            ("generations", figures.GENERATIONS),
+            ("moves", figures.MOVES),
+        )
+    }
+
+
+def compute_dataframe(
+    spark: SparkSession,
+    journal: DataFrame,
+    windows: Sequence[RolloutWindow] = (),
+    aliases: Mapping[str, str] | None = None,
+) -> dict[str, DataFrame]:
+    """The same tables as `compute`, as DataFrame operations and window functions only
+    (shuffles and sorts per figure: ~4x slower at 10 million events; kept as a second
+    Spark-side definition the tests compare `compute` with)."""
+    journal = journal.withColumn("partitions", unpack_partitions(F.col("assigned")))
     journal = journal.repartition("group_id").persist()
     bounds = group_bounds(journal).persist()
     alias_frame = spark.createDataFrame(sorted(aliases.items()), ALIAS_SCHEMA) if aliases else None
@@ -547,12 +630,36 @@ def run(
     JSON lines), compute, write Parquet and report.txt; returns timings and row counts."""
     clock = time.perf_counter()
     conversion = None
-    if columnar_dir is not None and fmt != "parquet" and not _looks_parquet(Path(journal_path)):
-        from pipeline import columnar
+    from pipeline import columnar
 
+    if columnar_dir is not None and fmt != "parquet" and not _looks_parquet(Path(journal_path)):
         conversion = columnar.ensure(spark, journal_path, columnar_dir, glob)
         journal_path, fmt = str(columnar_dir), "parquet"
-    tables = compute(spark, read_journal(spark, journal_path, fmt, glob), windows, aliases)
+    clustered = fmt in ("auto", "parquet") and columnar.is_clustered(Path(journal_path))
+    saved = {key: spark.conf.get(key, None) for key in WHOLE_FILES}
+    if clustered:
+        # One task per file, never a file split between tasks: a group stays in one task.
+        largest = max(columnar.largest_file(Path(journal_path)), 1 << 20)
+        spark.conf.set("spark.sql.files.maxPartitionBytes", str(largest))
+        spark.conf.set("spark.sql.files.minPartitionNum", "1")
+    try:
+        tables = compute(
+            spark, read_journal(spark, journal_path, fmt, glob), windows, aliases, clustered
+        )
+        result = _write(spark, tables, output)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+    return {"seconds": round(time.perf_counter() - clock, 3), "conversion": conversion, **result}
+
+
+WHOLE_FILES = ("spark.sql.files.maxPartitionBytes", "spark.sql.files.minPartitionNum")
+
+
+def _write(spark: SparkSession, tables: Mapping[str, DataFrame], output: Path) -> dict[str, Any]:
     output.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
         table.write.mode("overwrite").parquet(str(output / name))
@@ -560,9 +667,11 @@ def run(
     report = report_text(written["windows"], written["generations"])
     (output / "report.txt").write_text(report)
     report_png(written["windows"], output / "report.png")
+    whole = written["windows"].where(F.col("window") == ALL_WINDOW)
+    groups = whole.count()
+    if whole.select("group_id").distinct().count() != groups:
+        raise RuntimeError("a group's rows were split between tasks: figures are partial")
     return {
-        "seconds": round(time.perf_counter() - clock, 3),
-        "conversion": conversion,
         "windows": written["windows"].count(),
         "generations": written["generations"].count(),
         "report": report,
@@ -570,6 +679,7 @@ def run(
 
 
 def session(master: str | None, app: str = "staticfleet-analytics") -> SparkSession:
+    _local_workers_run_this_python(master)
     builder = SparkSession.builder.appName(app).config("spark.sql.session.timeZone", "UTC")
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     if master:
@@ -577,9 +687,17 @@ def session(master: str | None, app: str = "staticfleet-analytics") -> SparkSess
     return builder.getOrCreate()
 
 
+def _local_workers_run_this_python(master: str | None) -> None:
+    """In local mode the Python workers run this interpreter (it has numpy and pyarrow), not
+    `python3` on PATH; a cluster's executors keep their image's PYSPARK_PYTHON."""
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
 def small_local_session(app: str) -> SparkSession:
     """A local[2] session sized for small journals (the demo's report, the tests): two
     shuffle partitions instead of 200, no UI, quiet logs."""
+    _local_workers_run_this_python("local[2]")
     spark = (
         SparkSession.builder.master("local[2]")
         .appName(app)

@@ -30,6 +30,9 @@ from pyspark.sql import SparkSession
 from pipeline import analytics
 
 SOURCE = "_source.json"
+# Written with the Parquet: every group's rows sit in one file, in seq order, so the
+# analytics can give each task whole files and skip its shuffle (analytics.compute).
+CLUSTERED = "_clustered_by_group"
 
 
 def fingerprint(journal: str, glob: str = "*.jsonl") -> list[list[Any]]:
@@ -66,11 +69,25 @@ def convert(
         .parquet(str(output))
     )
     (output / SOURCE).write_text(json.dumps(source))
+    mark_clustered(output)
     return {
         "seconds": round(time.perf_counter() - clock, 3),
         "json_bytes": sum(size for _, size, _ in source),
         "parquet_bytes": sum(p.stat().st_size for p in output.glob("*.parquet")),
     }
+
+
+def mark_clustered(directory: Path) -> None:
+    (directory / CLUSTERED).write_text(json.dumps({"by": "group_id", "order": "seq"}))
+
+
+def is_clustered(directory: Path) -> bool:
+    """Whether `directory` is a columnar journal written clustered by group (see CLUSTERED)."""
+    return directory.is_dir() and (directory / CLUSTERED).exists()
+
+
+def largest_file(directory: Path) -> int:
+    return max((p.stat().st_size for p in directory.glob("*.parquet")), default=0)
 
 
 def is_current(journal: str, output: Path, glob: str = "*.jsonl") -> bool:

@@ -12,6 +12,11 @@ timeout or leaving, a member joining; each membership change is a rebalance
 groups reassign by `range` (partitions move); cooperative groups keep what they can and
 hand over revoked partitions one generation later (two generations per rebalance).
 Deterministic for a seed.
+
+With `--format parquet` the same rows go straight to the columnar journal the analytics
+reads (`pipeline.columnar`: the narrow schema, one Parquet file per shard, each group's
+rows together in seq order, with the marker saying so): no JSON to write, keep or convert,
+which is what lets 100 million events fit this machine's disk and time.
 """
 
 from __future__ import annotations
@@ -24,35 +29,130 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from pipeline import options
 
 TOPIC = "events"
 
 
-def _line(
-    out: TextIO,
-    seq: int,
-    ts: int,
-    group: str,
-    kind: str,
-    generation: int,
-    member: str | None,
-    instance: str | None,
-    detail: str,
-) -> None:
-    member_json = "null" if member is None else f'"{member}"'
-    instance_json = "null" if instance is None else f'"{instance}"'
-    out.write(
-        f'{{"detail":{detail},"generation_id":{generation},"group_id":"{group}",'
-        f'"group_instance_id":{instance_json},"kind":"{kind}","member_id":{member_json},'
-        f'"seq":{seq},"ts_ms":{ts}}}\n'
+class Sink(Protocol):
+    def row(
+        self,
+        seq: int,
+        ts: int,
+        group: str,
+        kind: str,
+        generation: int,
+        member: str | None,
+        instance: str | None,
+        detail: str,
+        assigned: str | None,
+    ) -> None: ...
+
+
+class JsonSink:
+    """JSON lines, as `coordinator.journal.write_jsonl` writes them."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def row(
+        self,
+        seq: int,
+        ts: int,
+        group: str,
+        kind: str,
+        generation: int,
+        member: str | None,
+        instance: str | None,
+        detail: str,
+        assigned: str | None,
+    ) -> None:
+        member_json = "null" if member is None else f'"{member}"'
+        instance_json = "null" if instance is None else f'"{instance}"'
+        self.out.write(
+            f'{{"detail":{detail},"generation_id":{generation},"group_id":"{group}",'
+            f'"group_instance_id":{instance_json},"kind":"{kind}","member_id":{member_json},'
+            f'"seq":{seq},"ts_ms":{ts}}}\n'
+        )
+
+
+class ColumnarSink:
+    """Rows of the columnar journal (`pipeline.analytics.COLUMNAR_SCHEMA`), written to one
+    Parquet file in row groups of `batch_rows`."""
+
+    NAMES = (
+        "seq",
+        "ts_ms",
+        "group_id",
+        "kind",
+        "generation_id",
+        "member_id",
+        "group_instance_id",
+        "assigned",
     )
+
+    def __init__(self, path: str, batch_rows: int = 1_000_000) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.schema = pa.schema(
+            [
+                pa.field("seq", pa.int64(), False),
+                pa.field("ts_ms", pa.int64(), False),
+                pa.field("group_id", pa.string(), False),
+                pa.field("kind", pa.string(), False),
+                pa.field("generation_id", pa.int64(), False),
+                pa.field("member_id", pa.string()),
+                pa.field("group_instance_id", pa.string()),
+                pa.field("assigned", pa.string()),
+            ]
+        )
+        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+        self.batch_rows = batch_rows
+        self.columns: list[list[Any]] = [[] for _ in self.NAMES]
+
+    def row(
+        self,
+        seq: int,
+        ts: int,
+        group: str,
+        kind: str,
+        generation: int,
+        member: str | None,
+        instance: str | None,
+        detail: str,
+        assigned: str | None,
+    ) -> None:
+        values = (seq, ts, group, kind, generation, member, instance, assigned)
+        for column, value in zip(self.columns, values, strict=True):
+            column.append(value)
+        if len(self.columns[0]) >= self.batch_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        if self.columns[0]:
+            arrays = [
+                pa.array(column, field.type)
+                for column, field in zip(self.columns, self.schema, strict=True)
+            ]
+            self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema))
+            self.columns = [[] for _ in self.NAMES]
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
 
 
 def _partitions_json(partitions: Sequence[int]) -> str:
     return '{"partitions":[' + ",".join(f'["{TOPIC}",{p}]' for p in partitions) + "]}"
+
+
+def _assigned(partitions: Sequence[int]) -> str:
+    return f"{TOPIC}:" + ",".join(map(str, partitions))
 
 
 def _range(slots: Sequence[str], partitions: int) -> dict[str, list[int]]:
@@ -86,7 +186,7 @@ def _sticky(
 
 
 class GroupWriter:
-    def __init__(self, out: TextIO, group: str, rng: random.Random, start_ms: int) -> None:
+    def __init__(self, out: Sink, group: str, rng: random.Random, start_ms: int) -> None:
         self.out = out
         self.group = group
         self.rng = rng
@@ -96,13 +196,19 @@ class GroupWriter:
         self.rows = 0
         self.member_ids: dict[str, str] = {}
 
-    def emit(self, kind: str, member: str | None = None, detail: str = "{}") -> None:
+    def emit(
+        self,
+        kind: str,
+        member: str | None = None,
+        detail: str = "{}",
+        partitions: Sequence[int] | None = None,
+    ) -> None:
         self.seq += 1
         self.rows += 1
         instance = member
         member_id = None if member is None else self.member_ids[member]
-        _line(
-            self.out,
+        assigned = None if partitions is None else _assigned(partitions)
+        self.out.row(
             self.seq,
             self.ts,
             self.group,
@@ -111,6 +217,7 @@ class GroupWriter:
             member_id,
             instance,
             detail,
+            assigned,
         )
 
     def tick(self, low: int, high: int) -> None:
@@ -125,11 +232,12 @@ class GroupWriter:
         self.emit("generation_started", None, f'{{"members":{len(assignment)}}}')
         self.tick(1, 40)
         for slot in sorted(assignment):
-            self.emit("assignment", slot, _partitions_json(assignment[slot]))
+            held = assignment[slot]
+            self.emit("assignment", slot, _partitions_json(held), held)
         self.emit("stable", None, f'{{"members":{len(assignment)}}}')
 
 
-def write_group(out: TextIO, index: int, rows_wanted: int, seed: int) -> int:
+def write_group(out: Sink, index: int, rows_wanted: int, seed: int) -> int:
     rng = random.Random(seed * 1_000_003 + index)
     group = f"group-{index:06d}"
     cooperative = rng.random() < 0.5
@@ -185,9 +293,17 @@ def write_group(out: TextIO, index: int, rows_wanted: int, seed: int) -> int:
 
 def write_shard(path: str, groups: Sequence[int], rows_per_group: int, seed: int) -> int:
     total = 0
+    if path.endswith(".parquet"):
+        sink = ColumnarSink(path)
+        try:
+            for index in groups:
+                total += write_group(sink, index, rows_per_group, seed)
+        finally:
+            sink.close()
+        return total
     with open(path, "w", encoding="utf-8", buffering=1 << 20) as out:
         for index in groups:
-            total += write_group(out, index, rows_per_group, seed)
+            total += write_group(JsonSink(out), index, rows_per_group, seed)
     return total
 
 
@@ -198,14 +314,17 @@ def generate(
     shards: int = 16,
     workers: int = 2,
     seed: int = 1,
+    fmt: str = "jsonl",
 ) -> dict[str, Any]:
-    """Write at least `events` rows over `groups` groups in `shards` files."""
+    """Write at least `events` rows over `groups` groups in `shards` files: JSON lines
+    (`fmt` "jsonl") or the columnar journal (`fmt` "parquet")."""
     output.mkdir(parents=True, exist_ok=True)
-    for old in output.glob("journal-*.jsonl"):
+    suffix = "parquet" if fmt == "parquet" else "jsonl"
+    for old in [*output.glob("journal-*.jsonl"), *output.glob("journal-*.parquet")]:
         old.unlink()
     rows_per_group = max(1, -(-events // groups))
     plan = [
-        (str(output / f"journal-{shard:05d}.jsonl"), list(range(shard, groups, shards)))
+        (str(output / f"journal-{shard:05d}.{suffix}"), list(range(shard, groups, shards)))
         for shard in range(min(shards, groups))
     ]
     clock = time.perf_counter()
@@ -214,13 +333,17 @@ def generate(
             pool.submit(write_shard, path, members, rows_per_group, seed) for path, members in plan
         ]
         total = sum(future.result() for future in futures)
+    if fmt == "parquet":
+        from pipeline.columnar import mark_clustered
+
+        mark_clustered(output)
     size = sum(Path(path).stat().st_size for path, _ in plan)
     return {
         "events": total,
         "groups": groups,
         "files": len(plan),
         "bytes": size,
-        "format": "jsonl",
+        "format": suffix,
         "seconds": round(time.perf_counter() - clock, 3),
     }
 
@@ -232,7 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_args(args: argparse.Namespace) -> int:
     if code := options.report_problems("generate", options.generate_problems(args)):
         return code
-    result = generate(args.output, args.events, args.groups, args.shards, args.workers, args.seed)
+    result = generate(
+        args.output, args.events, args.groups, args.shards, args.workers, args.seed, args.format
+    )
     print(json.dumps(result))
     return 0
 

@@ -83,7 +83,8 @@ def analytics_parser(parser: argparse.ArgumentParser | None = None) -> argparse.
 def generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(
         prog="python -m pipeline.generate",
-        description="Write a synthetic rebalance journal (JSON lines, whole groups a file).",
+        description="Write a synthetic rebalance journal (JSON lines or the columnar journal, "
+        "whole groups a file).",
     )
     parser.add_argument("--output", type=Path, required=True, help="directory to write")
     parser.add_argument("--events", type=int, default=10_000_000, help="at least this many")
@@ -91,6 +92,12 @@ def generate_parser(parser: argparse.ArgumentParser | None = None) -> argparse.A
     parser.add_argument("--shards", type=int, default=16, help="files")
     parser.add_argument("--workers", type=int, default=2, help="processes")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--format",
+        choices=("jsonl", "parquet"),
+        default="jsonl",
+        help="JSON lines, or the columnar journal the analytics reads (no conversion)",
+    )
     return parser
 
 
