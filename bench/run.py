@@ -31,6 +31,7 @@ BENCHMARKS: tuple[str, ...] = (
     "kafka",
     "batch_leave",
     "conformance",
+    "operator_scale",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
