@@ -76,7 +76,15 @@ def register(subparsers: Any) -> None:
         "--interval",
         type=float,
         default=2.0,
-        help="seconds between reconcile passes per ConsumerGroup (default: %(default)s)",
+        help="seconds until the next pass of a ConsumerGroup that is not settled (a rollout "
+        "under way, pods not yet as wanted); a settled one waits for events (default: "
+        "%(default)s)",
+    )
+    run.add_argument(
+        "--resync",
+        type=float,
+        default=300.0,
+        help="seconds between safety-net passes of every ConsumerGroup (default: %(default)s)",
     )
     run.add_argument(
         "--insecure",
@@ -114,6 +122,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         health_port=args.health_port,
         kafka_journal_dir=args.kafka_journal_dir,
         interval=args.interval,
+        resync=args.resync,
         max_body_bytes=args.max_body_bytes,
     )
 
