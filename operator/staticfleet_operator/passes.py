@@ -68,7 +68,13 @@ class Passes:
 
     @property
     def running(self) -> int:
+        """Groups with a pass running or about to."""
         return len(self._tasks)
+
+    @property
+    def due(self) -> int:
+        """Groups with a pass asked for and not yet started (now or after a delay)."""
+        return len(self._timers) + len(self._dirty)
 
     def stop(self) -> list[asyncio.Task[None]]:
         """No more passes: pending ones are dropped, running ones cancelled (returned)."""
