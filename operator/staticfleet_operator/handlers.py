@@ -27,7 +27,7 @@ from staticfleet_operator.webhook import admit_pod
 # adopted slot in its grace period) gets its next pass.
 DEFAULT_INTERVAL_SECONDS = 2.0
 # The safety net: every group gets a pass this often even when nothing was seen to change.
-DEFAULT_RESYNC_SECONDS = 300.0
+DEFAULT_RESYNC_SECONDS = 60.0
 
 
 def register(

@@ -83,7 +83,7 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--resync",
         type=float,
-        default=300.0,
+        default=60.0,
         help="seconds between safety-net passes of every ConsumerGroup (default: %(default)s)",
     )
     run.add_argument(
