@@ -61,8 +61,6 @@ GROUP_LABEL = "staticfleet.dev/group"
 SLOT_LABEL = "staticfleet.dev/slot"
 WEBHOOK_NAME = "pods.mutate.staticfleet.dev"
 # Kinds the operator reads or writes (the controller manager's own traffic is reported apart).
-# How long the restarted operator may take to be ready (None in the results past it).
-RESTART_WAIT_S = 900.0
 # A replacement not seen within this long is counted at this value.
 REPLACEMENT_WAIT_S = 60.0
 OPERATOR_RESOURCES = frozenset({"consumergroups", "pods", "secrets", "events"})
@@ -75,6 +73,7 @@ class Sizes:
     deletions: int
     admissions: int
     settle_seconds: float
+    restart_wait_seconds: float = 900.0
 
 
 FULL = Sizes(groups=1000, idle_seconds=60, deletions=50, admissions=50, settle_seconds=20)
@@ -569,7 +568,7 @@ async def _scenario(
     operator.stop()
     operator.start()
     try:
-        restart_ready_s: float | None = await operator.wait_ready(RESTART_WAIT_S)
+        restart_ready_s: float | None = await operator.wait_ready(sizes.restart_wait_seconds)
     except TimeoutError:
         restart_ready_s = None
 
@@ -595,7 +594,7 @@ async def _scenario(
         "restart_to_ready_seconds": (
             round(restart_ready_s, 1) if restart_ready_s is not None else None
         ),
-        "restart_wait_seconds": RESTART_WAIT_S,
+        "restart_wait_seconds": sizes.restart_wait_seconds,
     }
 
 
@@ -606,12 +605,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deletions", type=int, default=FULL.deletions)
     parser.add_argument("--admissions", type=int, default=FULL.admissions)
     parser.add_argument("--settle-seconds", type=float, default=FULL.settle_seconds)
+    parser.add_argument("--restart-wait-seconds", type=float, default=FULL.restart_wait_seconds)
     parser.add_argument(
         "--label", required=True, help="the run's name in the results file (e.g. baseline-main)"
     )
     args = parser.parse_args(argv)
     sizes = Sizes(
-        args.groups, args.idle_seconds, args.deletions, args.admissions, args.settle_seconds
+        args.groups,
+        args.idle_seconds,
+        args.deletions,
+        args.admissions,
+        args.settle_seconds,
+        args.restart_wait_seconds,
     )
     result = asyncio.run(measure(sizes))
     result["commit"] = subprocess.run(
