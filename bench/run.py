@@ -32,6 +32,7 @@ BENCHMARKS: tuple[str, ...] = (
     "batch_leave",
     "conformance",
     "capacity",
+    "operator_scale",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {

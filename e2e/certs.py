@@ -224,3 +224,13 @@ def generate_certs(directory: Path, node_ip: str) -> ClusterCerts:
         service_account_key=sa_key_path,
         service_account_pub=sa_pub_path,
     )
+
+
+def serving_cert(directory: Path, ip: str) -> tuple[KeyPair, KeyPair]:
+    """A fresh CA and a server certificate for `ip` signed by it (a webhook served on
+    loopback, named by URL in a webhook configuration): (ca, server)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca, ca_key, ca_name = _make_ca(directory, "serving-ca", "staticfleet-serving-ca")
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip))]
+    server = _make_leaf(directory, "serving", _name(ip), ca_key, ca_name, server=True, sans=sans)
+    return ca, server

@@ -2,7 +2,7 @@
 
     coordinator (store) ─ coordinator.server (aiohttp, members + admin API)
             └────────── Operator (shared by the handlers through Kopf's memo)
-    Kopf: timers/finalizer on ConsumerGroups, mutating webhook on pods, peering, /healthz
+    Kopf: indices and events (groups, pods, Secrets), finalizer, mutating webhook, peering
 
 The coordinator is started before Kopf and closed after it, so no handler ever talks to a
 closed coordinator; members keep their sessions across a Kopf restart of the operator.
@@ -63,7 +63,8 @@ class OperatorOptions:
     peering: str | None = None  # none: standalone (one replica only!)
     priority: int | None = None  # none: by start time (newest wins), see default_priority
     health_port: int | None = None
-    interval: float = handlers.DEFAULT_INTERVAL_SECONDS
+    interval: float = handlers.DEFAULT_INTERVAL_SECONDS  # next pass of an unsettled group
+    resync: float = handlers.DEFAULT_RESYNC_SECONDS  # every group's safety-net pass
     # The coordinator server's request body limit (a group's requests may need more, and
     # get it: coordinator.server.limits.group_body_limit).
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -148,7 +149,12 @@ async def run_operator(
         journal=RebalanceJournal(options.kafka_journal_dir) if options.kafka_journal_dir else None,
     )
     registry = kopf.OperatorRegistry()
-    handlers.register(registry, interval=options.interval, webhook=options.webhook_port is not None)
+    handlers.register(
+        registry,
+        interval=options.interval,
+        resync=options.resync,
+        webhook=options.webhook_port is not None,
+    )
     operator_settings = settings or kopf_settings(options)
     # With peering, only the active replica is ready (Kopf's rule, see standby.py), so the
     # coordinator and webhook Services route to it alone; a standby also refuses members.
@@ -209,6 +215,8 @@ async def run_operator(
             ready_flag=ready_flag,
         )
     finally:
+        if operator.passes is not None:
+            await operator.passes.close()
         for task in (watcher, lister):
             if task is not None:
                 task.cancel()

@@ -2,6 +2,12 @@
 
 Registered into a given registry (not Kopf's global one), so a test or a second operator in
 one process gets its own set. The shared `Operator` arrives through Kopf's `memo`.
+
+Watch, don't poll: three Kopf indices (ConsumerGroups, member pods by group, Opaque Secrets)
+are what a pass and the webhook read (`observed.py`); a watch event on a group or on one of
+its pods requests a pass for the group (`passes.py`), and so does its coordinator's journal;
+a slow timer per group is the safety net. Kopf fills the indices before it calls any
+handler, so the first passes already see every pod.
 """
 
 from __future__ import annotations
@@ -10,49 +16,127 @@ from typing import Any
 
 import kopf
 
+from coordinator import JournalEvent
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
 from staticfleet_operator.members import GROUP_LABEL
-from staticfleet_operator.reconcile import Operator, RetryLater, finalize, reconcile
+from staticfleet_operator.passes import Passes
+from staticfleet_operator.reconcile import Operator, RetryLater, finalize, reconcile_pass
 from staticfleet_operator.webhook import admit_pod
 
+# How soon a group that is not settled (a rollout under way, pods not yet as wanted, an
+# adopted slot in its grace period) gets its next pass.
 DEFAULT_INTERVAL_SECONDS = 2.0
+# The safety net: every group gets a pass this often even when nothing was seen to change.
+DEFAULT_RESYNC_SECONDS = 60.0
 
 
 def register(
     registry: kopf.OperatorRegistry,
     *,
     interval: float = DEFAULT_INTERVAL_SECONDS,
+    resync: float = DEFAULT_RESYNC_SECONDS,
     webhook: bool = True,
 ) -> None:
     """Add the operator's handlers to `registry`. Without `webhook` the mutating handler is
     left out (Kopf refuses admission handlers when no webhook server is configured)."""
 
-    @kopf.timer(group=GROUP, version=VERSION, plural=PLURAL, interval=interval, registry=registry)
-    async def reconcile_group(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-        """Observe pods and the coordinator, take the next step, write status."""
-        await reconcile(_operator(memo), namespace or "default", name)
+    @kopf.index(GROUP, VERSION, PLURAL, id="consumer_groups", registry=registry)
+    def consumer_groups(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+        return {(namespace or "default", name): dict(body)}
 
-    @kopf.on.delete(group=GROUP, version=VERSION, plural=PLURAL, registry=registry)
+    @kopf.index("pods", id="member_pods", labels={GROUP_LABEL: kopf.PRESENT}, registry=registry)
+    def member_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+        return {(namespace or "default", labels[GROUP_LABEL]): dict(body)}
+
+    # Token Secrets are named by the group (`<group>-member-token` or spec.tokenSecretRef),
+    # so every Opaque Secret of the watched namespaces is indexed: its data only.
+    @kopf.index("secrets", id="token_secrets", when=_opaque, registry=registry)
+    def token_secrets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+        kept = {"metadata": dict(body.get("metadata") or {}), "data": body.get("data") or {}}
+        return {(namespace or "default", name): kept}
+
+    def passes(memo: Any, kwargs: dict[str, Any]) -> Passes:
+        """The current `Operator`'s pass runner, with Kopf's indices attached to it (Kopf
+        copies the memo per object, so what all handlers share lives in the Operator)."""
+        op = _operator(memo)
+        if not op.observed.watching:
+            op.observed.attach(
+                kwargs["consumer_groups"], kwargs["member_pods"], kwargs["token_secrets"]
+            )
+        if op.passes is None:
+            op.passes = start_passes(op, interval)
+        return op.passes
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def group_changed(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+        """Any change to the group (its status writes too: the pass after one finds
+        nothing to do and asks for nothing)."""
+        runner = passes(memo, kwargs)
+        if kwargs.get("type") == "DELETED":
+            runner.forget(namespace or "default", name)
+        else:
+            runner.request(namespace or "default", name)
+
+    @kopf.on.event("pods", labels={GROUP_LABEL: kopf.PRESENT}, registry=registry)
+    async def member_pod_changed(
+        namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any
+    ) -> None:
+        passes(memo, kwargs).request(namespace or "default", labels[GROUP_LABEL])
+
+    @kopf.on.event("secrets", when=_opaque, registry=registry)
+    async def secret_changed(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+        """A token Secret created, rotated or deleted: its groups re-register the token."""
+        runner = passes(memo, kwargs)
+        for key in _operator(memo).secret_users.get((namespace or "default", name), ()):
+            runner.request(*key)
+
+    @kopf.timer(GROUP, VERSION, PLURAL, interval=resync, registry=registry)
+    async def resync_group(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+        """The safety net: a pass even if no event said anything changed."""
+        passes(memo, kwargs).request(namespace or "default", name)
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def delete_group(
-        namespace: str | None, name: str, body: kopf.Body, memo: Any, **_: Any
+        namespace: str | None, name: str, body: kopf.Body, memo: Any, **kwargs: Any
     ) -> None:
         """Finalizer: pods gone, members left in one batch, coordinator state dropped."""
+        passes(memo, kwargs)
         try:
             await finalize(_operator(memo), namespace or "default", name, body)
         except RetryLater as error:
             raise kopf.TemporaryError(str(error), delay=1) from error
 
     if webhook:
-        kopf.on.mutate(
+
+        @kopf.on.mutate(
             "pods",
             id=WEBHOOK_ID,
             operations={"CREATE"},
             labels={GROUP_LABEL: kopf.PRESENT},
             registry=registry,
-        )(stamp_member_pod)
+        )
+        async def stamp(
+            body: kopf.Body, patch: kopf.Patch, memo: Any, namespace: str | None, **kwargs: Any
+        ) -> None:
+            passes(memo, kwargs)
+            await stamp_member_pod(body=body, patch=patch, memo=memo, namespace=namespace)
 
 
 WEBHOOK_ID = "staticfleet-mutate-pod"
+
+
+def start_passes(op: Operator, interval: float) -> Passes:
+    """The operator's pass runner; its coordinator's journal requests passes too (a member
+    joined, left, a rebalance ended: nothing the API server would tell)."""
+    runner = Passes(lambda ns, name: reconcile_pass(op, ns, name), interval)
+
+    def journaled(event: JournalEvent) -> None:
+        key = op.group_keys.get(event.group_id)
+        if key is not None and not runner.stopped:
+            runner.request(*key)
+
+    op.coordinator.add_journal_listener(journaled)
+    return runner
 
 
 async def stamp_member_pod(
@@ -66,6 +150,12 @@ async def stamp_member_pod(
     patch.metadata["labels"] = mutation.labels
     patch.metadata["annotations"] = mutation.annotations
     patch.spec["containers"] = mutation.spec.get("containers", [])
+
+
+def _opaque(body: kopf.Body, **_: Any) -> bool:
+    """Opaque Secrets (the API server's default type) hold member tokens; service account
+    tokens, TLS pairs and registry credentials are never indexed."""
+    return bool(body.get("type", "Opaque") == "Opaque")
 
 
 def _operator(memo: Any) -> Operator:

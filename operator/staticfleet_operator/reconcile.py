@@ -43,7 +43,7 @@ from staticfleet_operator.crd import (
 from staticfleet_operator.hot_standby import keep_standbys, promote_standbys, standbys_ready
 from staticfleet_operator.identity import SlotAllocator, SlotClaim, SlotTable
 from staticfleet_operator.kafka_journal import RebalanceJournal
-from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.kube import KubeApi, KubeError
 from staticfleet_operator.members import (
     GROUP_LABEL,
     MemberSettings,
@@ -53,6 +53,8 @@ from staticfleet_operator.members import (
     template_hash,
 )
 from staticfleet_operator.metrics import OperatorMetrics
+from staticfleet_operator.observed import Observed, pod_identity
+from staticfleet_operator.passes import Passes
 from staticfleet_operator.readiness import TokensGate
 from staticfleet_operator.rollout import (
     Assignors,
@@ -77,7 +79,7 @@ from staticfleet_operator.status import (
     rollout_from_status,
     rollout_phase,
 )
-from staticfleet_operator.tokens import TokenUnavailable, read_member_token
+from staticfleet_operator.tokens import TokenUnavailable, read_member_token, token_secret_ref
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -120,6 +122,18 @@ class Operator:
     journal: RebalanceJournal | None = None
     # group key -> the last problem reported by an Event (once per problem, not per pass).
     reported: dict[str, str] = field(default_factory=dict)
+    # Kopf's indices and the writes they do not show yet: what a pass reads (observed.py).
+    observed: Observed = field(default_factory=Observed)
+    # group id -> (namespace, name): whose pass a coordinator journal entry requests.
+    group_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # (namespace, Secret name) -> the groups whose member token it holds.
+    secret_users: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
+    # Status patches written (with `kube.actions`: whether a pass acted).
+    status_writes: int = 0
+    # Groups whose last pass waits on a clock (an adopted slot's grace period).
+    timed: set[str] = field(default_factory=set)
+    # Runs the passes events ask for (passes.py); made by the handlers on first use.
+    passes: Passes | None = None
 
     def backend(self, spec: ConsumerGroupSpec) -> GroupBackend:
         """The group's coordinator: the Kafka cluster it names, else the embedded one."""
@@ -144,7 +158,7 @@ async def reconcile(op: Operator, namespace: str, name: str) -> str:
     started = time.monotonic()
     try:
         async with op.lock(namespace, name):
-            body = await op.kube.get_group(namespace, name)
+            body = await op.observed.group(op.kube, namespace, name)
             if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
                 done = "gone"
             else:
@@ -156,6 +170,31 @@ async def reconcile(op: Operator, namespace: str, name: str) -> str:
         raise
     op.metrics.reconciled(time.monotonic() - started, ok=True)
     return done
+
+
+async def reconcile_pass(op: Operator, namespace: str, name: str) -> bool:
+    """A pass requested by an event (passes.py); True when the group wants another soon:
+    the pass acted (its effects are to be observed), a rollout is under way, writes of its
+    own are not yet in the watch, or it waits on a clock. A settled group waits for events."""
+    acted_before = (len(op.kube.actions), op.status_writes)
+    done = await reconcile(op, namespace, name)
+    if done == "gone":
+        op.group_keys = {g: k for g, k in op.group_keys.items() if k != (namespace, name)}
+        return False
+    if (len(op.kube.actions), op.status_writes) != acted_before:
+        return True
+    if op.observed.pending(namespace, name) or group_key(namespace, name) in op.timed:
+        return True
+    body = await op.observed.group(op.kube, namespace, name)
+    if body is None or validate_spec(body.get("spec") or {}):
+        return False  # an edit of the spec is an event
+    spec = parse_spec(body.get("spec") or {})
+    if spec.coordinator.kafka:
+        # A Kafka cluster tells the operator nothing: its describe is polled.
+        return True
+    if op.coordinator.expected_members(spec.group_id) is not None:
+        return True  # a pre-registration expires on a clock
+    return rollout_from_status(read_status(body)).active
 
 
 async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
@@ -184,7 +223,7 @@ async def _unreachable(
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     previous = read_status(body)
-    pods = members_of(await op.kube.list_pods(namespace, {GROUP_LABEL: name}))
+    pods = members_of(await op.observed.member_pods(op.kube, namespace, name))
     message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {problem}"
     status = observed_status(
         previous,
@@ -226,6 +265,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     previous = read_status(body)
     now = op.clock()
     backend = op.backend(spec)
+    op.group_keys[spec.group_id] = (namespace, name)
     if not spec.coordinator.kafka:
         await sync_member_token(op, body, spec)
     await _sync_topics(op, body, backend, spec)
@@ -233,7 +273,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         return await _reconcile_adopted(op, body, spec)
 
     replicas = spec.replicas or 0
-    pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+    pods = await op.observed.member_pods(op.kube, namespace, name)
     members = members_of(pods)
     described = await describe(backend, spec.group_id)
     _reachable_again(op, namespace, name)
@@ -261,7 +301,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     if excess:
         for pod in excess:
             if not pod.deleting:
-                await op.kube.delete_pod(namespace, pod.pod_name)
+                await delete_member_pod(op, namespace, name, pod.pod_name)
         done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
     elif retiring:
         await _leave(op, body, backend, spec, retiring, "scale-down")
@@ -275,8 +315,10 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         protocol = new_pod_protocol(spec, state, members)
         await _expect_members(op, body, spec, view, replicas, missing)
         for slot in missing:
-            await op.kube.create_pod(
+            await create_member_pod(
+                op,
                 namespace,
+                name,
                 managed_pod(
                     spec,
                     op.settings(name),
@@ -468,7 +510,7 @@ async def _switch(
     running = [m for m in members if not m.deleting]
     if running:
         for pod in running:
-            await op.kube.delete_pod(namespace, pod.pod_name)
+            await delete_member_pod(op, namespace, str(metadata["name"]), pod.pod_name)
         message = (
             f"switch to {desired_protocol(spec).value}: stopping {len(running)} member(s), "
             "then one batch LeaveGroup and a restart of all"
@@ -558,7 +600,9 @@ async def _act(
     if isinstance(decision, Bounce):
         log.info("%s", decision.reason)
         await op.kube.post_event(body, decision.event_reason, decision.reason)
-        await op.kube.delete_pod(str(metadata["namespace"]), decision.pod_name)
+        await delete_member_pod(
+            op, str(metadata["namespace"]), str(metadata["name"]), decision.pod_name
+        )
         op.metrics.bounced(
             str(metadata["namespace"]), str(metadata["name"]), rollout_phase(decision.state)
         )
@@ -577,7 +621,7 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     period is retired with a batch LeaveGroup."""
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
-    pods = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+    pods = await op.observed.member_pods(op.kube, namespace, name)
     members = members_of(pods)
     backend = op.backend(spec)
     described = await describe(backend, spec.group_id)
@@ -595,6 +639,12 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
             await _leave(op, body, backend, spec, pending, "no replacement within the grace period")
         table.leave_sent(table.pending_leave())
         slots_in_use = len(table.held) + len(table.vacant) + len(table.retiring)
+        # A vacant slot retires when its grace period ends, an admitted pod's slot is kept
+        # for ADMISSION_GRACE_SECONDS: both are clocks, not events.
+        if table.vacant or table.retiring or op.admitted:
+            op.timed.add(group_key(namespace, name))
+        else:
+            op.timed.discard(group_key(namespace, name))
     rollout = rollout_from_status(read_status(body))
     status = observed_status(
         read_status(body),
@@ -735,17 +785,21 @@ async def sync_member_token(op: Operator, body: Mapping[str, Any], spec: Consume
     if previous is not None and previous != spec.group_id:
         forget_member_token(op, namespace, name, None)  # the groupId changed
     try:
+        secret_name, _ = token_secret_ref(spec, name)
+        users = op.secret_users.setdefault((namespace, secret_name), set())
+        users.add((namespace, name))
         token = await read_member_token(
-            op.kube, namespace, name, str(metadata.get("uid", "")), spec
+            op.kube, namespace, name, str(metadata.get("uid", "")), spec, op.observed
         )
         if op.authenticator is not None:
             op.authenticator.set_member_tokens(spec.group_id, [token])
     except (TokenUnavailable, AuthConfigError) as error:
+        reported = op.token_problems.get(key)  # forgetting the token forgets it too
         forget_member_token(op, namespace, name, spec.group_id)
         problem = f"member token unavailable: {error}"
         op.tokens_gate.reconciled(key)  # found unusable: readiness need not wait for it
-        if op.token_problems.get(key) != problem:
-            op.token_problems[key] = problem
+        op.token_problems[key] = problem
+        if reported != problem:
             log.warning("%s: %s", key, problem)
             await op.kube.post_event(body, "MemberTokenUnavailable", problem, warning=True)
         return False
@@ -764,6 +818,33 @@ def forget_member_token(op: Operator, namespace: str, name: str, group_id: str |
         return
     for gid in {g for g in (registered, group_id) if g}:
         op.authenticator.remove_group(gid)
+
+
+async def create_member_pod(
+    op: Operator, namespace: str, group: str, pod: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Create a member pod; until the watch shows it, passes see it. One that exists already
+    (created by an earlier pass the watch has not shown yet) is left to the watch."""
+    try:
+        created = await op.kube.create_pod(namespace, pod)
+    except KubeError as error:
+        if error.status != 409:
+            raise
+        log.info("%s/%s: pod %s exists already", namespace, group, pod["metadata"]["name"])
+        return None
+    op.observed.pod_created(namespace, group, created)
+    return created
+
+
+async def delete_member_pod(op: Operator, namespace: str, group: str, pod_name: str) -> bool:
+    """Delete a member pod; until the watch shows it terminating, passes see it so."""
+    pods = await op.observed.member_pods(op.kube, namespace, group)
+    uids = [
+        pod_identity(pod) for pod in pods if (pod.get("metadata") or {}).get("name") == pod_name
+    ]
+    deleted = await op.kube.delete_pod(namespace, pod_name)
+    op.observed.pod_deleted(namespace, group, uids)
+    return deleted
 
 
 class RetryLater(Exception):
@@ -848,7 +929,11 @@ async def _write_status(op: Operator, body: Mapping[str, Any], patch: dict[str, 
     if all(current.get(key) == value for key, value in _without_nulls(patch).items()):
         return False
     metadata = body.get("metadata") or {}
-    await op.kube.patch_group_status(str(metadata["namespace"]), str(metadata["name"]), patch)
+    written = await op.kube.patch_group_status(
+        str(metadata["namespace"]), str(metadata["name"]), patch
+    )
+    op.observed.group_written(written)
+    op.status_writes += 1
     return True
 
 

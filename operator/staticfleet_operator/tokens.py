@@ -20,10 +20,13 @@ import binascii
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
 from staticfleet_operator.kube import KubeApi, KubeError
+
+if TYPE_CHECKING:
+    from staticfleet_operator.observed import Observed
 
 log = logging.getLogger("staticfleet.operator.tokens")
 
@@ -93,17 +96,28 @@ class TokenUnavailable(Exception):
 
 
 async def read_member_token(
-    kube: KubeApi, namespace: str, group_name: str, owner_uid: str, spec: ConsumerGroupSpec
+    kube: KubeApi,
+    namespace: str,
+    group_name: str,
+    owner_uid: str,
+    spec: ConsumerGroupSpec,
+    observed: Observed | None = None,
 ) -> str:
-    """The group's member token: read from its Secret, creating the managed Secret when
-    there is none. Raises `TokenUnavailable` when a user Secret is missing or has no key."""
+    """The group's member token: read from its Secret (from the operator's index of Secrets
+    when `observed` has one, else from the API), creating the managed Secret when there is
+    none. Raises `TokenUnavailable` when a user Secret is missing or has no key."""
     name, key = token_secret_ref(spec, group_name)
-    secret = await kube.get_secret(namespace, name)
+    if observed is not None:
+        secret = await observed.secret(kube, namespace, name)
+    else:
+        secret = await kube.get_secret(namespace, name)
     if secret is None and spec.token_secret_ref is None:
         try:
             secret = await kube.create_secret(
                 namespace, managed_secret(namespace, group_name, owner_uid, new_token())
             )
+            if observed is not None:
+                observed.secret_created(secret)
         except KubeError as error:
             if error.status != 409:
                 raise

@@ -99,7 +99,8 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     name = (metadata.get("labels") or {}).get(GROUP_LABEL)
     if not name:
         return None
-    body = await op.kube.get_group(namespace, name)
+    # From the operator's indices (observed.py): no API call on the admission path.
+    body = await op.observed.group(op.kube, namespace, name)
     if body is None or validate_spec(body.get("spec") or {}):
         log.warning("pod in %s names ConsumerGroup %s, which is absent or invalid", namespace, name)
         return None
@@ -119,7 +120,7 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
         log.warning("could not ensure the member token of %s/%s: %s", namespace, name, error)
     annotations = metadata.get("annotations") or {}
     pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
-    siblings = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
+    siblings = await op.observed.member_pods(op.kube, namespace, name)
     view = CoordinatorView.from_described(await describe(op.backend(spec), spec.group_id))
     await ensure_adopted_table(op, namespace, name, spec, siblings, view)
     # Free the slots of pods gone since the last reconcile pass first: a replacement created

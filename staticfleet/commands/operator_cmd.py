@@ -56,6 +56,9 @@ def register(subparsers: Any) -> None:
         help="the coordinator URL members are told (default: http://127.0.0.1:<port>)",
     )
     run.add_argument("--webhook-port", type=int, help="serve the mutating webhook on this port")
+    run.add_argument(
+        "--webhook-host", default="0.0.0.0", help="the webhook's address (default: %(default)s)"
+    )
     run.add_argument("--webhook-cert", type=Path, help="TLS certificate of the webhook (PEM)")
     run.add_argument("--webhook-key", type=Path, help="TLS key of the webhook (PEM)")
     run.add_argument("--peering", help="Kopf peering object name; none: standalone")
@@ -73,7 +76,15 @@ def register(subparsers: Any) -> None:
         "--interval",
         type=float,
         default=2.0,
-        help="seconds between reconcile passes per ConsumerGroup (default: %(default)s)",
+        help="seconds until the next pass of a ConsumerGroup that is not settled (a rollout "
+        "under way, pods not yet as wanted); a settled one waits for events (default: "
+        "%(default)s)",
+    )
+    run.add_argument(
+        "--resync",
+        type=float,
+        default=60.0,
+        help="seconds between safety-net passes of every ConsumerGroup (default: %(default)s)",
     )
     run.add_argument(
         "--insecure",
@@ -105,11 +116,13 @@ def options_from_args(args: argparse.Namespace) -> Any:
         webhook_port=args.webhook_port,
         webhook_cert=args.webhook_cert,
         webhook_key=args.webhook_key,
+        webhook_host=args.webhook_host,
         peering=args.peering,
         priority=args.priority,
         health_port=args.health_port,
         kafka_journal_dir=args.kafka_journal_dir,
         interval=args.interval,
+        resync=args.resync,
         max_body_bytes=args.max_body_bytes,
     )
 

@@ -497,6 +497,17 @@ class Cluster:
             coordinator_url=self.operator.coordinator_url,
             authenticator=self.operator.authenticator,
         )
+        # Kopf keeps running, and with it its indices: the writes they do not show yet
+        # belong with them (a real restart relists, so its indices lag nothing).
+        fresh.observed = self.operator.observed
+        # The old process's passes end with it; the new one's Kopf relists every group, and
+        # each listed group gets a pass.
+        old = self.operator.passes
+        if old is not None:
+            old.stop()
+            fresh.passes = handlers.start_passes(fresh, old.requeue_seconds)
+            for key in list(fresh.observed.groups or {}):
+                fresh.passes.request(*key)
         self.memo["operator"] = fresh
         self.retired.append(self.operator)
         self.operator = fresh
@@ -601,12 +612,20 @@ class Cluster:
         return self.metric("staticfleet_operator_reconciles_total", result="ok") or 0.0
 
     async def passes(self, count: int, timeout: float = 20.0) -> None:  # noqa: ASYNC109
-        """Wait until the operator has finished `count` more reconcile passes (of any group):
-        what it would have done by then, it has done."""
-        target = self.passes_done() + count
-        await self.eventually(
-            lambda: self.passes_done() >= target, timeout, what=f"{count} more passes"
-        )
+        """Ask for `count` more passes of every group, one after another, and wait until
+        they have run: what the operator would have done by then, it has done. (A settled
+        group gets no pass unasked: passes follow events, not a clock.)"""
+        for done in range(count):
+            target = self.passes_done() + 1
+            runner = self.operator.passes
+            if runner is not None:
+                for key in list(self.operator.observed.groups or {}):
+                    runner.request(*key)
+
+            def ran(target: float = target) -> bool:
+                return self.passes_done() >= target
+
+            await self.eventually(ran, timeout, what=f"{count - done} more passes")
 
     async def group_settled(self, name: str, replicas: int) -> dict[str, Any] | None:
         body = await self.kube.get_group(NAMESPACE, name)
@@ -698,7 +717,11 @@ async def running_cluster(
             await asyncio.wait_for(ready.wait(), 10)
             yield cluster
         finally:
-            # The kubelet first: Kopf waits (5 s) for tasks born while it ran, then cancels them.
+            # The operator's passes first (their API client is closed below), then the
+            # kubelet: Kopf waits (5 s) for tasks born while it ran, then cancels them.
+            for used in [operator, *cluster.retired, cluster.operator]:
+                if used.passes is not None:
+                    await used.passes.close()
             kubelet_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await kubelet_task

@@ -116,12 +116,14 @@ ClusterRole when it watches all namespaces). Nothing here is a wildcard.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Member tokens: the operator reads each group's token Secret (its own `<group>-member-token`
-# or the group's spec.tokenSecretRef) and creates its own once; it never patches, lists or
-# deletes Secrets (the ownerReference lets the garbage collector delete them).
+# Member tokens: the operator watches the Opaque Secrets (a Kopf index: a group's token is
+# read from memory, and a rotated or deleted Secret is seen at once), reads each group's
+# token Secret (its own `<group>-member-token` or the group's spec.tokenSecretRef) and
+# creates its own once; it never patches or deletes Secrets (the ownerReference lets the
+# garbage collector delete them).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "watch", "create"]
 {{- end }}
 
 {{/*

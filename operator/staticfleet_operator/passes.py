@@ -1,0 +1,132 @@
+"""When a ConsumerGroup gets a reconcile pass: on events, not on a clock.
+
+A pass is requested by a watch event on the group or on one of its pods, by the group's
+coordinator (a journal entry: a member joined, left, a rebalance ended), by the webhook's
+admission of a pod, and by a slow resync timer (the safety net). Requests for a group
+coalesce: at most one pass runs per group, and requests arriving meanwhile make one more
+pass after it. A pass that is not done — it acted, a rollout is under way, an adopted slot
+waits out its grace period — asks for another after `requeue_seconds` (the only clock a
+settled fleet never sees).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("staticfleet.operator.passes")
+
+Key = tuple[str, str]
+# A failed pass is tried again after this long (doubling up to RETRY_MAX_SECONDS).
+RETRY_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+DEFAULT_CONCURRENCY = 16
+
+
+@dataclass
+class Passes:
+    """Runs `run(namespace, name)` per group on request; `run` answers whether the group
+    wants another pass after `requeue_seconds`."""
+
+    run: Callable[[str, str], Awaitable[bool]]
+    requeue_seconds: float
+    concurrency: int = DEFAULT_CONCURRENCY
+    _dirty: set[Key] = field(default_factory=set)
+    _tasks: dict[Key, asyncio.Task[None]] = field(default_factory=dict)
+    _timers: dict[Key, asyncio.TimerHandle] = field(default_factory=dict)
+    _failures: dict[Key, int] = field(default_factory=dict)
+    _limit: asyncio.Semaphore | None = None
+    stopped: bool = False
+
+    def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
+        """A pass for the group now (or after `delay`; an earlier request stands)."""
+        key = (namespace, name)
+        if self.stopped:
+            return
+        if delay > 0:
+            if key not in self._timers and key not in self._dirty:
+                loop = asyncio.get_running_loop()
+                self._timers[key] = loop.call_later(delay, self._due, key)
+            return
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._dirty.add(key)
+        if key not in self._tasks:
+            self._tasks[key] = asyncio.create_task(self._passes(key), name=f"pass {key}")
+
+    def forget(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self._dirty.discard(key)
+        self._failures.pop(key, None)
+
+    @property
+    def running(self) -> int:
+        """Groups with a pass running or about to."""
+        return len(self._tasks)
+
+    @property
+    def due(self) -> int:
+        """Groups with a pass asked for and not yet started (now or after a delay)."""
+        return len(self._timers) + len(self._dirty)
+
+    def stop(self) -> list[asyncio.Task[None]]:
+        """No more passes: pending ones are dropped, running ones cancelled (returned)."""
+        self.stopped = True
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._dirty.clear()
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    async def close(self) -> None:
+        for task in self.stop():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def _due(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.request(*key)
+
+    async def _passes(self, key: Key) -> None:
+        if self._limit is None:
+            self._limit = asyncio.Semaphore(self.concurrency)
+        try:
+            while key in self._dirty:
+                self._dirty.discard(key)
+                async with self._limit:
+                    delay = await self._one(key)
+                if delay is not None:
+                    self.request(*key, delay=delay)
+        finally:
+            self._tasks.pop(key, None)
+
+    async def _one(self, key: Key) -> float | None:
+        """One pass; the delay before the next one it asks for (None: none)."""
+        try:
+            again = bool(await self.run(*key))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+            delay: float = min(RETRY_SECONDS * 2.0 ** (failures - 1), RETRY_MAX_SECONDS)
+            log.warning(
+                "%s/%s: pass failed (again in %.0f s): %s",
+                *key,
+                delay,
+                error,
+                exc_info=failures == 1,
+            )
+            return delay
+        self._failures.pop(key, None)
+        return self.requeue_seconds if again else None

@@ -1,0 +1,148 @@
+"""The pass runner (coalescing, requeue, retry) and the overlay of the operator's own
+writes on Kopf's indices (read your writes)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.observed import OVERLAY_SECONDS, Observed
+from staticfleet_operator.passes import Passes
+
+NS = "default"
+
+
+async def _settle(runner: Passes) -> None:
+    for _ in range(200):
+        if runner.running == 0 and runner.due == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("passes did not settle")
+
+
+async def test_requests_during_a_pass_coalesce_into_one_more_pass() -> None:
+    calls: list[str] = []
+    gate = asyncio.Event()
+
+    async def run(namespace: str, name: str) -> bool:
+        calls.append(name)
+        await gate.wait()
+        return False
+
+    runner = Passes(run, requeue_seconds=60)
+    runner.request(NS, "a")
+    await asyncio.sleep(0.01)
+    for _ in range(5):  # five events while the first pass runs
+        runner.request(NS, "a")
+    gate.set()
+    await _settle(runner)
+    assert calls == ["a", "a"]
+
+
+async def test_a_pass_that_is_not_done_is_requeued_and_a_settled_one_is_not() -> None:
+    answers = {"busy": [True, True, False], "settled": [False]}
+    calls: list[str] = []
+
+    async def run(namespace: str, name: str) -> bool:
+        calls.append(name)
+        return answers[name].pop(0)
+
+    runner = Passes(run, requeue_seconds=0.02)
+    runner.request(NS, "busy")
+    runner.request(NS, "settled")
+    await asyncio.sleep(0.3)
+    await _settle(runner)
+    assert calls.count("busy") == 3 and calls.count("settled") == 1
+
+
+async def test_a_failed_pass_is_retried_and_a_stopped_runner_runs_nothing() -> None:
+    calls: list[str] = []
+
+    async def run(namespace: str, name: str) -> bool:
+        calls.append(name)
+        if len(calls) == 1:
+            raise RuntimeError("the API server hiccuped")
+        return False
+
+    runner = Passes(run, requeue_seconds=60)
+    runner.request(NS, "a")
+    await asyncio.sleep(1.3)  # RETRY_SECONDS after the failure
+    assert calls == ["a", "a"]
+    await runner.close()
+    runner.request(NS, "a")
+    await asyncio.sleep(0.05)
+    assert calls == ["a", "a"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pod(name: str, uid: str, **metadata: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NS, "uid": uid, **metadata}}
+
+
+def _observed(pods: dict[Any, list[Any]], groups: dict[Any, list[Any]] | None = None) -> Observed:
+    observed = Observed(clock=Clock())
+    observed.attach(groups or {}, pods, {})
+    return observed
+
+
+KUBE = KubeApi("http://never-called")
+
+
+async def test_a_created_pod_is_listed_until_the_index_shows_it() -> None:
+    pods: dict[Any, list[Any]] = {}
+    observed = _observed(pods)
+    observed.pod_created(NS, "g", _pod("g-0", "u0"))
+    assert [p["metadata"]["name"] for p in await observed.member_pods(KUBE, NS, "g")] == ["g-0"]
+    assert observed.pending(NS, "g")
+    pods[(NS, "g")] = [_pod("g-0", "u0", resourceVersion="5")]
+    listed = await observed.member_pods(KUBE, NS, "g")
+    assert [p["metadata"].get("resourceVersion") for p in listed] == ["5"]
+    assert not observed.pending(NS, "g")
+
+
+async def test_a_deleted_pod_reads_as_terminating_until_the_index_shows_it() -> None:
+    pods: dict[Any, list[Any]] = {(NS, "g"): [_pod("g-0", "u0")]}
+    observed = _observed(pods)
+    observed.pod_deleted(NS, "g", ["u0"])
+    [pod] = await observed.member_pods(KUBE, NS, "g")
+    assert pod["metadata"]["deletionTimestamp"]
+    # Its same-name replacement (another uid) is a different pod.
+    pods[(NS, "g")] = [_pod("g-0", "u1")]
+    [pod] = await observed.member_pods(KUBE, NS, "g")
+    assert pod["metadata"]["uid"] == "u1" and not pod["metadata"].get("deletionTimestamp")
+    assert not observed.pending(NS, "g")
+
+
+async def test_an_overlay_entry_expires_when_the_watch_never_shows_it() -> None:
+    observed = _observed({})
+    observed.pod_created(NS, "g", _pod("g-0", "u0"))
+    assert isinstance(observed.clock, Clock)
+    observed.clock.now += OVERLAY_SECONDS + 1
+    assert await observed.member_pods(KUBE, NS, "g") == []
+
+
+async def test_a_written_status_is_read_back_until_the_index_catches_up() -> None:
+    stale: dict[str, Any] = {
+        "metadata": {"name": "g", "namespace": NS, "resourceVersion": "7"},
+        "status": {},
+    }
+    groups: dict[Any, list[Any]] = {(NS, "g"): [stale]}
+    observed = _observed({}, groups)
+    written = {**stale, "metadata": {**stale["metadata"], "resourceVersion": "8"}}
+    written["status"] = {"rollout": {"phase": "Rolling", "currentSlot": 1}}
+    observed.group_written(written)
+    assert (await observed.group(KUBE, NS, "g") or {})["status"] == written["status"]
+    groups[(NS, "g")] = [written]
+    assert (await observed.group(KUBE, NS, "g") or {})["metadata"]["resourceVersion"] == "8"
+    # A later change by someone else is read from the index: the overlay is gone.
+    later = {**written, "metadata": {**written["metadata"], "resourceVersion": "9"}, "spec": {}}
+    groups[(NS, "g")] = [later]
+    assert (await observed.group(KUBE, NS, "g") or {})["metadata"]["resourceVersion"] == "9"

@@ -1,0 +1,109 @@
+"""Watch, don't poll: a settled fleet costs the API server nothing beyond the watches, a
+deleted pod is replaced on its event, and the webhook answers from the indices.
+
+The operator's own API client is counted (Kopf's watches go through Kopf's client and are
+not). The harness's requeue interval is 0.1 s: a polling operator would make dozens of
+requests in each quiet window below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from staticfleet_operator.members import INSTANCE_ID_ANNOTATION, POD_KEY_ANNOTATION
+from staticfleet_operator.reconcile import Operator
+from tests.operator.kube_harness import NAMESPACE, Cluster, managed_spec, running_cluster
+from tests.operator.test_handlers_kmock import adopted_spec, executor
+
+QUIET_SECONDS = 2.0
+
+
+@contextmanager
+def counted(op: Operator) -> Iterator[list[tuple[str, str]]]:
+    """Every request the operator's API client makes while inside."""
+    seen: list[tuple[str, str]] = []
+    original = op.kube._request
+
+    async def counting(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        seen.append((method, path))
+        return await original(method, path, **kwargs)
+
+    op.kube._request = counting  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        op.kube._request = original  # type: ignore[method-assign]
+
+
+async def _quiet(cluster: Cluster) -> None:
+    """Until no pass is running or due (what the group's events asked for is done)."""
+
+    def idle() -> bool:
+        runner = cluster.operator.passes
+        return runner is not None and runner.running == 0 and not runner.due
+
+    await cluster.eventually(idle, timeout=30, what="no pass running or due")
+
+
+async def test_a_settled_group_makes_no_api_request() -> None:
+    async with running_cluster() as cluster:
+        await cluster.create_group("orders", managed_spec(replicas=3))
+        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
+        await _quiet(cluster)
+        passes_before = cluster.passes_done()
+        with counted(cluster.operator) as requests:
+            await asyncio.sleep(QUIET_SECONDS)
+        assert requests == []
+        # And no pass ran either: nothing asked for one.
+        assert cluster.passes_done() == passes_before
+
+
+async def test_a_deleted_pod_is_replaced_on_its_event() -> None:
+    async with running_cluster(interval=3600) as cluster:
+        await cluster.create_group("orders", managed_spec(replicas=3))
+        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
+        await _quiet(cluster)
+        [victim] = [p for p in await cluster.pods("orders") if p["metadata"]["name"] == "orders-1"]
+        deleted = time.monotonic()
+        await cluster.kube.delete_pod(NAMESPACE, "orders-1")
+
+        def key(pod: dict[str, Any]) -> str:
+            return str(pod["metadata"]["annotations"][POD_KEY_ANNOTATION])
+
+        async def replaced() -> bool:
+            pods = await cluster.pods("orders")
+            return any(
+                p["metadata"]["name"] == "orders-1"
+                and key(p) != key(victim)
+                and not p["metadata"].get("deletionTimestamp")
+                for p in pods
+            )
+
+        # The requeue interval (an hour here) plays no part: the pod's events drive it.
+        await cluster.eventually(replaced, timeout=20, what="orders-1 recreated")
+        assert time.monotonic() - deleted < 20
+
+
+async def test_the_webhook_answers_from_the_indices() -> None:
+    async with running_cluster(webhook=True) as cluster:
+        await cluster.create_group("spark", adopted_spec())
+        await cluster.eventually(
+            lambda: _has_status(cluster, "spark"), what="the group's first pass"
+        )
+        await cluster.admit_and_create(executor("exec-0"))  # its token Secret exists now
+        await _quiet(cluster)
+        with counted(cluster.operator) as requests:
+            admitted = await cluster.admit_and_create(executor("exec-1"))
+        assert admitted["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] == "spark-job-1"
+        # The admission itself asked the API server nothing (a pass its pod's event asked
+        # for may have written status since: that is not the admission path).
+        assert [r for r in requests if r[0] == "GET"] == []
+
+
+async def _has_status(cluster: Cluster, name: str) -> bool:
+    body = await cluster.kube.get_group(NAMESPACE, name)
+    return bool((body or {}).get("status"))
