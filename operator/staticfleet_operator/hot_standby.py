@@ -249,7 +249,7 @@ async def promote_standbys(
         )
         for d in decisions
     ]
-    await _write_status(op, body, status)  # write-ahead, before anything is promoted
+    await op.write_status(body, status.to_patch())  # write-ahead, before anything is promoted
     done: list[str] = []
     for record in list(status.promotions):
         outcome = await _promote_one(op, body, spec, record, now)
@@ -259,7 +259,7 @@ async def promote_standbys(
         if outcome:
             status.last_promotion = record.model_copy(update={"completed_at": op.clock()})
             done.append(f"{record.standby} -> {record.instance_id}")
-    await _write_status(op, body, status)
+    await op.write_status(body, status.to_patch())
     return "promoted: " + ", ".join(done) if done else "promotions in flight"
 
 
@@ -277,8 +277,8 @@ async def _promote_one(
     relabeled = False
     if answer.error_code is ErrorCode.NONE:
         try:
-            await op.kube.patch_pod(
-                namespace, record.standby, promoted_patch(record.slot, record.instance_id)
+            await op.patch_pod(
+                namespace, name, record.standby, promoted_patch(record.slot, record.instance_id)
             )
             relabeled = True
         except KubeError as error:
@@ -331,15 +331,16 @@ async def keep_standbys(
     outdated = [p for p in live if p.template_hash != current or p.protocol != protocol.value]
     surplus = live[wanted:] if len(live) > wanted else []
     for pod in {p.name: p for p in outdated + surplus}.values():
-        await op.kube.delete_pod(namespace, pod.name)
+        await op.delete_pod(namespace, name, pod.name)
         acted.append(pod.name)
     keeping = len([p for p in live if p.name not in acted])
     taken = {str((p.get("metadata") or {}).get("name", "")) for p in pods}
     for _ in range(max(wanted - keeping, 0)):
         pod_name = standby_pod_name(name, taken)
         taken.add(pod_name)
-        await op.kube.create_pod(
+        await op.create_pod(
             namespace,
+            name,
             standby_pod(
                 spec,
                 op.settings(name),
@@ -357,10 +358,3 @@ def standbys_ready(op: Operator, spec: ConsumerGroupSpec) -> int | None:
     if not standbys_enabled(spec):
         return None
     return len(op.coordinator.standbys(spec.group_id).standby_ids)
-
-
-async def _write_status(op: Operator, body: Mapping[str, Any], status: Any) -> None:
-    metadata = body.get("metadata") or {}
-    await op.kube.patch_group_status(
-        str(metadata["namespace"]), str(metadata["name"]), status.to_patch()
-    )

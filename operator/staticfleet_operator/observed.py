@@ -62,6 +62,7 @@ class Observed:
     _written_groups: dict[Key, tuple[Body, float]] = field(default_factory=dict)
     _created_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
     _deleted_pods: dict[Key, dict[str, float]] = field(default_factory=dict)
+    _patched_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
     _created_secrets: dict[Key, tuple[Body, float]] = field(default_factory=dict)
 
     @property
@@ -106,6 +107,13 @@ class Observed:
                 del created[uid]
             else:
                 listed[uid] = body
+        patched = self._patched_pods.get(key, {})
+        for uid, (body, at) in list(patched.items()):
+            pod = listed.get(uid)
+            if pod is None or _newer_or_same_pod(pod, body) or now - at > OVERLAY_SECONDS:
+                del patched[uid]  # the watch shows the patch (or the pod is gone)
+            else:
+                listed[uid] = body
         deleted = self._deleted_pods.get(key, {})
         for uid, at in list(deleted.items()):
             pod = listed.get(uid)
@@ -117,6 +125,8 @@ class Observed:
             self._created_pods.pop(key, None)
         if not deleted:
             self._deleted_pods.pop(key, None)
+        if not patched:
+            self._patched_pods.pop(key, None)
         return sorted(listed.values(), key=lambda pod: str(_metadata(pod).get("name")))
 
     async def secret(self, kube: KubeApi, namespace: str, name: str) -> Body | None:
@@ -136,7 +146,11 @@ class Observed:
     def pending(self, namespace: str, group: str) -> bool:
         """Writes of ours to the group's pods the watch has not shown yet."""
         key = (namespace, group)
-        return bool(self._created_pods.get(key) or self._deleted_pods.get(key))
+        return bool(
+            self._created_pods.get(key)
+            or self._deleted_pods.get(key)
+            or self._patched_pods.get(key)
+        )
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -149,6 +163,12 @@ class Observed:
     def pod_created(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
         if self.pods is not None:
             pods = self._created_pods.setdefault((namespace, group), {})
+            pods[pod_identity(body)] = (dict(body), self.clock())
+
+    def pod_patched(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
+        """A pod of ours patched (a standby relabelled into a slot): read as patched."""
+        if self.pods is not None:
+            pods = self._patched_pods.setdefault((namespace, group), {})
             pods[pod_identity(body)] = (dict(body), self.clock())
 
     def pod_deleted(self, namespace: str, group: str, uids: Iterable[str]) -> None:
@@ -169,6 +189,17 @@ def _newer_or_same(indexed: Mapping[str, Any], written: Mapping[str, Any]) -> bo
     later version (resourceVersions are etcd revisions in practice; not every emulator
     bumps them, so equal versions prove nothing)."""
     if indexed.get("status") == written.get("status"):
+        return True
+    have, wrote = _version(indexed), _version(written)
+    return have is not None and wrote is not None and have > wrote
+
+
+def _newer_or_same_pod(indexed: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the index has caught up with a pod patch: same labels and annotations, or a
+    later version."""
+    if _metadata(indexed).get("labels") == _metadata(written).get("labels") and _metadata(
+        indexed
+    ).get("annotations") == _metadata(written).get("annotations"):
         return True
     have, wrote = _version(indexed), _version(written)
     return have is not None and wrote is not None and have > wrote

@@ -149,6 +149,54 @@ class Operator:
         """One pass at a time per ConsumerGroup (timer, delete and webhook may overlap)."""
         return self._locks.setdefault(f"{namespace}/{name}", asyncio.Lock())
 
+    async def write_status(self, body: Mapping[str, Any], patch: dict[str, Any]) -> bool:
+        """Patch status when it differs from what the object carries; True when written.
+        Until the watch shows the write, passes read it (observed.py)."""
+        current = _without_nulls(body.get("status") or {})
+        if all(current.get(key) == value for key, value in _without_nulls(patch).items()):
+            return False
+        metadata = body.get("metadata") or {}
+        written = await self.kube.patch_group_status(
+            str(metadata["namespace"]), str(metadata["name"]), patch
+        )
+        self.observed.group_written(written)
+        self.status_writes += 1
+        return True
+
+    async def create_pod(
+        self, namespace: str, group: str, pod: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Create a group's pod; until the watch shows it, passes see it. One that exists
+        already (created by an earlier pass the watch has not shown yet) is left to the watch."""
+        try:
+            created = await self.kube.create_pod(namespace, pod)
+        except KubeError as error:
+            if error.status != 409:
+                raise
+            log.info("%s/%s: pod %s exists already", namespace, group, pod["metadata"]["name"])
+            return None
+        self.observed.pod_created(namespace, group, created)
+        return created
+
+    async def delete_pod(self, namespace: str, group: str, pod_name: str) -> bool:
+        """Delete a group's pod; until the watch shows it terminating, passes see it so."""
+        pods = await self.observed.member_pods(self.kube, namespace, group)
+        uids = [
+            pod_identity(pod) for pod in pods if (pod.get("metadata") or {}).get("name") == pod_name
+        ]
+        deleted = await self.kube.delete_pod(namespace, pod_name)
+        self.observed.pod_deleted(namespace, group, uids)
+        return deleted
+
+    async def patch_pod(
+        self, namespace: str, group: str, pod_name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Patch a group's pod (a promoted standby's labels); passes read the patched pod
+        until the watch shows it."""
+        patched = await self.kube.patch_pod(namespace, pod_name, patch)
+        self.observed.pod_patched(namespace, group, patched)
+        return patched
+
     def settings(self, name: str) -> MemberSettings:
         return MemberSettings(coordinator_url=self.coordinator_url, group_name=name)
 
@@ -205,7 +253,7 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
     problems = validate_spec(body.get("spec") or {})
     if problems:
         status = invalid_spec_status(previous, generation, problems, now)
-        if await _write_status(op, body, status.to_patch()):
+        if await op.write_status(body, status.to_patch()):
             await op.kube.post_event(body, "InvalidSpec", "; ".join(problems), warning=True)
         return "invalid spec"
     spec = parse_spec(body.get("spec") or {})
@@ -237,7 +285,7 @@ async def _unreachable(
         degraded_reason="CoordinatorUnreachable",
         degraded_message=message,
     )
-    await _write_status(op, body, status.to_patch())
+    await op.write_status(body, status.to_patch())
     await _report_once(op, body, "CoordinatorUnreachable", message)
     return "coordinator unreachable"
 
@@ -301,7 +349,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     if excess:
         for pod in excess:
             if not pod.deleting:
-                await delete_member_pod(op, namespace, name, pod.pod_name)
+                await op.delete_pod(namespace, name, pod.pod_name)
         done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
     elif retiring:
         await _leave(op, body, backend, spec, retiring, "scale-down")
@@ -315,8 +363,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         protocol = new_pod_protocol(spec, state, members)
         await _expect_members(op, body, spec, view, replicas, missing)
         for slot in missing:
-            await create_member_pod(
-                op,
+            await op.create_pod(
                 namespace,
                 name,
                 managed_pod(
@@ -365,7 +412,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     )
     status.awaiting_members = awaiting_members(op, spec, view)
     status.standbys_ready = standbys_ready(op, spec)
-    await _write_status(op, body, status.to_patch())
+    await op.write_status(body, status.to_patch())
     awaiting = len(status.awaiting_members)
     _observe_managed(op, namespace, name, replicas, members, state, awaiting, standbys=spec)
     return done
@@ -510,7 +557,7 @@ async def _switch(
     running = [m for m in members if not m.deleting]
     if running:
         for pod in running:
-            await delete_member_pod(op, namespace, str(metadata["name"]), pod.pod_name)
+            await op.delete_pod(namespace, str(metadata["name"]), pod.pod_name)
         message = (
             f"switch to {desired_protocol(spec).value}: stopping {len(running)} member(s), "
             "then one batch LeaveGroup and a restart of all"
@@ -596,13 +643,11 @@ async def _act(
     )
     status.awaiting_members = awaiting_members(op, spec, view)
     status.standbys_ready = standbys_ready(op, spec)
-    changed = await _write_status(op, body, status.to_patch())
+    changed = await op.write_status(body, status.to_patch())
     if isinstance(decision, Bounce):
         log.info("%s", decision.reason)
         await op.kube.post_event(body, decision.event_reason, decision.reason)
-        await delete_member_pod(
-            op, str(metadata["namespace"]), str(metadata["name"]), decision.pod_name
-        )
+        await op.delete_pod(str(metadata["namespace"]), str(metadata["name"]), decision.pod_name)
         op.metrics.bounced(
             str(metadata["namespace"]), str(metadata["name"]), rollout_phase(decision.state)
         )
@@ -656,7 +701,7 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
         rollout=rollout,
         now=now,
     )
-    await _write_status(op, body, status.to_patch())
+    await op.write_status(body, status.to_patch())
     op.metrics.observe_group(
         namespace,
         name,
@@ -820,33 +865,6 @@ def forget_member_token(op: Operator, namespace: str, name: str, group_id: str |
         op.authenticator.remove_group(gid)
 
 
-async def create_member_pod(
-    op: Operator, namespace: str, group: str, pod: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """Create a member pod; until the watch shows it, passes see it. One that exists already
-    (created by an earlier pass the watch has not shown yet) is left to the watch."""
-    try:
-        created = await op.kube.create_pod(namespace, pod)
-    except KubeError as error:
-        if error.status != 409:
-            raise
-        log.info("%s/%s: pod %s exists already", namespace, group, pod["metadata"]["name"])
-        return None
-    op.observed.pod_created(namespace, group, created)
-    return created
-
-
-async def delete_member_pod(op: Operator, namespace: str, group: str, pod_name: str) -> bool:
-    """Delete a member pod; until the watch shows it terminating, passes see it so."""
-    pods = await op.observed.member_pods(op.kube, namespace, group)
-    uids = [
-        pod_identity(pod) for pod in pods if (pod.get("metadata") or {}).get("name") == pod_name
-    ]
-    deleted = await op.kube.delete_pod(namespace, pod_name)
-    op.observed.pod_deleted(namespace, group, uids)
-    return deleted
-
-
 class RetryLater(Exception):
     """A step that must be retried (handlers turn it into kopf.TemporaryError)."""
 
@@ -921,20 +939,6 @@ async def _sync_topics(
             op, body, "TopicsNotFound", f"topics not on the Kafka cluster: {', '.join(absent)}"
         )
     return counts
-
-
-async def _write_status(op: Operator, body: Mapping[str, Any], patch: dict[str, Any]) -> bool:
-    """Patch status when it differs from what the object carries; True when written."""
-    current = _without_nulls(body.get("status") or {})
-    if all(current.get(key) == value for key, value in _without_nulls(patch).items()):
-        return False
-    metadata = body.get("metadata") or {}
-    written = await op.kube.patch_group_status(
-        str(metadata["namespace"]), str(metadata["name"]), patch
-    )
-    op.observed.group_written(written)
-    op.status_writes += 1
-    return True
 
 
 def _without_nulls(value: Any) -> Any:
