@@ -8,13 +8,11 @@ field's path. (The server's number and text policies run before it, `server/bodi
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import functools
 import operator
 import types
 import typing
-from enum import IntEnum
 from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
 
 import msgspec
@@ -34,24 +32,32 @@ class WireError(ValueError):
 
 
 def to_json(message: Any) -> Any:
-    """A dataclass (or list/dict/scalar of them) as JSON-ready data."""
-    if dataclasses.is_dataclass(message) and not isinstance(message, type):
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(message):
-            value = getattr(message, field.name)
-            out[field.name] = to_json(value)
-            if isinstance(value, ErrorCode) and field.name == "error_code":
-                out["error"] = value.name
-        return out
-    if isinstance(message, bytes):
-        return base64.b64encode(message).decode("ascii")
-    if isinstance(message, IntEnum):
-        return int(message)
-    if isinstance(message, list | tuple):
-        return [to_json(item) for item in message]
-    if isinstance(message, dict):
-        return {str(key): to_json(value) for key, value in message.items()}
-    return message
+    """A dataclass (or list/dict/scalar of them) as JSON-ready data (msgspec's builtins:
+    bytes as base64, enums as their integer), each `error_code` with its `error` name."""
+    return _name_errors(msgspec.to_builtins(message, str_keys=True))
+
+
+def encode(message: Any) -> bytes:
+    """`message` as a compact JSON document (UTF-8 bytes)."""
+    return _ENCODER.encode(to_json(message))
+
+
+_ENCODER = msgspec.json.Encoder()
+_ERROR_NAMES = {int(code): code.name for code in ErrorCode}
+
+
+def _name_errors(data: Any) -> Any:
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            code = value.get("error_code")
+            if type(code) is int and code in _ERROR_NAMES:
+                value["error"] = _ERROR_NAMES[code]
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return data
 
 
 _HINTS_CACHE: dict[type, dict[str, Any]] = {}
