@@ -26,6 +26,12 @@ T = TypeVar("T")
 # token's LeaveGroup must send back (coordinator.server.member_keys).
 MEMBER_KEY_HEADER = "Staticfleet-Member-Key"
 
+# Field-level JSON-schema extras (bounds, patterns) sit in `dataclasses.field(metadata=...)`
+# under this key. They override msgspec's schema of the field (a Meta's extra_json_schema
+# would not: msgspec's own keys win), so they are kept here by type and field name.
+SCHEMA_METADATA_KEY = "json_schema"
+FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {}
+
 
 class WireError(ValueError):
     """JSON that does not match a message's shape."""
@@ -105,12 +111,17 @@ def _build_strict(tp: Any) -> Any:
     if origin is Annotated:
         base, *extras = get_args(tp)
         metas = [
-            msgspec.Meta(ge=extra.minimum, le=extra.maximum)
+            msgspec.Meta(
+                ge=extra.minimum, le=extra.maximum, extra_json_schema={"format": extra.format}
+            )
             for extra in extras
             if isinstance(extra, IntRange)
         ]
-        inner = _strict_type(base)
-        return Annotated[(inner, *metas)] if metas else inner
+        if not metas:
+            return _strict_type(base)
+        # The range replaces the int64 bounds a plain int gets (msgspec allows one `ge`).
+        inner = base if base is int else _strict_type(base)
+        return Annotated[(inner, *metas)]
     if origin in (typing.Union, types.UnionType):
         return functools.reduce(operator.or_, [_strict_type(option) for option in get_args(tp)])
     if origin is list:
@@ -126,6 +137,9 @@ def _build_strict(tp: Any) -> Any:
         fields: list[tuple[str, Any, Any] | tuple[str, Any]] = []
         for field in dataclasses.fields(tp):
             strict = _strict_type(hints[field.name])
+            extra_schema = field.metadata.get(SCHEMA_METADATA_KEY)
+            if extra_schema:
+                FIELD_SCHEMAS.setdefault(tp.__name__, {})[field.name] = dict(extra_schema)
             if field.default is not dataclasses.MISSING:
                 fields.append((field.name, strict, field.default))
             elif field.default_factory is not dataclasses.MISSING:
@@ -137,7 +151,30 @@ def _build_strict(tp: Any) -> Any:
         if "error" not in {field.name for field in dataclasses.fields(tp)}:
             # "error" is the human-readable twin of error_code in responses; accepted, ignored.
             fields.append(("error", Any, None))
+        doc = tp.__doc__
+        doc = " ".join(doc.split()) if doc and not doc.startswith(f"{tp.__name__}(") else None
         return msgspec.defstruct(
-            f"Strict{tp.__name__}", fields, kw_only=True, forbid_unknown_fields=True
+            tp.__name__,
+            fields,
+            kw_only=True,
+            forbid_unknown_fields=True,
+            namespace={"__doc__": doc},
+            module=tp.__module__,
         )
+    if tp is int:
+        # The store keeps integers as SQLite int64 (the server's pre-check refuses wider).
+        return _INT64
+    if tp is bytes:
+        return _BYTES
     return tp
+
+
+_INT64 = Annotated[
+    int, msgspec.Meta(ge=-(2**63), le=2**63 - 1, extra_json_schema={"format": "int64"})
+]
+_BYTES = Annotated[bytes, msgspec.Meta(extra_json_schema={"format": "byte"})]
+
+
+def schema_type(cls: type) -> Any:
+    """The msgspec type that decodes `cls` strictly; its JSON schema is the document's."""
+    return _strict_type(cls)
