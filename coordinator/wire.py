@@ -1,19 +1,21 @@
 """JSON form of the request/response dataclasses, shared by the HTTP server and client.
 
 Field names are the dataclass field names; `bytes` travel as base64 strings; error codes as
-their integer plus, in responses, an `error` name for humans. Decoding is strict: a missing
-required field, an unknown field or a wrong type raises `WireError` with the field's path.
+their integer plus, in responses, an `error` name for humans. Decoding is msgspec's, strict:
+a missing required field, an unknown field or a wrong type raises `WireError` with the
+field's path. (The server's number and text policies run before it, `server/bodies.py`.)
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
+import functools
+import operator
 import types
 import typing
-from enum import IntEnum
 from typing import Annotated, Any, TypeVar, get_args, get_origin, get_type_hints
+
+import msgspec
 
 from coordinator.errors import ErrorCode
 from coordinator.messages import IntRange
@@ -24,33 +26,48 @@ T = TypeVar("T")
 # token's LeaveGroup must send back (coordinator.server.member_keys).
 MEMBER_KEY_HEADER = "Staticfleet-Member-Key"
 
+# Field-level JSON-schema extras (bounds, patterns) sit in `dataclasses.field(metadata=...)`
+# under this key. They override msgspec's schema of the field (a Meta's extra_json_schema
+# would not: msgspec's own keys win), so they are kept here by type and field name.
+SCHEMA_METADATA_KEY = "json_schema"
+FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {}
+
 
 class WireError(ValueError):
     """JSON that does not match a message's shape."""
 
 
 def to_json(message: Any) -> Any:
-    """A dataclass (or list/dict/scalar of them) as JSON-ready data."""
-    if dataclasses.is_dataclass(message) and not isinstance(message, type):
-        out: dict[str, Any] = {}
-        for field in dataclasses.fields(message):
-            value = getattr(message, field.name)
-            out[field.name] = to_json(value)
-            if isinstance(value, ErrorCode) and field.name == "error_code":
-                out["error"] = value.name
-        return out
-    if isinstance(message, bytes):
-        return base64.b64encode(message).decode("ascii")
-    if isinstance(message, IntEnum):
-        return int(message)
-    if isinstance(message, list | tuple):
-        return [to_json(item) for item in message]
-    if isinstance(message, dict):
-        return {str(key): to_json(value) for key, value in message.items()}
-    return message
+    """A dataclass (or list/dict/scalar of them) as JSON-ready data (msgspec's builtins:
+    bytes as base64, enums as their integer), each `error_code` with its `error` name."""
+    return _name_errors(msgspec.to_builtins(message, str_keys=True))
+
+
+def encode(message: Any) -> bytes:
+    """`message` as a compact JSON document (UTF-8 bytes)."""
+    return _ENCODER.encode(to_json(message))
+
+
+_ENCODER = msgspec.json.Encoder()
+_ERROR_NAMES = {int(code): code.name for code in ErrorCode}
+
+
+def _name_errors(data: Any) -> Any:
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            code = value.get("error_code")
+            if type(code) is int and code in _ERROR_NAMES:
+                value["error"] = _ERROR_NAMES[code]
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return data
 
 
 _HINTS_CACHE: dict[type, dict[str, Any]] = {}
+_STRICT_CACHE: dict[Any, Any] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -62,103 +79,102 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def from_json(cls: type[T], data: Any, path: str = "$") -> T:
-    """Build `cls` (a message dataclass) from JSON data, strictly."""
-    result: T = _convert(cls, data, path)
+    """Build `cls` (a message dataclass) from JSON data, strictly (msgspec, strict=True).
+
+    msgspec checks the shape against a closed twin of `cls` first (see `_strict_type`):
+    its dataclass decoding ignores unknown fields and our `IntRange` bounds, the twin
+    refuses both. Errors name the path, e.g. "Expected `int`, got `str` - at `$.x`".
+    """
+    try:
+        msgspec.convert(data, _strict_type(cls), strict=True)
+        result: T = msgspec.convert(data, cls, strict=True)
+    except msgspec.ValidationError as error:
+        message = str(error)
+        if path != "$":
+            message = message.replace("`$", f"`{path}", 1)
+        raise WireError(message) from None
     return result
 
 
-def _convert(tp: Any, data: Any, path: str) -> Any:
+def _strict_type(tp: Any) -> Any:
+    """`tp` with each dataclass as a msgspec Struct that forbids unknown fields (but takes
+    the `error` twin of `error_code`) and each `IntRange` as msgspec bounds."""
+    cached = _STRICT_CACHE.get(tp)
+    if cached is None:
+        cached = _build_strict(tp)
+        _STRICT_CACHE[tp] = cached
+    return cached
+
+
+def _build_strict(tp: Any) -> Any:
     origin = get_origin(tp)
     if origin is Annotated:
         base, *extras = get_args(tp)
-        value = _convert(base, data, path)
-        for extra in extras:
-            if isinstance(extra, IntRange) and not extra.minimum <= value <= extra.maximum:
-                raise WireError(
-                    f"{path}: {value} is outside the {extra.format} range "
-                    f"{extra.minimum}..{extra.maximum}"
-                )
-        return value
+        metas = [
+            msgspec.Meta(
+                ge=extra.minimum, le=extra.maximum, extra_json_schema={"format": extra.format}
+            )
+            for extra in extras
+            if isinstance(extra, IntRange)
+        ]
+        if not metas:
+            return _strict_type(base)
+        # The range replaces the int64 bounds a plain int gets (msgspec allows one `ge`).
+        inner = base if base is int else _strict_type(base)
+        return Annotated[(inner, *metas)]
     if origin in (typing.Union, types.UnionType):
-        options = get_args(tp)
-        if data is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _convert(option, data, path)
-            except WireError as error:
-                errors.append(str(error))
-        raise WireError(errors[0] if len(errors) == 1 else f"{path}: no accepted type matched")
+        return functools.reduce(operator.or_, [_strict_type(option) for option in get_args(tp)])
     if origin is list:
         (item_type,) = get_args(tp)
-        if not isinstance(data, list):
-            raise WireError(f"{path}: expected a list")
-        return [_convert(item_type, item, f"{path}[{index}]") for index, item in enumerate(data)]
+        return list[_strict_type(item_type)]  # type: ignore[misc]
     if origin is tuple:
-        item_types = get_args(tp)
-        if not isinstance(data, list) or len(data) != len(item_types):
-            raise WireError(f"{path}: expected a list of {len(item_types)} items")
-        return tuple(
-            _convert(item_type, item, f"{path}[{index}]")
-            for index, (item_type, item) in enumerate(zip(item_types, data, strict=True))
-        )
+        return tuple[tuple(_strict_type(item) for item in get_args(tp))]  # type: ignore[misc]
     if origin is dict:
         key_type, value_type = get_args(tp)
-        if not isinstance(data, dict):
-            raise WireError(f"{path}: expected an object")
-        return {
-            _convert(key_type, key, f"{path}.{key}"): _convert(value_type, value, f"{path}.{key}")
-            for key, value in data.items()
-        }
+        return dict[_strict_type(key_type), _strict_type(value_type)]  # type: ignore[misc]
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _convert_dataclass(tp, data, path)
-    if tp is bytes:
-        if not isinstance(data, str):
-            raise WireError(f"{path}: expected a base64 string")
-        try:
-            return base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError) as error:
-            raise WireError(f"{path}: invalid base64 ({error})") from None
-    if isinstance(tp, type) and issubclass(tp, IntEnum):
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise WireError(f"{path}: expected an integer code")
-        try:
-            return tp(data)
-        except ValueError:
-            raise WireError(f"{path}: unknown code {data}") from None
+        hints = _hints(tp)
+        fields: list[tuple[str, Any, Any] | tuple[str, Any]] = []
+        for field in dataclasses.fields(tp):
+            strict = _strict_type(hints[field.name])
+            extra_schema = field.metadata.get(SCHEMA_METADATA_KEY)
+            if extra_schema:
+                FIELD_SCHEMAS.setdefault(tp.__name__, {})[field.name] = dict(extra_schema)
+            if field.default is not dataclasses.MISSING:
+                fields.append((field.name, strict, field.default))
+            elif field.default_factory is not dataclasses.MISSING:
+                fields.append(
+                    (field.name, strict, msgspec.field(default_factory=field.default_factory))
+                )
+            else:
+                fields.append((field.name, strict))
+        if "error" not in {field.name for field in dataclasses.fields(tp)}:
+            # "error" is the human-readable twin of error_code in responses; accepted, ignored.
+            fields.append(("error", Any, None))
+        doc = tp.__doc__
+        doc = " ".join(doc.split()) if doc and not doc.startswith(f"{tp.__name__}(") else None
+        return msgspec.defstruct(
+            tp.__name__,
+            fields,
+            kw_only=True,
+            forbid_unknown_fields=True,
+            namespace={"__doc__": doc},
+            module=tp.__module__,
+        )
     if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise WireError(f"{path}: expected an integer")
-        return data
-    if tp is bool:
-        if not isinstance(data, bool):
-            raise WireError(f"{path}: expected true or false")
-        return data
-    if tp is str:
-        if not isinstance(data, str):
-            raise WireError(f"{path}: expected a string")
-        return data
-    if tp is Any:
-        return data
-    raise WireError(f"{path}: unsupported type {tp!r}")
+        # The store keeps integers as SQLite int64 (the server's pre-check refuses wider).
+        return _INT64
+    if tp is bytes:
+        return _BYTES
+    return tp
 
 
-def _convert_dataclass(cls: type, data: Any, path: str) -> Any:
-    if not isinstance(data, dict):
-        raise WireError(f"{path}: expected an object")
-    hints = _hints(cls)
-    fields = {field.name: field for field in dataclasses.fields(cls)}
-    # "error" is the human-readable twin of error_code in responses; accept and ignore it.
-    unknown = set(data) - set(fields) - {"error"}
-    if unknown:
-        raise WireError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
-    kwargs: dict[str, Any] = {}
-    for name, field in fields.items():
-        if name in data:
-            kwargs[name] = _convert(hints[name], data[name], f"{path}.{name}")
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise WireError(f"{path}: missing required field {name}")
-    return cls(**kwargs)
+_INT64 = Annotated[
+    int, msgspec.Meta(ge=-(2**63), le=2**63 - 1, extra_json_schema={"format": "int64"})
+]
+_BYTES = Annotated[bytes, msgspec.Meta(extra_json_schema={"format": "byte"})]
+
+
+def schema_type(cls: type) -> Any:
+    """The msgspec type that decodes `cls` strictly; its JSON schema is the document's."""
+    return _strict_type(cls)

@@ -31,7 +31,7 @@ import re
 import time
 from collections.abc import Callable
 from email.utils import formatdate
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Final
 
 import httptools
 import msgspec
@@ -39,6 +39,7 @@ import msgspec
 from coordinator.errors import ErrorCode
 from coordinator.messages import HeartbeatRequest
 from coordinator.server.auth import ADMIN, Principal, bearer_token
+from coordinator.wire import schema_type
 
 if TYPE_CHECKING:
     from coordinator.server.context import ServerContext
@@ -55,19 +56,9 @@ BODY_WAIT_S: Final = 0.05
 
 _HEARTBEAT_PATH = re.compile(rb"/v1/groups/([A-Za-z0-9._~!$&'()*+,;=:@-]+)/heartbeat")
 
-_INT32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
-
-
-class _HeartbeatBody(msgspec.Struct, forbid_unknown_fields=True):
-    """`HeartbeatRequest` as msgspec decodes it: strictly (no coercion, int32 bounds)."""
-
-    group_id: str
-    generation_id: _INT32
-    member_id: str
-    group_instance_id: str | None = None
-
-
-_DECODER = msgspec.json.Decoder(_HeartbeatBody)
+# The wire codec's own strict type for HeartbeatRequest (one codec: the same msgspec
+# Struct, int32 bounds and closed field set as the full path), decoded from raw bytes.
+_DECODER = msgspec.json.Decoder(schema_type(HeartbeatRequest))
 
 
 def decode_heartbeat(body: bytes) -> HeartbeatRequest | None:

@@ -6,14 +6,13 @@ for transport, authentication and validation failures only.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
 
 from coordinator.errors import ErrorCode
-from coordinator.wire import to_json
+from coordinator.wire import encode
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,8 +29,10 @@ def error_response(
     message: str,
     headers: Mapping[str, str] | None = None,
 ) -> web.Response:
-    body = json.dumps(to_json(ErrorBody(code, message)), separators=(",", ":"))
-    return web.Response(status=status, text=body, content_type="application/json", headers=headers)
+    body = encode(ErrorBody(code, message))
+    return web.Response(
+        status=status, body=body, content_type="application/json", charset="utf-8", headers=headers
+    )
 
 
 class ApiError(Exception):

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from coordinator.server.http_errors import ErrorBody
-from coordinator.server.jsonschema import JsonSchema, SchemaBuilder
+from coordinator.server.jsonschema import JsonSchema, schema_components
 from coordinator.server.operations import Access, Operation
 from coordinator.server.routes import OPERATIONS
 
@@ -50,7 +50,7 @@ def _json_content(schema: JsonSchema) -> dict[str, Any]:
     return {"application/json": {"schema": schema}}
 
 
-def _operation(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
+def _operation(operation: Operation, refs: dict[type, JsonSchema]) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "operationId": operation.operation_id,
         "summary": operation.summary,
@@ -83,11 +83,11 @@ def _operation(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
     if operation.request_body is not None:
         doc["requestBody"] = {
             "required": True,
-            "content": _json_content(builder.ref(operation.request_body)),
+            "content": _json_content(refs[operation.request_body]),
         }
     responses: dict[str, Any] = {}
     if operation.response_body is not None:
-        ok = {"description": "OK", "content": _json_content(builder.ref(operation.response_body))}
+        ok = {"description": "OK", "content": _json_content(refs[operation.response_body])}
     elif operation.response_media_type == "application/json":
         ok = {"description": "OK", "content": {"application/json": {"schema": {}}}}
     else:
@@ -99,9 +99,9 @@ def _operation(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
     for status, body in operation.extra_responses:
         responses[str(status)] = {
             "description": _ERROR_STATUSES.get(status, "See the body"),
-            "content": _json_content(builder.ref(body)),
+            "content": _json_content(refs[body]),
         }
-    error_schema = builder.ref(ErrorBody)
+    error_schema = refs[ErrorBody]
     for status in _error_statuses(operation):
         responses.setdefault(
             str(status),
@@ -113,13 +113,23 @@ def _operation(operation: Operation, builder: SchemaBuilder) -> dict[str, Any]:
     return doc
 
 
+def _bodies() -> list[type]:
+    """Every body type of the routes, in route order (their schemas are the components)."""
+    bodies: list[type] = [ErrorBody]
+    for operation in OPERATIONS:
+        if operation.request_body is not None:
+            bodies.append(operation.request_body)
+        if operation.response_body is not None:
+            bodies.append(operation.response_body)
+        bodies += [body for _, body in operation.extra_responses]
+    return bodies
+
+
 def build_openapi() -> dict[str, Any]:
-    builder = SchemaBuilder()
+    refs, components = schema_components(_bodies())
     paths: dict[str, dict[str, Any]] = {}
     for operation in OPERATIONS:
-        paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(
-            operation, builder
-        )
+        paths.setdefault(operation.path, {})[operation.method.lower()] = _operation(operation, refs)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -135,7 +145,7 @@ def build_openapi() -> dict[str, Any]:
         "security": [{SECURITY_SCHEME: []}],
         "paths": paths,
         "components": {
-            "schemas": dict(sorted(builder.components.items())),
+            "schemas": components,
             "securitySchemes": {
                 SECURITY_SCHEME: {
                     "type": "http",

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from aiohttp import web
 
-from coordinator.wire import to_json
+from coordinator.wire import encode
 
 
 def reply(message: Any, status: int = 200) -> web.Response:
     return web.Response(
         status=status,
-        text=json.dumps(to_json(message), separators=(",", ":")),
+        body=encode(message),
         content_type="application/json",
+        charset="utf-8",
     )

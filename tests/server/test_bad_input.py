@@ -44,7 +44,7 @@ def _join_with(**changes: Any) -> dict[str, Any]:
         (b"\xff\xfe\x00", "not valid JSON"),
         (b'{"group_id": NaN}', "NaN"),
         (b"[" * 100_000 + b"]" * 100_000, "nested"),
-        (b"[]", "expected an object"),
+        (b"[]", "Expected `object`, got `array`"),
     ],
 )
 async def test_malformed_json(server: Server, raw: bytes, fragment: str) -> None:
