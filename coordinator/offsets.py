@@ -5,7 +5,7 @@ from __future__ import annotations
 from coordinator.errors import ErrorCode
 from coordinator.group import ClassicGroup
 from coordinator.identifiers import valid_id
-from coordinator.membership import MembershipProtocol
+from coordinator.membership import MembershipManager
 from coordinator.messages import (
     OffsetCommitPartitionResponse,
     OffsetCommitRequest,
@@ -15,13 +15,19 @@ from coordinator.messages import (
     OffsetFetchResponse,
 )
 from coordinator.records import OffsetRecord
+from coordinator.runtime import CoordinatorContext
 from coordinator.state import GroupState
 
 
-class OffsetProtocol(MembershipProtocol):
-    # --- offsets -----------------------------------------------------------------------------
+class OffsetManager:
+    """Committed offsets by group; a commit from a member is a sign of life (membership)."""
 
-    async def _commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    def __init__(self, context: CoordinatorContext, membership: MembershipManager) -> None:
+        self._ctx = context
+        self._membership = membership
+        self.committed: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
+
+    async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         def everywhere(code: ErrorCode) -> OffsetCommitResponse:
             return OffsetCommitResponse(
                 code,
@@ -33,7 +39,7 @@ class OffsetProtocol(MembershipProtocol):
 
         if not request.group_id or not valid_id(request.group_id):
             return everywhere(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         if group is None:
             if request.generation_id >= 0:
                 # A commit from an older generation of a group that no longer exists.
@@ -41,15 +47,15 @@ class OffsetProtocol(MembershipProtocol):
             # A group not using group management commits offsets only.
             group = ClassicGroup(request.group_id)
             group.needs_persist = True
-            self._groups[group.group_id] = group
+            self._ctx.groups[group.group_id] = group
         async with group.lock:
             code = self._validate_commit(group, request)
             if code is not ErrorCode.NONE:
                 return everywhere(code)
             member = group.members.get(request.member_id)
             if member is not None:
-                self._touch(group, member)
-            now = self.clock.now_ms()
+                self._membership.touch(group, member)
+            now = self._ctx.clock.now_ms()
             results: list[OffsetCommitPartitionResponse] = []
             accepted: list[OffsetRecord] = []
             for partition in request.partitions:
@@ -65,7 +71,7 @@ class OffsetProtocol(MembershipProtocol):
                     )
                     continue
                 if _metadata_bytes(partition.committed_metadata) > (
-                    self.config.offset_metadata_max_bytes
+                    self._ctx.config.offset_metadata_max_bytes
                 ):
                     results.append(
                         OffsetCommitPartitionResponse(
@@ -90,8 +96,8 @@ class OffsetProtocol(MembershipProtocol):
                     )
                 )
             group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
-            await self._flush(group)
-            offsets = self._offsets.setdefault(group.group_id, {})
+            await self._ctx.flush(group)
+            offsets = self.committed.setdefault(group.group_id, {})
             for record in accepted:
                 offsets[(record.topic, record.partition)] = record
         return OffsetCommitResponse(ErrorCode.NONE, results)
@@ -109,7 +115,7 @@ class OffsetProtocol(MembershipProtocol):
             or request.member_id
             or (request.group_instance_id is not None)
         ):
-            code = self._validate_member(
+            code = self._ctx.validate_member(
                 group, request.member_id, request.group_instance_id, "commit"
             )
             if code is not ErrorCode.NONE:
@@ -123,14 +129,14 @@ class OffsetProtocol(MembershipProtocol):
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    async def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         """As Kafka's broker for classic groups: member id and generation are not checked
         (the request carries them for the consumer protocol of KIP-848 only)."""
         if not request.group_id:
             return OffsetFetchResponse(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         deleting = group is not None and group.is_in(GroupState.DEAD)
-        offsets = {} if deleting else self._offsets.get(request.group_id, {})
+        offsets = {} if deleting else self.committed.get(request.group_id, {})
         if request.partitions is None:
             wanted = sorted(offsets)
         else:
