@@ -801,10 +801,9 @@ class MembershipManager:
         group = self._ctx.groups.get(request.group_id)
         if group is None:
             return HeartbeatResponse(ErrorCode.UNKNOWN_MEMBER_ID)
-        async with group.lock:
-            response = HeartbeatResponse(self._heartbeat_in_group(group, request))
-            await self._ctx.flush(group)
-        return response
+        decide = functools.partial(self._heartbeat_in_group, group, request)
+        code = await self._ctx.write(group, decide)
+        return HeartbeatResponse(code)
 
     def _heartbeat_in_group(self, group: ClassicGroup, request: HeartbeatRequest) -> ErrorCode:
         if group.is_in(GroupState.DEAD):
@@ -843,19 +842,23 @@ class MembershipManager:
                     for identity in request.members
                 ],
             )
-        async with group.lock:
-            if group.is_in(GroupState.DEAD):
-                return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            # An empty member list is answered NONE with no results, as Kafka's coordinator.
-            left = [self._leave_one(group, identity) for identity in request.members]
-            results = [result for result, _ in left]
-            removed = sum(1 for _, was_member in left if was_member)
-            if removed:
-                # One rebalance for the whole batch: that is what batch leave is for. A
-                # pending member id (KIP-394) leaving counts too: the Kafka 4.4 broker
-                # rebalances a Stable group for it (the conformance runner measures it).
-                self._after_removal(group, f"{removed} member(s) left the group")
-            await self._ctx.flush(group)
+        decide = functools.partial(self._leave_in_group, group, request)
+        return await self._ctx.write(group, decide)
+
+    def _leave_in_group(
+        self, group: ClassicGroup, request: LeaveGroupRequest
+    ) -> LeaveGroupResponse:
+        if group.is_in(GroupState.DEAD):
+            return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        # An empty member list is answered NONE with no results, as Kafka's coordinator.
+        left = [self._leave_one(group, identity) for identity in request.members]
+        results = [result for result, _ in left]
+        removed = sum(1 for _, was_member in left if was_member)
+        if removed:
+            # One rebalance for the whole batch: that is what batch leave is for. A
+            # pending member id (KIP-394) leaving counts too: the Kafka 4.4 broker
+            # rebalances a Stable group for it (the conformance runner measures it).
+            self._after_removal(group, f"{removed} member(s) left the group")
         return LeaveGroupResponse(ErrorCode.NONE, results)
 
     def _leave_one(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
@@ -22,6 +22,7 @@ from coordinator.timers import Timers
 log = logging.getLogger("coordinator")
 
 JournalListener = Callable[[JournalEvent], None]
+R = TypeVar("R")
 
 
 class CoordinatorContext:
@@ -84,6 +85,15 @@ class CoordinatorContext:
                 detail={"operation": operation},
             )
         )
+
+    async def write(self, group: ClassicGroup, operation: Callable[[], R]) -> R:
+        """The one write path of a request whose decision needs no I/O (Kafka's
+        CoordinatorResult: the operation changes the group and returns the response): lock
+        the group, run it, persist what it changed once, then answer."""
+        async with group.lock:
+            response = operation()
+            await self.flush(group)
+        return response
 
     async def run_timer(self, group: ClassicGroup, operation: Callable[[], bool]) -> None:
         """The one write path of timer expiry: lock the group, run, persist once."""
