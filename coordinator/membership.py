@@ -801,8 +801,7 @@ class MembershipManager:
         group = self._ctx.groups.get(request.group_id)
         if group is None:
             return HeartbeatResponse(ErrorCode.UNKNOWN_MEMBER_ID)
-        decide = functools.partial(self._heartbeat_in_group, group, request)
-        code = await self._ctx.write(group, decide)
+        code = await self._ctx.write(group, self._heartbeat_in_group, group, request)
         return HeartbeatResponse(code)
 
     def _heartbeat_in_group(self, group: ClassicGroup, request: HeartbeatRequest) -> ErrorCode:
@@ -842,8 +841,7 @@ class MembershipManager:
                     for identity in request.members
                 ],
             )
-        decide = functools.partial(self._leave_in_group, group, request)
-        return await self._ctx.write(group, decide)
+        return await self._ctx.write(group, self._leave_in_group, group, request)
 
     def _leave_in_group(
         self, group: ClassicGroup, request: LeaveGroupRequest

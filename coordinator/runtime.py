@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
@@ -23,6 +23,7 @@ log = logging.getLogger("coordinator")
 
 JournalListener = Callable[[JournalEvent], None]
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
 class CoordinatorContext:
@@ -86,12 +87,14 @@ class CoordinatorContext:
             )
         )
 
-    async def write(self, group: ClassicGroup, operation: Callable[[], R]) -> R:
+    async def write(
+        self, group: ClassicGroup, operation: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
         """The one write path of a request whose decision needs no I/O (Kafka's
         CoordinatorResult: the operation changes the group and returns the response): lock
         the group, run it, persist what it changed once, then answer."""
         async with group.lock:
-            response = operation()
+            response = operation(*args, **kwargs)
             await self.flush(group)
         return response
 
