@@ -28,79 +28,72 @@ class OffsetManager:
         self.committed: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
 
     async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
-        def everywhere(code: ErrorCode) -> OffsetCommitResponse:
-            return OffsetCommitResponse(
-                code,
-                [
-                    OffsetCommitPartitionResponse(p.topic, p.partition, code)
-                    for p in request.partitions
-                ],
-            )
-
         if not request.group_id or not valid_id(request.group_id):
-            return everywhere(ErrorCode.INVALID_GROUP_ID)
+            return _everywhere(request, ErrorCode.INVALID_GROUP_ID)
         group = self._ctx.groups.get(request.group_id)
         if group is None:
             if request.generation_id >= 0:
                 # A commit from an older generation of a group that no longer exists.
-                return everywhere(ErrorCode.ILLEGAL_GENERATION)
+                return _everywhere(request, ErrorCode.ILLEGAL_GENERATION)
             # A group not using group management commits offsets only.
             group = ClassicGroup(request.group_id)
             group.needs_persist = True
             self._ctx.groups[group.group_id] = group
-        async with group.lock:
-            code = self._validate_commit(group, request)
-            if code is not ErrorCode.NONE:
-                return everywhere(code)
-            member = group.members.get(request.member_id)
-            if member is not None:
-                self._membership.touch(group, member)
-            now = self._ctx.clock.now_ms()
-            results: list[OffsetCommitPartitionResponse] = []
-            accepted: list[OffsetRecord] = []
-            for partition in request.partitions:
-                if (
-                    not partition.topic
-                    or partition.partition < 0
-                    or (partition.committed_offset < -1)
-                ):
-                    results.append(
-                        OffsetCommitPartitionResponse(
-                            partition.topic, partition.partition, ErrorCode.INVALID_REQUEST
-                        )
-                    )
-                    continue
-                if _metadata_bytes(partition.committed_metadata) > (
-                    self._ctx.config.offset_metadata_max_bytes
-                ):
-                    results.append(
-                        OffsetCommitPartitionResponse(
-                            partition.topic,
-                            partition.partition,
-                            ErrorCode.OFFSET_METADATA_TOO_LARGE,
-                        )
-                    )
-                    continue
-                accepted.append(
-                    OffsetRecord(
-                        partition.topic,
-                        partition.partition,
-                        partition.committed_offset,
-                        partition.committed_metadata,
-                        now,
-                    )
-                )
-                results.append(
-                    OffsetCommitPartitionResponse(
-                        partition.topic, partition.partition, ErrorCode.NONE
-                    )
-                )
-            group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
-            await self._ctx.flush(group)
+        response, accepted = await self._ctx.write(group, self._commit_in_group, group, request)
+        # Served from memory only once written (the write raised otherwise). No await since
+        # the write returned, so no later commit to this group has run in between.
+        if accepted:
             offsets = self.committed.setdefault(group.group_id, {})
             for record in accepted:
                 offsets[(record.topic, record.partition)] = record
-        return OffsetCommitResponse(ErrorCode.NONE, results)
+        return response
+
+    def _commit_in_group(
+        self, group: ClassicGroup, request: OffsetCommitRequest
+    ) -> tuple[OffsetCommitResponse, list[OffsetRecord]]:
+        """The decision (under the group lock): the answer, and the records to write."""
+        code = self._validate_commit(group, request)
+        if code is not ErrorCode.NONE:
+            return _everywhere(request, code), []
+        member = group.members.get(request.member_id)
+        if member is not None:
+            self._membership.touch(group, member)
+        now = self._ctx.clock.now_ms()
+        results: list[OffsetCommitPartitionResponse] = []
+        accepted: list[OffsetRecord] = []
+        for partition in request.partitions:
+            if not partition.topic or partition.partition < 0 or (partition.committed_offset < -1):
+                results.append(
+                    OffsetCommitPartitionResponse(
+                        partition.topic, partition.partition, ErrorCode.INVALID_REQUEST
+                    )
+                )
+                continue
+            if _metadata_bytes(partition.committed_metadata) > (
+                self._ctx.config.offset_metadata_max_bytes
+            ):
+                results.append(
+                    OffsetCommitPartitionResponse(
+                        partition.topic,
+                        partition.partition,
+                        ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    )
+                )
+                continue
+            accepted.append(
+                OffsetRecord(
+                    partition.topic,
+                    partition.partition,
+                    partition.committed_offset,
+                    partition.committed_metadata,
+                    now,
+                )
+            )
+            results.append(
+                OffsetCommitPartitionResponse(partition.topic, partition.partition, ErrorCode.NONE)
+            )
+        group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
+        return OffsetCommitResponse(ErrorCode.NONE, results), accepted
 
     def _validate_commit(self, group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:
         """Kafka's ClassicGroup.validateOffsetCommit, in its order: the member and its
@@ -153,6 +146,13 @@ class OffsetManager:
                 )
             )
         return OffsetFetchResponse(ErrorCode.NONE, partitions)
+
+
+def _everywhere(request: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
+    partitions = [
+        OffsetCommitPartitionResponse(p.topic, p.partition, code) for p in request.partitions
+    ]
+    return OffsetCommitResponse(code, partitions)
 
 
 def _metadata_bytes(metadata: str | None) -> int:

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import asyncio
 
-from coordinator import CoordinatorConfig, ErrorCode, GroupCoordinator, ManualClock, MemoryStore
+from coordinator import (
+    CoordinatorConfig,
+    ErrorCode,
+    GroupCoordinator,
+    ManualClock,
+    MemoryStore,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    StoreError,
+)
 from coordinator.clock import settle
 from coordinator.group import ClassicGroup
 from coordinator.journal import JournalKind
@@ -22,9 +32,13 @@ class CountingStore(MemoryStore):
     def __init__(self) -> None:
         super().__init__()
         self.writes = 0
+        self.fail_next = False
 
     async def write(self, batch: StoreBatch) -> None:
         self.writes += 1
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreError("disk full")
         await super().write(batch)
 
 
@@ -86,3 +100,27 @@ async def test_write_runs_the_decision_under_the_lock_and_persists_once() -> Non
     rows = await store.journal_rows(GROUP, 0, None)
     assert [row.seq for row in rows] == [1, 2]
     await store.close()
+
+
+async def test_a_commit_is_served_only_once_written() -> None:
+    """OffsetCommit decides, the write path persists, and only then is the offset cached."""
+    store = CountingStore()
+    coordinator = GroupCoordinator(CoordinatorConfig(), ManualClock(), store)
+    await coordinator.start()
+
+    def commit(offset: int) -> OffsetCommitRequest:
+        return OffsetCommitRequest(GROUP, -1, "", None, [OffsetCommitPartition("t", 0, offset)])
+
+    async def fetched() -> int:
+        response = await coordinator.fetch_offsets(OffsetFetchRequest(GROUP, [("t", 0)]))
+        return response.partitions[0].committed_offset
+
+    store.fail_next = True
+    failed = await coordinator.commit_offsets(commit(5))
+    assert failed.error_code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert await fetched() == -1
+    done = await coordinator.commit_offsets(commit(7))
+    assert done.error_code is ErrorCode.NONE
+    assert [p.error_code for p in done.partitions] == [ErrorCode.NONE]
+    assert await fetched() == 7
+    await coordinator.close()
