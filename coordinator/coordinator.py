@@ -1,21 +1,28 @@
 """`GroupCoordinator`: the embedded group coordinator's public face.
 
-Behaviour is Kafka's classic group coordinator. The work is split one job per module:
-`runtime` (settings, store writes, journal, error guard) → `membership` (JoinGroup,
-SyncGroup, Heartbeat, LeaveGroup and their timers) → `offsets` (commit/fetch) → this module
-(lifecycle, the request API, admin calls). Rules per state are in `coordinator.state`.
+Behaviour is Kafka's classic group coordinator. Composition, as Kafka's group-coordinator
+module: this class owns a membership manager (JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+and their timers), an offsets manager (commit/fetch) and a standby manager, each given one
+`CoordinatorContext` (`runtime`: settings, clock, keyed timers, store, journal, the groups
+map, the one write path). This module keeps lifecycle, the error guard, the request API
+and the admin calls. Rules per state are in `coordinator.state`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TypeVar
 
+from coordinator.clock import Clock, SystemClock, TimerHandle
+from coordinator.config import CoordinatorConfig
 from coordinator.errors import ErrorCode
 from coordinator.expansion import Expansion
 from coordinator.group import ClassicGroup
 from coordinator.identifiers import valid_id
 from coordinator.journal import JournalEvent, JournalKind
+from coordinator.membership import MembershipManager
 from coordinator.messages import (
     NO_GENERATION,
     DescribedGroup,
@@ -35,47 +42,111 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.offsets import OffsetManager
 from coordinator.records import StoreBatch
-from coordinator.standby_protocol import StandbyProtocol
+from coordinator.runtime import CoordinatorContext, JournalListener
+from coordinator.standby import (
+    PromoteResponse,
+    StandbyHeartbeatRequest,
+    StandbyHeartbeatResponse,
+    StandbyList,
+)
+from coordinator.standby_protocol import StandbyManager
 from coordinator.state import GroupState
-from coordinator.store import StoreError
+from coordinator.store import MemoryStore, Store, StoreError
 from coordinator.subscriptions import (
     changed_topics,
     topic_counts,
     unowned_partitions,
 )
+from coordinator.timers import Timers
 
 log = logging.getLogger("coordinator")
+R = TypeVar("R")
 
 
-class GroupCoordinator(StandbyProtocol):
+class GroupCoordinator:
     """The public face: lifecycle, the request API, admin calls (describe, list, delete,
-    topic metadata, journal). Handlers live in the base classes, one job per module
-    (hot standby: `coordinator.standby_protocol`)."""
+    topic metadata, journal). It owns the managers that do the work, each given the same
+    `CoordinatorContext`: membership (`coordinator.membership`), offsets
+    (`coordinator.offsets`) and hot standby (`coordinator.standby_protocol`)."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig | None = None,
+        clock: Clock | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.config = config or CoordinatorConfig()
+        self.clock: Clock = clock or SystemClock()
+        self.store: Store = store or MemoryStore()
+        self._ctx = CoordinatorContext(self.config, self.clock, self.store)
+        self._membership = MembershipManager(self._ctx)
+        self._offsets = OffsetManager(self._ctx, self._membership)
+        self._standby = StandbyManager(self._ctx, self._membership)
+        self._topics_lock = asyncio.Lock()
+        self._started = False
+        self._closed = False
+        self._journal_prune_timer: TimerHandle | None = None
+
+    @property
+    def timers(self) -> Timers[ClassicGroup]:
+        """The keyed group timers (tests assert which are armed)."""
+        return self._ctx.timers
+
+    @property
+    def _groups(self) -> dict[str, ClassicGroup]:
+        # Tests inspect groups through this name.
+        return self._ctx.groups
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def is_ready(self) -> bool:
+        return self._started and not self._closed
+
+    def add_journal_listener(self, callback: JournalListener) -> None:
+        self._ctx.journal_listeners.append(callback)
+
+    async def _guard(self, handler: Awaitable[R], failed: Callable[[ErrorCode], R]) -> R:
+        """Never let an exception out of the coordinator: answer with a Kafka error."""
+        if not self.is_ready:
+            if asyncio.iscoroutine(handler):
+                handler.close()
+            return failed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        try:
+            return await handler
+        except StoreError:
+            log.exception("store failure while handling a request")
+            return failed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        except Exception:
+            log.exception("unexpected error while handling a request")
+            return failed(ErrorCode.UNKNOWN_SERVER_ERROR)
 
     async def start(self) -> None:
         """Open the store and load every group as it was last persisted."""
         if self._started:
             return
-        await self.store.open()
-        snapshot = await self.store.load()
-        self._journal_seq = snapshot.last_journal_seq
-        self._topics = dict(snapshot.topics)
-        self._offsets = snapshot.offsets
+        ctx = self._ctx
+        await ctx.store.open()
+        snapshot = await ctx.store.load()
+        ctx.journal_seq = snapshot.last_journal_seq
+        ctx.topics = dict(snapshot.topics)
+        self._offsets.committed = snapshot.offsets
         # Before the groups' timers: a group reloaded mid-scale-up waits for the same set.
-        self._expansions = await self.store.expansions()
-        self._promotions = await self.store.promotions()
+        ctx.expansions = await ctx.store.expansions()
+        self._standby.promotions = await ctx.store.promotions()
         for record in snapshot.groups:
             group = ClassicGroup.from_record(record)
             group.persisted_record = record
-            self._groups[group.group_id] = group
+            ctx.groups[group.group_id] = group
             # Members must heartbeat within a session timeout of the restart, as in Kafka.
             for member in group.members.values():
-                self._schedule_session_timeout(group, member)
+                self._membership.schedule_session_timeout(group, member)
         await self._rebalance_stale_groups()
         self._started = True
         self._schedule_journal_prune()
-        log.info("coordinator started with %d group(s)", len(self._groups))
+        log.info("coordinator started with %d group(s)", len(ctx.groups))
 
     async def close(self) -> None:
         """Stop every timer, answer parked requests, flush and close the store."""
@@ -84,16 +155,16 @@ class GroupCoordinator(StandbyProtocol):
         self._closed = True
         if self._journal_prune_timer is not None:
             self._journal_prune_timer.cancel()
-        self.timers.cancel_all()
-        for group in self._groups.values():
+        self._ctx.timers.cancel_all()
+        for group in self._ctx.groups.values():
             async with group.lock:
                 for member in group.members.values():
                     member.complete_join(
                         JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id="")
                     )
                     member.complete_sync(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-                await self._flush(group)
-        await self.store.close()
+                await self._ctx.flush(group)
+        await self._ctx.store.close()
 
     # --- requests -----------------------------------------------------------------------
 
@@ -101,16 +172,16 @@ class GroupCoordinator(StandbyProtocol):
         def failed(code: ErrorCode) -> JoinGroupResponse:
             return JoinGroupResponse(code, member_id=request.member_id)
 
-        return await self._guard(self._join_group(request), failed)
+        return await self._guard(self._membership.join_group(request), failed)
 
     async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
-        return await self._guard(self._sync_group(request), SyncGroupResponse)
+        return await self._guard(self._membership.sync_group(request), SyncGroupResponse)
 
     async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
-        return await self._guard(self._heartbeat(request), HeartbeatResponse)
+        return await self._guard(self._membership.heartbeat(request), HeartbeatResponse)
 
     async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
-        return await self._guard(self._leave_group(request), LeaveGroupResponse)
+        return await self._guard(self._membership.leave_group(request), LeaveGroupResponse)
 
     async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         def failed(code: ErrorCode) -> OffsetCommitResponse:
@@ -122,15 +193,36 @@ class GroupCoordinator(StandbyProtocol):
                 ],
             )
 
-        return await self._guard(self._commit_offsets(request), failed)
+        return await self._guard(self._offsets.commit_offsets(request), failed)
 
     async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
-        return await self._guard(self._fetch_offsets(request), OffsetFetchResponse)
+        return await self._guard(self._offsets.fetch_offsets(request), OffsetFetchResponse)
+
+    # --- hot standby (`coordinator.standby_protocol`) ------------------------------------
+
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        return await self._guard(self._standby.heartbeat(request), StandbyHeartbeatResponse)
+
+    async def promote(self, group_id: str, standby_id: str, instance_id: str) -> PromoteResponse:
+        def failed(code: ErrorCode) -> PromoteResponse:
+            return PromoteResponse(code, detail="the coordinator could not promote")
+
+        return await self._guard(self._standby.promote(group_id, standby_id, instance_id), failed)
+
+    def standbys(self, group_id: str) -> StandbyList:
+        """Standbys heard from within their session, and promotions that still hold."""
+        return self._standby.standbys(group_id)
+
+    async def forget_standbys(self, group_id: str) -> None:
+        """Drop a group's standby sessions and promotion records (the group is deleted)."""
+        await self._standby.forget_standbys(group_id)
+
+    # --- groups, topics, journal -------------------------------------------------------
 
     async def describe_groups(self, group_ids: Sequence[str]) -> list[DescribedGroup]:
         described = []
         for group_id in group_ids:
-            group = self._groups.get(group_id)
+            group = self._ctx.groups.get(group_id)
             if group is None:
                 described.append(self._describe(group_id))
                 continue
@@ -143,7 +235,7 @@ class GroupCoordinator(StandbyProtocol):
     async def list_groups(self) -> list[ListedGroup]:
         return [
             ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
-            for group in self._groups.values()
+            for group in self._ctx.groups.values()
             if not group.is_in(GroupState.DEAD)
         ]
 
@@ -154,7 +246,7 @@ class GroupCoordinator(StandbyProtocol):
         return results
 
     def topic_metadata(self) -> dict[str, int]:
-        return dict(self._topics)
+        return dict(self._ctx.topics)
 
     async def set_topic_metadata(self, partitions_per_topic: Mapping[str, int]) -> None:
         """Merge topic partition counts; a count of 0 removes the topic."""
@@ -162,15 +254,15 @@ class GroupCoordinator(StandbyProtocol):
             if not topic or count < 0:
                 raise ValueError(f"invalid topic metadata {topic!r}: {count}")
         async with self._topics_lock:
-            topics = dict(self._topics)
+            topics = dict(self._ctx.topics)
             for topic, count in partitions_per_topic.items():
                 if count == 0:
                     topics.pop(topic, None)
                 else:
                     topics[topic] = count
-            await self.store.write(StoreBatch(topics=topics))
-            changes = changed_topics(self._topics, topics)
-            self._topics = topics
+            await self._ctx.store.write(StoreBatch(topics=topics))
+            changes = changed_topics(self._ctx.topics, topics)
+            self._ctx.topics = topics
             if changes:
                 # Under the topics lock: two metadata changes start their rebalances in order.
                 await self._rebalance_groups_consuming(changes)
@@ -180,7 +272,7 @@ class GroupCoordinator(StandbyProtocol):
         here the metadata lives in the coordinator, so it starts that rebalance itself. Only
         Stable and CompletingRebalance groups: in PreparingRebalance the leader reads the
         metadata after the join phase anyway, and an Empty group has nobody to assign to."""
-        for group in list(self._groups.values()):
+        for group in list(self._ctx.groups.values()):
             async with group.lock:
                 if not group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
                     continue
@@ -201,20 +293,20 @@ class GroupCoordinator(StandbyProtocol):
           revoked partitions back for its follow-up rebalance, which lived in memory only;
           restarted members rejoin statically with their cached assignments and nobody would
           ever ask for that follow-up again."""
-        limit = self.config.group_max_size
-        for group in list(self._groups.values()):
+        limit = self._ctx.config.group_max_size
+        for group in list(self._ctx.groups.values()):
             async with group.lock:
                 if limit is not None and len(group.members) > limit:
-                    self._prepare_rebalance(
+                    self._membership.prepare_rebalance(
                         group,
                         f"loaded with {len(group.members)} members, over group_max_size {limit}",
                     )
-                    await self._flush(group)
+                    await self._ctx.flush(group)
                     continue
                 if not group.is_in(GroupState.STABLE):
                     continue
                 if group.assigned_topics:
-                    current = topic_counts(group.assigned_topics, self._topics)
+                    current = topic_counts(group.assigned_topics, self._ctx.topics)
                     affected = {
                         t: (count, current[t])
                         for t, count in group.assigned_topics.items()
@@ -224,28 +316,28 @@ class GroupCoordinator(StandbyProtocol):
                         await self._rebalance_for_metadata(group, affected)
                         continue
                 unowned = unowned_partitions(
-                    topic_counts(group.consumed_topics(), self._topics),
+                    topic_counts(group.consumed_topics(), self._ctx.topics),
                     (member.assignment for member in group.members.values()),
                 )
                 if unowned:
-                    self._prepare_rebalance(
+                    self._membership.prepare_rebalance(
                         group, f"loaded with {unowned} subscribed partition(s) unowned"
                     )
-                    await self._flush(group)
+                    await self._ctx.flush(group)
 
     async def _rebalance_for_metadata(
         self, group: ClassicGroup, affected: Mapping[str, tuple[int, int]]
     ) -> None:
-        self._journal(
+        self._ctx.journal(
             group,
             JournalKind.TOPIC_METADATA_CHANGED,
             None,
             topics={t: list(change) for t, change in affected.items()},
         )
         described = ", ".join(f"{t} {old}->{new}" for t, (old, new) in affected.items())
-        self._prepare_rebalance(group, f"topic metadata changed: {described}")
+        self._membership.prepare_rebalance(group, f"topic metadata changed: {described}")
         try:
-            await self._flush(group)
+            await self._ctx.flush(group)
         except StoreError:
             # The rebalance has started in memory; members learn of it regardless.
             log.exception("group %s: cannot write the metadata rebalance", group.group_id)
@@ -253,20 +345,20 @@ class GroupCoordinator(StandbyProtocol):
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None
     ) -> list[JournalEvent]:
-        return await self.store.journal_rows(group_id, since_seq, limit)
+        return await self._ctx.store.journal_rows(group_id, since_seq, limit)
 
     async def prune_journal(self) -> int:
         """Apply the journal retention now (it also runs every journal_prune_interval_ms);
         returns how many rows were deleted."""
-        config = self.config
+        config = self._ctx.config
         older_than = (
             None
             if config.journal_retention_ms is None
-            else self.clock.now_ms() - config.journal_retention_ms
+            else self._ctx.clock.now_ms() - config.journal_retention_ms
         )
         if older_than is None and config.journal_retention_rows is None:
             return 0
-        deleted = await self.store.prune_journal(older_than, config.journal_retention_rows)
+        deleted = await self._ctx.store.prune_journal(older_than, config.journal_retention_rows)
         if deleted:
             log.info("journal retention: deleted %d row(s)", deleted)
         return deleted
@@ -282,27 +374,27 @@ class GroupCoordinator(StandbyProtocol):
             if not self._closed:
                 self._schedule_journal_prune()
 
-        self._journal_prune_timer = self.clock.call_later(
-            self.config.journal_prune_interval_ms, prune_and_reschedule
+        self._journal_prune_timer = self._ctx.clock.call_later(
+            self._ctx.config.journal_prune_interval_ms, prune_and_reschedule
         )
 
     def group_state(self, group_id: str) -> GroupState | None:
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         return None if group is None else group.state
 
     def group_size(self, group_id: str) -> int:
         """Members plus members still joining (0 for an unknown group)."""
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         return 0 if group is None else len(group.members) + len(group.pending_members)
 
     def generation_of(self, group_id: str) -> int:
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         return NO_GENERATION if group is None else group.generation_id
 
     # --- admin -------------------------------------------------------------------------------
 
     def _describe(self, group_id: str) -> DescribedGroup:
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         if not group_id:
             return DescribedGroup(
                 ErrorCode.INVALID_GROUP_ID, group_id, GroupState.DEAD.value, "", ""
@@ -344,7 +436,7 @@ class GroupCoordinator(StandbyProtocol):
     # --- expected members (pre-registration) ----------------------------------------------
 
     def expected_members(self, group_id: str) -> Expansion | None:
-        return self._expansions.get(group_id)
+        return self._ctx.expansions.get(group_id)
 
     async def set_expected_members(
         self, group_id: str, instance_ids: Sequence[str], timeout_ms: int
@@ -364,11 +456,11 @@ class GroupCoordinator(StandbyProtocol):
             raise ValueError(f"expansion timeout must be positive, got {timeout_ms}")
         # Capped: a new member parked longer than the new-member join timeout is dropped, so
         # waiting longer for the others would lose the ones already here.
-        timeout_ms = min(timeout_ms, self.config.group_new_member_join_timeout_ms)
+        timeout_ms = min(timeout_ms, self._ctx.config.group_new_member_join_timeout_ms)
         expansion = Expansion(
             instance_ids=frozenset(instance_ids),
             timeout_ms=timeout_ms,
-            deadline_ms=self.clock.now_ms() + timeout_ms,
+            deadline_ms=self._ctx.clock.now_ms() + timeout_ms,
         )
         await self._apply_expansion(group_id, expansion)
         log.info(
@@ -386,53 +478,53 @@ class GroupCoordinator(StandbyProtocol):
         await self._apply_expansion(group_id, None)
 
     async def _apply_expansion(self, group_id: str, expansion: Expansion | None) -> None:
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         if group is None:
-            await self.store.write_expansion(group_id, expansion)
+            await self._ctx.store.write_expansion(group_id, expansion)
             self._set_expansion(group_id, expansion)
             return
         async with group.lock:
             # Written first: the coordinator never holds a join phase it would forget.
-            await self.store.write_expansion(group_id, expansion)
-            held = self._expansion_hold_ms(group) > 0
+            await self._ctx.store.write_expansion(group_id, expansion)
+            held = self._membership.expansion_hold_ms(group) > 0
             self._set_expansion(group_id, expansion)
             if (
                 held
                 and group.is_in(GroupState.PREPARING_REBALANCE)
-                and self._expansion_hold_ms(group) == 0
+                and self._membership.expansion_hold_ms(group) == 0
             ):
                 # The join timer was armed for the hold: give the members a rebalance
                 # timeout from now, then end the phase now if everyone is here.
-                self._cancel_join_timer(group)
-                self._arm_join_timer(group, group.rebalance_timeout_ms())
-            self._maybe_complete_join(group)
-            await self._flush(group)
+                self._membership.cancel_join_timer(group)
+                self._membership.arm_join_timer(group, group.rebalance_timeout_ms())
+            self._membership.maybe_complete_join(group)
+            await self._ctx.flush(group)
 
     def _set_expansion(self, group_id: str, expansion: Expansion | None) -> None:
         if expansion is None:
-            self._expansions.pop(group_id, None)
+            self._ctx.expansions.pop(group_id, None)
         else:
-            self._expansions[group_id] = expansion
+            self._ctx.expansions[group_id] = expansion
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND
         async with group.lock:
             if group.members or group.pending_members:
                 return ErrorCode.NON_EMPTY_GROUP
-            self._cancel_group_timers(group)
+            self._membership.cancel_group_timers(group)
             group.transition_to(GroupState.DEAD)
-            self._journal(group, JournalKind.GROUP_DELETED, None)
+            self._ctx.journal(group, JournalKind.GROUP_DELETED, None)
             group.pending_writes.deleted_groups.append(group_id)
             try:
-                await self._flush(group)
+                await self._ctx.flush(group)
             except StoreError:
                 group.state = GroupState.EMPTY  # nothing was deleted; not a protocol transition
                 raise
-            self._offsets.pop(group_id, None)
-            if self._groups.get(group_id) is group:
-                del self._groups[group_id]
+            self._offsets.committed.pop(group_id, None)
+            if self._ctx.groups.get(group_id) is group:
+                del self._ctx.groups[group_id]
         return ErrorCode.NONE

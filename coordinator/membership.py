@@ -32,7 +32,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.runtime import CoordinatorRuntime
+from coordinator.runtime import CoordinatorContext
 from coordinator.state import GroupState
 from coordinator.store import StoreError
 from coordinator.subscriptions import subscription_changed, topic_counts
@@ -41,7 +41,12 @@ from coordinator.timers import heartbeat_key, join_key, sync_key
 log = logging.getLogger("coordinator")
 
 
-class MembershipProtocol(CoordinatorRuntime):
+class MembershipManager:
+    """Kafka's classic group membership, given the coordinator's context."""
+
+    def __init__(self, context: CoordinatorContext) -> None:
+        self._ctx = context
+
     # --- JoinGroup ----------------------------------------------------------------------
 
     def _validate_join(self, request: JoinGroupRequest) -> ErrorCode:
@@ -50,17 +55,17 @@ class MembershipProtocol(CoordinatorRuntime):
         if request.group_instance_id == "":
             return ErrorCode.INVALID_REQUEST
         if not (
-            self.config.group_min_session_timeout_ms
+            self._ctx.config.group_min_session_timeout_ms
             <= request.session_timeout_ms
-            <= self.config.group_max_session_timeout_ms
+            <= self._ctx.config.group_max_session_timeout_ms
         ):
             return ErrorCode.INVALID_SESSION_TIMEOUT
-        if not 0 < request.rebalance_timeout_ms <= self.config.group_max_rebalance_timeout_ms:
+        if not 0 < request.rebalance_timeout_ms <= self._ctx.config.group_max_rebalance_timeout_ms:
             return ErrorCode.INVALID_REQUEST
         if not valid_id(request.group_instance_id) or not valid_id(request.member_id):
             return ErrorCode.INVALID_REQUEST
         metadata_bytes = sum(len(protocol.metadata) for protocol in request.protocols)
-        if metadata_bytes > self.config.group_max_member_metadata_bytes:
+        if metadata_bytes > self._ctx.config.group_max_member_metadata_bytes:
             return ErrorCode.INVALID_REQUEST
         if not request.protocol_type or not request.protocols:
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -69,19 +74,19 @@ class MembershipProtocol(CoordinatorRuntime):
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         return ErrorCode.NONE
 
-    async def _join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
+    async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         error = self._validate_join(request)
         if error is not ErrorCode.NONE:
             return JoinGroupResponse(error, member_id=request.member_id)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         if group is None:
             if request.member_id != UNKNOWN_MEMBER_ID:
                 return JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
             group = ClassicGroup(request.group_id)
-            self._groups[group.group_id] = group
+            self._ctx.groups[group.group_id] = group
         async with group.lock:
             outcome = await self._join_in_group(group, request)
-            await self._flush(group)
+            await self._ctx.flush(group)
         if isinstance(outcome, JoinGroupResponse):
             return outcome
         # Shield: a caller that goes away must not cancel the group's bookkeeping future.
@@ -108,7 +113,7 @@ class MembershipProtocol(CoordinatorRuntime):
 
     def _accepts_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
         """Kafka's acceptJoiningMember: pending member ids (KIP-394) never count."""
-        limit = self.config.group_max_size
+        limit = self._ctx.config.group_max_size
         if limit is None or group.is_in(GroupState.EMPTY, GroupState.DEAD):
             return True
         member = group.members.get(member_id)
@@ -123,7 +128,7 @@ class MembershipProtocol(CoordinatorRuntime):
     def _refuse_over_capacity(self, group: ClassicGroup, member_id: str) -> None:
         """Kafka removes a member refused for size: it must not hold a place it cannot have."""
         if group.remove_pending_member(member_id):
-            self.timers.cancel(heartbeat_key(group.group_id, member_id))
+            self._ctx.timers.cancel(heartbeat_key(group.group_id, member_id))
         member = group.members.get(member_id)
         if member is not None:
             self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "group_max_size")
@@ -159,7 +164,7 @@ class MembershipProtocol(CoordinatorRuntime):
         if member_id in group.pending_members and request.group_instance_id is None:
             # `add` takes it out of the pending members; its session timer is re-armed.
             return self._add_member_and_rebalance(group, request, member_id, protocols)
-        code = self._validate_member(group, member_id, request.group_instance_id, "join")
+        code = self._ctx.validate_member(group, member_id, request.group_instance_id, "join")
         if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
             code = ErrorCode.UNKNOWN_MEMBER_ID
         if code is not ErrorCode.NONE:
@@ -171,13 +176,13 @@ class MembershipProtocol(CoordinatorRuntime):
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             if member.matches(protocols):
                 # A retry of a join whose response was lost: same generation again.
-                self._touch(group, member)
+                self.touch(group, member)
                 return self._current_generation_response(group, member, skip_assignment=False)
             return self._update_member_and_rebalance(group, member, request, protocols)
         # Stable
         if group.is_leader(member_id) or not member.matches(protocols):
             return self._update_member_and_rebalance(group, member, request, protocols)
-        self._touch(group, member)
+        self.touch(group, member)
         return self._current_generation_response(group, member, skip_assignment=False)
 
     def _new_member(
@@ -209,9 +214,9 @@ class MembershipProtocol(CoordinatorRuntime):
         # Kafka's NewMemberJoinTimeoutMs: a new member's parked JoinGroup is not a sign of
         # life (a client that gave up and retried would leave a defunct member behind).
         member.is_new = True
-        member.last_heard_ms = self.clock.now_ms()
-        self._arm_session_timer(group, member, self.config.group_new_member_join_timeout_ms)
-        self._journal(
+        member.last_heard_ms = self._ctx.clock.now_ms()
+        self._arm_session_timer(group, member, self._ctx.config.group_new_member_join_timeout_ms)
+        self._ctx.journal(
             group,
             JournalKind.MEMBER_JOINED,
             member,
@@ -219,7 +224,7 @@ class MembershipProtocol(CoordinatorRuntime):
             reason=request.reason,
         )
         self._maybe_prepare_rebalance(group, f"new member {member_id} joined")
-        self._maybe_complete_join(group)
+        self.maybe_complete_join(group)
         return future
 
     def _update_member_and_rebalance(
@@ -238,7 +243,7 @@ class MembershipProtocol(CoordinatorRuntime):
         self._maybe_prepare_rebalance(
             group, request.reason or f"member {member.member_id} rejoined in {group.state}"
         )
-        self._maybe_complete_join(group)
+        self.maybe_complete_join(group)
         return future
 
     async def _replace_static_member(
@@ -264,14 +269,14 @@ class MembershipProtocol(CoordinatorRuntime):
         old_member.complete_join(JoinGroupResponse(ErrorCode.FENCED_INSTANCE_ID, member_id=""))
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
-        self._move_session_timer(group, old_member_id, new_member_id)
+        self.move_session_timer(group, old_member_id, new_member_id)
         # As Kafka, the replacing member is not "new": its parked JoinGroup keeps it alive.
         was_new, member.is_new = member.is_new, False
         group.set_member_protocols(member, protocols)
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
         member.client_id, member.client_host = request.client_id, request.client_host
-        self._journal(group, JournalKind.MEMBER_REPLACED, member, old_member_id=old_member_id)
+        self._ctx.journal(group, JournalKind.MEMBER_REPLACED, member, old_member_id=old_member_id)
 
         if group.is_in(GroupState.STABLE):
             # Beyond Kafka: a changed topic set rebalances too (coordinator.subscriptions).
@@ -292,7 +297,7 @@ class MembershipProtocol(CoordinatorRuntime):
             persisted_before = group.persisted_record
             group.needs_persist = True
             try:
-                await self._flush(group)
+                await self._ctx.flush(group)
             except StoreError:
                 log.warning(
                     "group %s: static member %s could not be persisted; kept %s",
@@ -302,7 +307,7 @@ class MembershipProtocol(CoordinatorRuntime):
                     exc_info=True,
                 )
                 group.replace_static_member(instance_id, new_member_id, old_member_id)
-                self._move_session_timer(group, new_member_id, old_member_id)
+                self.move_session_timer(group, new_member_id, old_member_id)
                 group.set_member_protocols(member, previous[0])
                 (
                     _,
@@ -325,9 +330,9 @@ class MembershipProtocol(CoordinatorRuntime):
                     leader=group.leader_id or "",
                     member_id=UNKNOWN_MEMBER_ID,
                 )
-            self._touch(group, member)
+            self.touch(group, member)
             is_leader = group.is_leader(new_member_id)
-            self._journal(
+            self._ctx.journal(
                 group,
                 JournalKind.STATIC_REJOIN,
                 member,
@@ -339,9 +344,9 @@ class MembershipProtocol(CoordinatorRuntime):
         future = self._park_join(member)
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             # The leader's assignment would name the fenced member id: start over.
-            self._prepare_rebalance(group, f"static member {instance_id} rejoined while syncing")
+            self.prepare_rebalance(group, f"static member {instance_id} rejoined while syncing")
         else:
-            self._maybe_complete_join(group)
+            self.maybe_complete_join(group)
         return future
 
     def _current_generation_response(
@@ -367,7 +372,7 @@ class MembershipProtocol(CoordinatorRuntime):
     def _add_pending_member(self, group: ClassicGroup, member_id: str, session_ms: int) -> None:
         group.add_pending_member(member_id)
         # As Kafka: a pending member id's session is the member's heartbeat key.
-        self.timers.schedule(
+        self._ctx.timers.schedule(
             heartbeat_key(group.group_id, member_id),
             group,
             session_ms,
@@ -378,9 +383,9 @@ class MembershipProtocol(CoordinatorRuntime):
 
     def _maybe_prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, reason)
+            self.prepare_rebalance(group, reason)
 
-    def _prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
+    def prepare_rebalance(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(GroupState.COMPLETING_REBALANCE):
             # Followers parked in SyncGroup must rejoin; the pending assignment is void.
             for member in group.members.values():
@@ -393,7 +398,7 @@ class MembershipProtocol(CoordinatorRuntime):
         starting_from_empty = group.is_in(GroupState.EMPTY)
         previous_state = group.state
         group.transition_to(GroupState.PREPARING_REBALANCE)
-        self._journal(
+        self._ctx.journal(
             group,
             JournalKind.REBALANCE_STARTED,
             None,
@@ -401,23 +406,23 @@ class MembershipProtocol(CoordinatorRuntime):
             from_state=previous_state.value,
         )
         log.info("group %s: preparing rebalance (%s)", group.group_id, reason)
-        self._cancel_join_timer(group)
+        self.cancel_join_timer(group)
         if starting_from_empty:
             # Kafka's InitialDelayedJoin: wait for more members before the first generation.
-            delay = self.config.group_initial_rebalance_delay_ms
+            delay = self._ctx.config.group_initial_rebalance_delay_ms
             group.initial_join_in_progress = True
             group.new_member_added = False
             group.initial_join_remaining_ms = max(group.rebalance_timeout_ms() - delay, 0)
-            self._arm_join_timer(group, delay)
+            self.arm_join_timer(group, delay)
         else:
             group.initial_join_in_progress = False
-            self._arm_join_timer(group, group.rebalance_timeout_ms())
+            self.arm_join_timer(group, group.rebalance_timeout_ms())
             # As Kafka's maybeCompleteJoinElseSchedule: if everyone has already joined (a
             # lone static member rejoining), the join phase ends now, not at the deadline.
-            self._maybe_complete_join(group)
+            self.maybe_complete_join(group)
 
-    def _arm_join_timer(self, group: ClassicGroup, delay_ms: int) -> None:
-        self.timers.schedule(
+    def arm_join_timer(self, group: ClassicGroup, delay_ms: int) -> None:
+        self._ctx.timers.schedule(
             join_key(group.group_id), group, delay_ms, lambda: self._join_deadline(group)
         )
 
@@ -425,10 +430,10 @@ class MembershipProtocol(CoordinatorRuntime):
         """The join phase's timer (run under the group lock by the timer write path)."""
         if not group.is_in(GroupState.PREPARING_REBALANCE):
             return
-        hold = self._expansion_hold_ms(group)
+        hold = self.expansion_hold_ms(group)
         if hold > 0:
             # Expected members are still missing: the join phase waits for them.
-            self._arm_join_timer(group, hold)
+            self.arm_join_timer(group, hold)
             return
         if (
             group.initial_join_in_progress
@@ -437,22 +442,22 @@ class MembershipProtocol(CoordinatorRuntime):
         ):
             group.new_member_added = False
             delay = min(
-                self.config.group_initial_rebalance_delay_ms,
+                self._ctx.config.group_initial_rebalance_delay_ms,
                 group.initial_join_remaining_ms,
             )
             group.initial_join_remaining_ms = max(group.initial_join_remaining_ms - delay, 0)
-            self._arm_join_timer(group, delay)
+            self.arm_join_timer(group, delay)
         else:
             self._complete_join(group)
 
-    def _maybe_complete_join(self, group: ClassicGroup) -> None:
+    def maybe_complete_join(self, group: ClassicGroup) -> None:
         # The initial delay does not end early: it exists to let more members arrive (unless
         # every expected member is here: then nobody else is being waited for).
         if not group.is_in(GroupState.PREPARING_REBALANCE) or not group.has_all_members_joined():
             return
-        if self._expansion_hold_ms(group) > 0:
+        if self.expansion_hold_ms(group) > 0:
             return
-        expansion = self._expansions.get(group.group_id)
+        expansion = self._ctx.expansions.get(group.group_id)
         everyone_expected = expansion is not None and not expansion.missing(
             self._joined_instance_ids(group)
         )
@@ -467,16 +472,16 @@ class MembershipProtocol(CoordinatorRuntime):
             if member.group_instance_id is not None and member.is_awaiting_join
         }
 
-    def _expansion_hold_ms(self, group: ClassicGroup) -> int:
+    def expansion_hold_ms(self, group: ClassicGroup) -> int:
         """How much longer the join phase waits for expected members (0: not at all)."""
-        expansion = self._expansions.get(group.group_id)
+        expansion = self._ctx.expansions.get(group.group_id)
         if expansion is None:
             return 0
-        return expansion.hold_ms(self._joined_instance_ids(group), self.clock.now_ms())
+        return expansion.hold_ms(self._joined_instance_ids(group), self._ctx.clock.now_ms())
 
     def _complete_join(self, group: ClassicGroup) -> None:
         """End the join phase: a new generation, answers to every parked JoinGroup."""
-        self._cancel_join_timer(group)
+        self.cancel_join_timer(group)
         group.initial_join_in_progress = False
         for member in list(group.members.values()):
             if not member.is_awaiting_join and not member.is_static:
@@ -485,7 +490,7 @@ class MembershipProtocol(CoordinatorRuntime):
         if group.members and not group.elect_joined_leader():
             # Only static members that have not rejoined remain: wait another round.
             log.info("group %s: no member rejoined; waiting again", group.group_id)
-            self._arm_join_timer(group, group.rebalance_timeout_ms())
+            self.arm_join_timer(group, group.rebalance_timeout_ms())
             return
         group.generation_id += 1
         if not group.members:
@@ -494,13 +499,13 @@ class MembershipProtocol(CoordinatorRuntime):
             group.leader_id = None
             group.transition_to(GroupState.EMPTY)
             group.needs_persist = True
-            self._journal(group, JournalKind.GROUP_EMPTY, None)
+            self._ctx.journal(group, JournalKind.GROUP_EMPTY, None)
             return
         group.protocol_name = group.select_protocol()
         # The leader reads the metadata after this; a change from here on rebalances again.
-        group.assigned_topics = topic_counts(group.consumed_topics(), self._topics)
+        group.assigned_topics = topic_counts(group.consumed_topics(), self._ctx.topics)
         group.transition_to(GroupState.COMPLETING_REBALANCE)
-        self._journal(
+        self._ctx.journal(
             group,
             JournalKind.GENERATION_STARTED,
             None,
@@ -536,13 +541,13 @@ class MembershipProtocol(CoordinatorRuntime):
             # As Kafka's onCompleteJoin: every member's session starts again, including
             # static members kept although they did not rejoin.
             member.is_new = False
-            self._touch(group, member)
+            self.touch(group, member)
         group.pending_sync_members = set(group.members)
         self._arm_sync_timer(group)
 
     def _arm_sync_timer(self, group: ClassicGroup) -> None:
         generation = group.generation_id
-        self.timers.schedule(
+        self._ctx.timers.schedule(
             sync_key(group.group_id),
             group,
             group.rebalance_timeout_ms(),
@@ -560,55 +565,55 @@ class MembershipProtocol(CoordinatorRuntime):
             for member in late:
                 self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "sync_timeout")
             self._maybe_prepare_rebalance(group, "members did not sync in time")
-            self._maybe_complete_join(group)
+            self.maybe_complete_join(group)
 
-    def _cancel_join_timer(self, group: ClassicGroup) -> None:
-        self.timers.cancel(join_key(group.group_id))
+    def cancel_join_timer(self, group: ClassicGroup) -> None:
+        self._ctx.timers.cancel(join_key(group.group_id))
 
     def _cancel_sync_timer(self, group: ClassicGroup) -> None:
-        self.timers.cancel(sync_key(group.group_id))
+        self._ctx.timers.cancel(sync_key(group.group_id))
 
-    def _cancel_group_timers(self, group: ClassicGroup) -> None:
-        self._cancel_join_timer(group)
+    def cancel_group_timers(self, group: ClassicGroup) -> None:
+        self.cancel_join_timer(group)
         self._cancel_sync_timer(group)
         for member_id in group.pending_members:
-            self.timers.cancel(heartbeat_key(group.group_id, member_id))
+            self._ctx.timers.cancel(heartbeat_key(group.group_id, member_id))
 
     # --- members: liveness and removal -----------------------------------------------------
 
-    def _touch(self, group: ClassicGroup, member: ClassicMember) -> None:
+    def touch(self, group: ClassicGroup, member: ClassicMember) -> None:
         """A sign of life: the session timeout starts again."""
-        now = self.clock.now_ms()
+        now = self._ctx.clock.now_ms()
         member.last_heard_ms = now
         deadline = now + member.session_timeout_ms
         # Keep the armed timer unless it would fire after the new deadline (a shorter
         # session timeout); firing early is fine: it re-arms for the rest.
-        due_ms = self.timers.due_ms(heartbeat_key(group.group_id, member.member_id))
+        due_ms = self._ctx.timers.due_ms(heartbeat_key(group.group_id, member.member_id))
         if due_ms is None or due_ms > deadline:
             self._arm_session_timer(group, member, member.session_timeout_ms)
 
-    def _schedule_session_timeout(self, group: ClassicGroup, member: ClassicMember) -> None:
+    def schedule_session_timeout(self, group: ClassicGroup, member: ClassicMember) -> None:
         """Start the session from now (a loaded member must heartbeat within a timeout)."""
-        member.last_heard_ms = self.clock.now_ms()
+        member.last_heard_ms = self._ctx.clock.now_ms()
         self._arm_session_timer(group, member, member.session_timeout_ms)
 
     def _arm_session_timer(self, group: ClassicGroup, member: ClassicMember, delay_ms: int) -> None:
         member_id = member.member_id
         # A partial, not a lambda: every member holds one (memory per member counts).
         expire = functools.partial(self._session_expired, group, member_id)
-        self.timers.schedule(heartbeat_key(group.group_id, member_id), group, delay_ms, expire)
+        self._ctx.timers.schedule(heartbeat_key(group.group_id, member_id), group, delay_ms, expire)
 
-    def _move_session_timer(
+    def move_session_timer(
         self, group: ClassicGroup, old_member_id: str, new_member_id: str
     ) -> None:
         """A static replacement re-keys the member: its session timer moves with it, due as
         before (the member object and its session are the same)."""
         old_key = heartbeat_key(group.group_id, old_member_id)
-        due_ms = self.timers.due_ms(old_key)
-        self.timers.cancel(old_key)
+        due_ms = self._ctx.timers.due_ms(old_key)
+        self._ctx.timers.cancel(old_key)
         if due_ms is not None:
             expire = functools.partial(self._session_expired, group, new_member_id)
-            self.timers.schedule_at(
+            self._ctx.timers.schedule_at(
                 heartbeat_key(group.group_id, new_member_id), group, due_ms, expire
             )
 
@@ -617,7 +622,7 @@ class MembershipProtocol(CoordinatorRuntime):
         write path): a pending member id (KIP-394) or a member's session."""
         if group.remove_pending_member(member_id):
             log.info("pending member %s of %s never rejoined", member_id, group.group_id)
-            self._maybe_complete_join(group)
+            self.maybe_complete_join(group)
             return
         member = group.members.get(member_id)
         if member is None:
@@ -637,9 +642,9 @@ class MembershipProtocol(CoordinatorRuntime):
             return
         if member.is_awaiting_join or member.is_awaiting_sync:
             # A parked request is a sign of life (Kafka's shouldKeepAlive).
-            self._touch(group, member)
+            self.touch(group, member)
             return
-        remaining = member.last_heard_ms + member.session_timeout_ms - self.clock.now_ms()
+        remaining = member.last_heard_ms + member.session_timeout_ms - self._ctx.clock.now_ms()
         if remaining > 0:
             self._arm_session_timer(group, member, remaining)
             return
@@ -655,7 +660,7 @@ class MembershipProtocol(CoordinatorRuntime):
     def _remove_member(
         self, group: ClassicGroup, member: ClassicMember, kind: JournalKind, reason: str
     ) -> None:
-        self.timers.cancel(heartbeat_key(group.group_id, member.member_id))
+        self._ctx.timers.cancel(heartbeat_key(group.group_id, member.member_id))
         # As Kafka's removeMemberAndUpdateClassicGroup: the member id is no longer valid.
         member.complete_join(
             JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=UNKNOWN_MEMBER_ID)
@@ -663,25 +668,25 @@ class MembershipProtocol(CoordinatorRuntime):
         member.complete_sync(SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID))
         if member.group_instance_id is not None and member.assignment:
             group.last_assignment_by_instance[member.group_instance_id] = member.assignment
-        self._journal(group, kind, member, reason=reason)
+        self._ctx.journal(group, kind, member, reason=reason)
         group.remove(member.member_id)
 
     def _after_removal(self, group: ClassicGroup, reason: str) -> None:
         if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(group, reason)
-        self._maybe_complete_join(group)
+            self.prepare_rebalance(group, reason)
+        self.maybe_complete_join(group)
 
     # --- SyncGroup -------------------------------------------------------------------------
 
-    async def _sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
+    async def sync_group(self, request: SyncGroupRequest) -> SyncGroupResponse:
         if not request.group_id:
             return SyncGroupResponse(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         if group is None:
             return SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID)
         async with group.lock:
             outcome = await self._sync_in_group(group, request)
-            await self._flush(group)
+            await self._ctx.flush(group)
         if isinstance(outcome, SyncGroupResponse):
             return outcome
         return await asyncio.shield(outcome)
@@ -692,7 +697,7 @@ class MembershipProtocol(CoordinatorRuntime):
         member_id = request.member_id
         if group.is_in(GroupState.DEAD):
             return SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        code = self._validate_member(group, member_id, request.group_instance_id, "sync")
+        code = self._ctx.validate_member(group, member_id, request.group_instance_id, "sync")
         if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
             code = ErrorCode.UNKNOWN_MEMBER_ID
         if code is not ErrorCode.NONE:
@@ -710,7 +715,7 @@ class MembershipProtocol(CoordinatorRuntime):
         if not group.pending_sync_members:
             # As Kafka's removePendingSyncMember: everyone has synced, nobody to time out.
             self._cancel_sync_timer(group)
-        self._touch(group, member)
+        self.touch(group, member)
         if group.is_in(GroupState.STABLE):
             return self._sync_response(group, member.assignment)
         # CompletingRebalance: park until the leader's assignment is stored.
@@ -737,15 +742,15 @@ class MembershipProtocol(CoordinatorRuntime):
         for member in group.members.values():
             if member.group_instance_id is not None:
                 group.last_assignment_by_instance[member.group_instance_id] = member.assignment
-            self._journal(
+            self._ctx.journal(
                 group,
                 JournalKind.ASSIGNMENT,
                 member,
                 **self._assignment_detail(group, member.assignment),
             )
-        self._journal(group, JournalKind.STABLE, None, members=len(group.members))
+        self._ctx.journal(group, JournalKind.STABLE, None, members=len(group.members))
         try:
-            await self._flush(group)
+            await self._ctx.flush(group)
         except StoreError:
             for member in group.members.values():
                 member.assignment = previous.get(member.member_id, b"")
@@ -753,7 +758,7 @@ class MembershipProtocol(CoordinatorRuntime):
             self._propagate_sync(
                 group, lambda _: SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             )
-            self._prepare_rebalance(group, "assignment could not be stored")
+            self.prepare_rebalance(group, "assignment could not be stored")
             raise
         group.transition_to(GroupState.STABLE)
         self._propagate_sync(group, lambda member: self._sync_response(group, member.assignment))
@@ -765,7 +770,7 @@ class MembershipProtocol(CoordinatorRuntime):
         answered starts its session again (it may have waited long for a slow leader)."""
         for member in group.members.values():
             if member.complete_sync(response(member)):
-                self._touch(group, member)
+                self.touch(group, member)
 
     def _sync_response(self, group: ClassicGroup, assignment: bytes) -> SyncGroupResponse:
         return SyncGroupResponse(
@@ -790,21 +795,19 @@ class MembershipProtocol(CoordinatorRuntime):
 
     # --- Heartbeat -------------------------------------------------------------------------
 
-    async def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+    async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         if not request.group_id:
             return HeartbeatResponse(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         if group is None:
             return HeartbeatResponse(ErrorCode.UNKNOWN_MEMBER_ID)
-        async with group.lock:
-            response = HeartbeatResponse(self._heartbeat_in_group(group, request))
-            await self._flush(group)
-        return response
+        code = await self._ctx.write(group, self._heartbeat_in_group, group, request)
+        return HeartbeatResponse(code)
 
     def _heartbeat_in_group(self, group: ClassicGroup, request: HeartbeatRequest) -> ErrorCode:
         if group.is_in(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        code = self._validate_member(
+        code = self._ctx.validate_member(
             group, request.member_id, request.group_instance_id, "heartbeat"
         )
         if code is ErrorCode.NONE and group.is_in(GroupState.EMPTY):
@@ -814,17 +817,17 @@ class MembershipProtocol(CoordinatorRuntime):
         member = group.members[request.member_id]
         if request.generation_id != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
-        self._touch(group, member)
+        self.touch(group, member)
         if group.is_in(GroupState.PREPARING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
     # --- LeaveGroup ------------------------------------------------------------------------
 
-    async def _leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    async def leave_group(self, request: LeaveGroupRequest) -> LeaveGroupResponse:
         if not request.group_id:
             return LeaveGroupResponse(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         if group is None:
             # Kafka: no group → each member is unknown, the request itself is fine.
             return LeaveGroupResponse(
@@ -838,19 +841,22 @@ class MembershipProtocol(CoordinatorRuntime):
                     for identity in request.members
                 ],
             )
-        async with group.lock:
-            if group.is_in(GroupState.DEAD):
-                return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-            # An empty member list is answered NONE with no results, as Kafka's coordinator.
-            left = [self._leave_one(group, identity) for identity in request.members]
-            results = [result for result, _ in left]
-            removed = sum(1 for _, was_member in left if was_member)
-            if removed:
-                # One rebalance for the whole batch: that is what batch leave is for. A
-                # pending member id (KIP-394) leaving counts too: the Kafka 4.4 broker
-                # rebalances a Stable group for it (the conformance runner measures it).
-                self._after_removal(group, f"{removed} member(s) left the group")
-            await self._flush(group)
+        return await self._ctx.write(group, self._leave_in_group, group, request)
+
+    def _leave_in_group(
+        self, group: ClassicGroup, request: LeaveGroupRequest
+    ) -> LeaveGroupResponse:
+        if group.is_in(GroupState.DEAD):
+            return LeaveGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        # An empty member list is answered NONE with no results, as Kafka's coordinator.
+        left = [self._leave_one(group, identity) for identity in request.members]
+        results = [result for result, _ in left]
+        removed = sum(1 for _, was_member in left if was_member)
+        if removed:
+            # One rebalance for the whole batch: that is what batch leave is for. A
+            # pending member id (KIP-394) leaving counts too: the Kafka 4.4 broker
+            # rebalances a Stable group for it (the conformance runner measures it).
+            self._after_removal(group, f"{removed} member(s) left the group")
         return LeaveGroupResponse(ErrorCode.NONE, results)
 
     def _leave_one(
@@ -871,13 +877,13 @@ class MembershipProtocol(CoordinatorRuntime):
             if mapped is None:
                 return result(ErrorCode.UNKNOWN_MEMBER_ID)
             if identity.member_id not in (UNKNOWN_MEMBER_ID, mapped):
-                self._journal_fenced(group, instance_id, identity.member_id, "leave")
+                self._ctx.journal_fenced(group, instance_id, identity.member_id, "leave")
                 return result(ErrorCode.FENCED_INSTANCE_ID)
             member_id = mapped
         else:
             member_id = identity.member_id
             if group.remove_pending_member(member_id):
-                self.timers.cancel(heartbeat_key(group.group_id, member_id))
+                self._ctx.timers.cancel(heartbeat_key(group.group_id, member_id))
                 return result(ErrorCode.NONE, removed=True)
         member = group.members.get(member_id)
         if member is None:

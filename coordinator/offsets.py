@@ -5,7 +5,7 @@ from __future__ import annotations
 from coordinator.errors import ErrorCode
 from coordinator.group import ClassicGroup
 from coordinator.identifiers import valid_id
-from coordinator.membership import MembershipProtocol
+from coordinator.membership import MembershipManager
 from coordinator.messages import (
     OffsetCommitPartitionResponse,
     OffsetCommitRequest,
@@ -15,86 +15,85 @@ from coordinator.messages import (
     OffsetFetchResponse,
 )
 from coordinator.records import OffsetRecord
+from coordinator.runtime import CoordinatorContext
 from coordinator.state import GroupState
 
 
-class OffsetProtocol(MembershipProtocol):
-    # --- offsets -----------------------------------------------------------------------------
+class OffsetManager:
+    """Committed offsets by group; a commit from a member is a sign of life (membership)."""
 
-    async def _commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
-        def everywhere(code: ErrorCode) -> OffsetCommitResponse:
-            return OffsetCommitResponse(
-                code,
-                [
-                    OffsetCommitPartitionResponse(p.topic, p.partition, code)
-                    for p in request.partitions
-                ],
-            )
+    def __init__(self, context: CoordinatorContext, membership: MembershipManager) -> None:
+        self._ctx = context
+        self._membership = membership
+        self.committed: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
 
+    async def commit_offsets(self, request: OffsetCommitRequest) -> OffsetCommitResponse:
         if not request.group_id or not valid_id(request.group_id):
-            return everywhere(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+            return _everywhere(request, ErrorCode.INVALID_GROUP_ID)
+        group = self._ctx.groups.get(request.group_id)
         if group is None:
             if request.generation_id >= 0:
                 # A commit from an older generation of a group that no longer exists.
-                return everywhere(ErrorCode.ILLEGAL_GENERATION)
+                return _everywhere(request, ErrorCode.ILLEGAL_GENERATION)
             # A group not using group management commits offsets only.
             group = ClassicGroup(request.group_id)
             group.needs_persist = True
-            self._groups[group.group_id] = group
-        async with group.lock:
-            code = self._validate_commit(group, request)
-            if code is not ErrorCode.NONE:
-                return everywhere(code)
-            member = group.members.get(request.member_id)
-            if member is not None:
-                self._touch(group, member)
-            now = self.clock.now_ms()
-            results: list[OffsetCommitPartitionResponse] = []
-            accepted: list[OffsetRecord] = []
-            for partition in request.partitions:
-                if (
-                    not partition.topic
-                    or partition.partition < 0
-                    or (partition.committed_offset < -1)
-                ):
-                    results.append(
-                        OffsetCommitPartitionResponse(
-                            partition.topic, partition.partition, ErrorCode.INVALID_REQUEST
-                        )
-                    )
-                    continue
-                if _metadata_bytes(partition.committed_metadata) > (
-                    self.config.offset_metadata_max_bytes
-                ):
-                    results.append(
-                        OffsetCommitPartitionResponse(
-                            partition.topic,
-                            partition.partition,
-                            ErrorCode.OFFSET_METADATA_TOO_LARGE,
-                        )
-                    )
-                    continue
-                accepted.append(
-                    OffsetRecord(
-                        partition.topic,
-                        partition.partition,
-                        partition.committed_offset,
-                        partition.committed_metadata,
-                        now,
-                    )
-                )
-                results.append(
-                    OffsetCommitPartitionResponse(
-                        partition.topic, partition.partition, ErrorCode.NONE
-                    )
-                )
-            group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
-            await self._flush(group)
-            offsets = self._offsets.setdefault(group.group_id, {})
+            self._ctx.groups[group.group_id] = group
+        response, accepted = await self._ctx.write(group, self._commit_in_group, group, request)
+        # Served from memory only once written (the write raised otherwise). No await since
+        # the write returned, so no later commit to this group has run in between.
+        if accepted:
+            offsets = self.committed.setdefault(group.group_id, {})
             for record in accepted:
                 offsets[(record.topic, record.partition)] = record
-        return OffsetCommitResponse(ErrorCode.NONE, results)
+        return response
+
+    def _commit_in_group(
+        self, group: ClassicGroup, request: OffsetCommitRequest
+    ) -> tuple[OffsetCommitResponse, list[OffsetRecord]]:
+        """The decision (under the group lock): the answer, and the records to write."""
+        code = self._validate_commit(group, request)
+        if code is not ErrorCode.NONE:
+            return _everywhere(request, code), []
+        member = group.members.get(request.member_id)
+        if member is not None:
+            self._membership.touch(group, member)
+        now = self._ctx.clock.now_ms()
+        results: list[OffsetCommitPartitionResponse] = []
+        accepted: list[OffsetRecord] = []
+        for partition in request.partitions:
+            if not partition.topic or partition.partition < 0 or (partition.committed_offset < -1):
+                results.append(
+                    OffsetCommitPartitionResponse(
+                        partition.topic, partition.partition, ErrorCode.INVALID_REQUEST
+                    )
+                )
+                continue
+            if _metadata_bytes(partition.committed_metadata) > (
+                self._ctx.config.offset_metadata_max_bytes
+            ):
+                results.append(
+                    OffsetCommitPartitionResponse(
+                        partition.topic,
+                        partition.partition,
+                        ErrorCode.OFFSET_METADATA_TOO_LARGE,
+                    )
+                )
+                continue
+            accepted.append(
+                OffsetRecord(
+                    partition.topic,
+                    partition.partition,
+                    partition.committed_offset,
+                    partition.committed_metadata,
+                    now,
+                )
+            )
+            results.append(
+                OffsetCommitPartitionResponse(partition.topic, partition.partition, ErrorCode.NONE)
+            )
+        group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
+        return OffsetCommitResponse(ErrorCode.NONE, results), accepted
 
     def _validate_commit(self, group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:
         """Kafka's ClassicGroup.validateOffsetCommit, in its order: the member and its
@@ -109,7 +108,7 @@ class OffsetProtocol(MembershipProtocol):
             or request.member_id
             or (request.group_instance_id is not None)
         ):
-            code = self._validate_member(
+            code = self._ctx.validate_member(
                 group, request.member_id, request.group_instance_id, "commit"
             )
             if code is not ErrorCode.NONE:
@@ -123,14 +122,14 @@ class OffsetProtocol(MembershipProtocol):
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    async def _fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         """As Kafka's broker for classic groups: member id and generation are not checked
         (the request carries them for the consumer protocol of KIP-848 only)."""
         if not request.group_id:
             return OffsetFetchResponse(ErrorCode.INVALID_GROUP_ID)
-        group = self._groups.get(request.group_id)
+        group = self._ctx.groups.get(request.group_id)
         deleting = group is not None and group.is_in(GroupState.DEAD)
-        offsets = {} if deleting else self._offsets.get(request.group_id, {})
+        offsets = {} if deleting else self.committed.get(request.group_id, {})
         if request.partitions is None:
             wanted = sorted(offsets)
         else:
@@ -147,6 +146,13 @@ class OffsetProtocol(MembershipProtocol):
                 )
             )
         return OffsetFetchResponse(ErrorCode.NONE, partitions)
+
+
+def _everywhere(request: OffsetCommitRequest, code: ErrorCode) -> OffsetCommitResponse:
+    partitions = [
+        OffsetCommitPartitionResponse(p.topic, p.partition, code) for p in request.partitions
+    ]
+    return OffsetCommitResponse(code, partitions)
 
 
 def _metadata_bytes(metadata: str | None) -> int:

@@ -1,95 +1,58 @@
-"""Plumbing shared by the coordinator's request handlers: settings, clock, store, the
-per-group write batch and journal numbering, and the guard that turns any failure into a
-Kafka error code instead of an exception."""
+"""The context every coordinator manager is given (composition, as Kafka's group
+coordinator hands its shards a context): settings, clock, store, the keyed timers, the
+groups map and shared group metadata, the journal, and the ONE write path (`run_timer` for
+timer expiry, `flush` for what a request changed under the group's lock)."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
-from coordinator.clock import Clock, SystemClock, TimerHandle
+from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ErrorCode
 from coordinator.expansion import Expansion
 from coordinator.group import ClassicGroup, ClassicMember
 from coordinator.journal import JournalEvent, JournalKind
-from coordinator.records import OffsetRecord
-from coordinator.standby import StandbyPromotion, StandbySession
-from coordinator.store import MemoryStore, Store, StoreError
+from coordinator.store import Store, StoreError
 from coordinator.timers import Timers
 
 log = logging.getLogger("coordinator")
 
 JournalListener = Callable[[JournalEvent], None]
 R = TypeVar("R")
+P = ParamSpec("P")
 
 
-class CoordinatorRuntime:
-    def __init__(
-        self,
-        config: CoordinatorConfig | None = None,
-        clock: Clock | None = None,
-        store: Store | None = None,
-    ) -> None:
-        self.config = config or CoordinatorConfig()
-        self.clock: Clock = clock or SystemClock()
-        self.store: Store = store or MemoryStore()
-        self._groups: dict[str, ClassicGroup] = {}
-        # Group timers by Kafka's keys; each expiry goes through `_run_timer`.
-        self.timers: Timers[ClassicGroup] = Timers(self.clock, self._run_timer)
-        self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
-        self._topics: dict[str, int] = {}
+class CoordinatorContext:
+    """Shared by the membership, offsets and standby managers; owned by `GroupCoordinator`."""
+
+    def __init__(self, config: CoordinatorConfig, clock: Clock, store: Store) -> None:
+        self.config = config
+        self.clock = clock
+        self.store = store
+        self.groups: dict[str, ClassicGroup] = {}
+        # Group timers by Kafka's keys; each expiry goes through `run_timer`.
+        self.timers: Timers[ClassicGroup] = Timers(clock, self.run_timer)
+        self.topics: dict[str, int] = {}
         # group id -> expected members (pre-registration); see `coordinator.expansion`.
-        self._expansions: dict[str, Expansion] = {}
-        # Hot standby (`coordinator.standby`): group id -> standby id -> its session (in
-        # memory: standbys heartbeat again after a restart) / its promotion (persisted).
-        self._standby_sessions: dict[str, dict[str, StandbySession]] = {}
-        self._promotions: dict[str, dict[str, StandbyPromotion]] = {}
-        self._topics_lock = asyncio.Lock()
-        self._journal_seq = 0
-        self._journal_listeners: list[JournalListener] = []
-        self._started = False
-        self._closed = False
-        self._journal_prune_timer: TimerHandle | None = None
+        self.expansions: dict[str, Expansion] = {}
+        self.journal_seq = 0
+        self.journal_listeners: list[JournalListener] = []
 
-    # --- lifecycle ----------------------------------------------------------------------
-
-    @property
-    def is_ready(self) -> bool:
-        return self._started and not self._closed
-
-    def add_journal_listener(self, callback: JournalListener) -> None:
-        self._journal_listeners.append(callback)
-
-    async def _guard(self, handler: Awaitable[R], failed: Callable[[ErrorCode], R]) -> R:
-        """Never let an exception out of the coordinator: answer with a Kafka error."""
-        if not self.is_ready:
-            if asyncio.iscoroutine(handler):
-                handler.close()
-            return failed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        try:
-            return await handler
-        except StoreError:
-            log.exception("store failure while handling a request")
-            return failed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        except Exception:
-            log.exception("unexpected error while handling a request")
-            return failed(ErrorCode.UNKNOWN_SERVER_ERROR)
-
-    def _validate_member(
+    def validate_member(
         self, group: ClassicGroup, member_id: str, instance_id: str | None, operation: str
     ) -> ErrorCode:
         code = group.validate_member(member_id, instance_id)
         if code is ErrorCode.FENCED_INSTANCE_ID:
-            self._journal_fenced(group, instance_id, member_id, operation)
+            self.journal_fenced(group, instance_id, member_id, operation)
         return code
 
     # --- journal and persistence ---------------------------------------------------------------
 
-    def _journal(
+    def journal(
         self,
         group: ClassicGroup,
         kind: JournalKind,
@@ -108,7 +71,7 @@ class CoordinatorRuntime:
         )
         group.pending_writes.journal.append(event)
 
-    def _journal_fenced(
+    def journal_fenced(
         self, group: ClassicGroup, instance_id: str | None, member_id: str, operation: str
     ) -> None:
         group.pending_writes.journal.append(
@@ -124,13 +87,24 @@ class CoordinatorRuntime:
             )
         )
 
-    async def _run_timer(self, group: ClassicGroup, operation: Callable[[], bool]) -> None:
+    async def write(
+        self, group: ClassicGroup, operation: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """The one write path of a request whose decision needs no I/O (Kafka's
+        CoordinatorResult: the operation changes the group and returns the response): lock
+        the group, run it, persist what it changed once, then answer."""
+        async with group.lock:
+            response = operation(*args, **kwargs)
+            await self.flush(group)
+        return response
+
+    async def run_timer(self, group: ClassicGroup, operation: Callable[[], bool]) -> None:
         """The one write path of timer expiry: lock the group, run, persist once."""
         async with group.lock:
             if operation():
-                await self._flush(group)
+                await self.flush(group)
 
-    async def _flush(self, group: ClassicGroup) -> None:
+    async def flush(self, group: ClassicGroup) -> None:
         """Write what the group changed under its lock (caller holds the lock)."""
         batch = group.take_pending_writes()
         if batch.is_empty():
@@ -139,8 +113,8 @@ class CoordinatorRuntime:
         # order, so a reader polling with since_seq never sees a gap fill in later.
         numbered = []
         for event in batch.journal:
-            self._journal_seq += 1
-            numbered.append(dataclasses.replace(event, seq=self._journal_seq))
+            self.journal_seq += 1
+            numbered.append(dataclasses.replace(event, seq=self.journal_seq))
         batch.journal = numbered
         try:
             await self.store.write(batch)
@@ -150,7 +124,7 @@ class CoordinatorRuntime:
                 group.needs_persist = True
             raise
         for event in batch.journal:
-            for listener in self._journal_listeners:
+            for listener in self.journal_listeners:
                 try:
                     listener(event)
                 except Exception:

@@ -25,8 +25,9 @@ from coordinator.errors import ErrorCode
 from coordinator.group import ClassicGroup
 from coordinator.identifiers import valid_id
 from coordinator.journal import JournalKind
+from coordinator.membership import MembershipManager
 from coordinator.messages import JoinGroupResponse, SyncGroupResponse
-from coordinator.offsets import OffsetProtocol
+from coordinator.runtime import CoordinatorContext
 from coordinator.standby import (
     Promoted,
     PromoteResponse,
@@ -42,34 +43,40 @@ from coordinator.store import StoreError
 log = logging.getLogger("coordinator")
 
 
-class StandbyProtocol(OffsetProtocol):
+class StandbyManager:
+    """Standby sessions and promotions, given the coordinator's context; a promotion is a
+    static replacement done by membership's rules."""
+
+    def __init__(self, context: CoordinatorContext, membership: MembershipManager) -> None:
+        self._ctx = context
+        self._membership = membership
+        # group id -> standby id -> its session (in memory: standbys heartbeat again after
+        # a restart) / its promotion (persisted).
+        self.sessions: dict[str, dict[str, StandbySession]] = {}
+        self.promotions: dict[str, dict[str, StandbyPromotion]] = {}
+
     # --- standby sessions --------------------------------------------------------------
 
-    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
-        return await self._guard(self._standby_heartbeat(request), StandbyHeartbeatResponse)
-
-    async def _standby_heartbeat(
-        self, request: StandbyHeartbeatRequest
-    ) -> StandbyHeartbeatResponse:
+    async def heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
         if not request.group_id or not valid_id(request.group_id):
             return StandbyHeartbeatResponse(ErrorCode.INVALID_GROUP_ID)
         if not request.standby_id or not valid_id(request.standby_id):
             return StandbyHeartbeatResponse(ErrorCode.INVALID_REQUEST)
         if not (
-            self.config.group_min_session_timeout_ms
+            self._ctx.config.group_min_session_timeout_ms
             <= request.session_timeout_ms
-            <= self.config.group_max_session_timeout_ms
+            <= self._ctx.config.group_max_session_timeout_ms
         ):
             return StandbyHeartbeatResponse(ErrorCode.INVALID_SESSION_TIMEOUT)
         promotion = await self._standing_promotion(request.group_id, request.standby_id)
-        sessions = self._standby_sessions.setdefault(request.group_id, {})
+        sessions = self.sessions.setdefault(request.group_id, {})
         if promotion is None:
             sessions[request.standby_id] = StandbySession(
-                self.clock.now_ms(), request.session_timeout_ms
+                self._ctx.clock.now_ms(), request.session_timeout_ms
             )
             return StandbyHeartbeatResponse(ErrorCode.NONE)
         sessions.pop(request.standby_id, None)  # a member now, no longer a spare
-        group = self._groups[request.group_id]
+        group = self._ctx.groups[request.group_id]
         return StandbyHeartbeatResponse(
             ErrorCode.NONE,
             Promoted(
@@ -84,10 +91,10 @@ class StandbyProtocol(OffsetProtocol):
 
     async def _standing_promotion(self, group_id: str, standby_id: str) -> StandbyPromotion | None:
         """The standby's promotion if it still holds; a stale one is dropped."""
-        promotion = self._promotions.get(group_id, {}).get(standby_id)
+        promotion = self.promotions.get(group_id, {}).get(standby_id)
         if promotion is None:
             return None
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         if group is not None and self._holds(group, promotion):
             return promotion
         await self._write_promotion(group_id, standby_id, None)
@@ -102,8 +109,8 @@ class StandbyProtocol(OffsetProtocol):
     async def _write_promotion(
         self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
     ) -> None:
-        await self.store.write_promotion(group_id, standby_id, promotion)
-        records = self._promotions.setdefault(group_id, {})
+        await self._ctx.store.write_promotion(group_id, standby_id, promotion)
+        records = self.promotions.setdefault(group_id, {})
         if promotion is None:
             records.pop(standby_id, None)
         else:
@@ -111,12 +118,12 @@ class StandbyProtocol(OffsetProtocol):
 
     def standbys(self, group_id: str) -> StandbyList:
         """Standbys heard from within their session, and promotions that still hold."""
-        now = self.clock.now_ms()
-        sessions = self._standby_sessions.get(group_id, {})
-        group = self._groups.get(group_id)
+        now = self._ctx.clock.now_ms()
+        sessions = self.sessions.get(group_id, {})
+        group = self._ctx.groups.get(group_id)
         promotions = [
             p
-            for p in self._promotions.get(group_id, {}).values()
+            for p in self.promotions.get(group_id, {}).values()
             if group is not None and self._holds(group, p)
         ]
         return StandbyList(
@@ -127,24 +134,18 @@ class StandbyProtocol(OffsetProtocol):
 
     async def forget_standbys(self, group_id: str) -> None:
         """Drop a group's standby sessions and promotion records (the group is deleted)."""
-        self._standby_sessions.pop(group_id, None)
-        for standby_id in list(self._promotions.get(group_id, {})):
+        self.sessions.pop(group_id, None)
+        for standby_id in list(self.promotions.get(group_id, {})):
             await self._write_promotion(group_id, standby_id, None)
 
     # --- promote -----------------------------------------------------------------------
 
     async def promote(self, group_id: str, standby_id: str, instance_id: str) -> PromoteResponse:
-        def failed(code: ErrorCode) -> PromoteResponse:
-            return PromoteResponse(code, detail="the coordinator could not promote")
-
-        return await self._guard(self._promote(group_id, standby_id, instance_id), failed)
-
-    async def _promote(self, group_id: str, standby_id: str, instance_id: str) -> PromoteResponse:
         if not group_id or not valid_id(group_id):
             return PromoteResponse(ErrorCode.INVALID_GROUP_ID)
         if not all(i and valid_id(i) for i in (standby_id, instance_id)):
             return PromoteResponse(ErrorCode.INVALID_REQUEST, detail="invalid standby/instance id")
-        group = self._groups.get(group_id)
+        group = self._ctx.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return PromoteResponse(ErrorCode.GROUP_ID_NOT_FOUND)
         async with group.lock:
@@ -156,8 +157,8 @@ class StandbyProtocol(OffsetProtocol):
                     ErrorCode.INVALID_REQUEST,
                     detail=f"standby {standby_id} already holds {standing.instance_id}",
                 )
-            session = self._standby_sessions.get(group_id, {}).get(standby_id)
-            if session is None or not session.live(self.clock.now_ms()):
+            session = self.sessions.get(group_id, {}).get(standby_id)
+            if session is None or not session.live(self._ctx.clock.now_ms()):
                 return PromoteResponse(
                     ErrorCode.UNKNOWN_MEMBER_ID, detail=f"standby {standby_id} is not heard from"
                 )
@@ -176,7 +177,9 @@ class StandbyProtocol(OffsetProtocol):
         self, group: ClassicGroup, standby_id: str, instance_id: str, old_member_id: str
     ) -> PromoteResponse:
         new_member_id = f"{instance_id}-{uuid.uuid4()}"
-        promotion = StandbyPromotion(standby_id, instance_id, new_member_id, self.clock.now_ms())
+        promotion = StandbyPromotion(
+            standby_id, instance_id, new_member_id, self._ctx.clock.now_ms()
+        )
         # The record first: if the group write then fails, the record names a member id that
         # holds nothing and is dropped as stale; the other order could leave the new member
         # id in the group with nobody ever told it.
@@ -188,9 +191,9 @@ class StandbyProtocol(OffsetProtocol):
         old_member.complete_sync(SyncGroupResponse(ErrorCode.FENCED_INSTANCE_ID))
         persisted_before = group.persisted_record
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
-        self._move_session_timer(group, old_member_id, new_member_id)
+        self._membership.move_session_timer(group, old_member_id, new_member_id)
         try:
-            self._journal(
+            self._ctx.journal(
                 group,
                 JournalKind.MEMBER_REPLACED,
                 member,
@@ -199,18 +202,18 @@ class StandbyProtocol(OffsetProtocol):
                 reason="standby promotion",
             )
             group.needs_persist = True
-            await self._flush(group)
+            await self._ctx.flush(group)
         except StoreError:
             group.replace_static_member(instance_id, new_member_id, old_member_id)
-            self._move_session_timer(group, new_member_id, old_member_id)
+            self._membership.move_session_timer(group, new_member_id, old_member_id)
             group.persisted_record = persisted_before
             group.needs_persist = False
             await self._write_promotion(group.group_id, standby_id, None)
             raise
         member.is_new = False
         # The standby has a session timeout from now to show up (it will within a heartbeat).
-        self._schedule_session_timeout(group, member)
-        self._standby_sessions.get(group.group_id, {}).pop(standby_id, None)
+        self._membership.schedule_session_timeout(group, member)
+        self.sessions.get(group.group_id, {}).pop(standby_id, None)
         log.info(
             "group %s: standby %s promoted to %s (member %s replaces %s), generation %d kept",
             group.group_id,

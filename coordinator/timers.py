@@ -3,9 +3,9 @@
 Every group timer has a key (`heartbeat-<group>-<member>`, `join-<group>`, `sync-<group>`);
 scheduling a key replaces its timer, so a superseded timer never fires and nobody keeps a
 handle on the data objects. An operation is plain code that changes the group (a decision,
-no I/O): when it falls due, the service hands it to ONE write path given by the runtime,
+no I/O): when it falls due, the service hands it to ONE write path given by the context,
 which takes the group's lock, runs it and persists what it changed once (Kafka's timer
-operations return records the runtime writes).
+operations return records the runtime writes; here `CoordinatorContext.run_timer`).
 
 Hand-written: no library keys timers this way on an injectable clock.
 """
@@ -56,7 +56,7 @@ class _Timer(Generic[Scope]):
 
 
 class Timers(Generic[Scope]):
-    """Timers by key on a `Clock`; expiry goes through the runtime's write path."""
+    """Timers by key on a `Clock`; expiry goes through the context's write path."""
 
     def __init__(self, clock: Clock, write_path: WritePath[Scope]) -> None:
         self._clock = clock
