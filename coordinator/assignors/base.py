@@ -132,6 +132,32 @@ class PartitionAssignor(ABC):
         return None
 
 
+class FastPathAssignor(PartitionAssignor):
+    """An assignor with a fast path: `assign` answers from `assign_compact` when it
+    applies and falls back to `assign_reference`, the pure-Python reference."""
+
+    def assign(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]:
+        compact = self.assign_compact(partitions_per_topic, subscriptions)
+        if compact is not None:
+            return compact.to_assignments()
+        return self.assign_reference(partitions_per_topic, subscriptions)
+
+    @abstractmethod
+    def assign_reference(
+        self,
+        partitions_per_topic: Mapping[str, int],
+        subscriptions: Mapping[str, Subscription],
+        *,
+        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
+    ) -> dict[str, Assignment]: ...
+
+
 def java_string_key(value: str) -> bytes:
     """A sort key that orders strings the way Java's `String.compareTo` does.
 

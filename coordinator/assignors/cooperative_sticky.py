@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from coordinator.assignors.base import PartitionAssignor, RebalanceProtocol, fast_path_enabled
+from coordinator.assignors.base import FastPathAssignor, RebalanceProtocol, fast_path_enabled
 from coordinator.assignors.ownership import DEFAULT_GENERATION, Claim
 from coordinator.assignors.sticky_engine import sticky_assign
 from coordinator.protocol import (
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from coordinator.assignors.compact import CompactAssignment, CompactSpace, IdArray
 
 
-class CooperativeStickyAssignor(PartitionAssignor):
+class CooperativeStickyAssignor(FastPathAssignor):
     """Sticky and balanced like `sticky`, plus the cooperative rule: a partition another
     member still owns is left out of its new owner's assignment until revoked (see
     `cooperative`). Owned partitions come from the subscription itself; their generation
@@ -44,19 +44,6 @@ class CooperativeStickyAssignor(PartitionAssignor):
 
     def on_assignment(self, assignment: Assignment, generation_id: int) -> None:
         self._generation = generation_id
-
-    def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
-        *,
-        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
-    ) -> dict[str, Assignment]:
-        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
-        compact = self.assign_compact(partitions_per_topic, subscriptions)
-        if compact is not None:
-            return compact.to_assignments()
-        return self.assign_reference(partitions_per_topic, subscriptions)
 
     def assign_reference(
         self,

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from coordinator.assignors.base import (
-    PartitionAssignor,
+    FastPathAssignor,
     RebalanceProtocol,
     fast_path_enabled,
     java_string_key,
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from coordinator.assignors.compact import CompactAssignment
 
 
-class RangeAssignor(PartitionAssignor):
+class RangeAssignor(FastPathAssignor):
     """For each topic, lay the subscribed members out in `MemberInfo` order (static members
     by instance id first) and give each `n // c` consecutive partitions, the first `n % c`
     members one more. Topics are independent, so with many topics the first members get
@@ -28,19 +28,6 @@ class RangeAssignor(PartitionAssignor):
     name = "range"
     supported_protocols = (RebalanceProtocol.EAGER,)
     version = 0
-
-    def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
-        *,
-        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
-    ) -> dict[str, Assignment]:
-        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
-        compact = self.assign_compact(partitions_per_topic, subscriptions)
-        if compact is not None:
-            return compact.to_assignments()
-        return self.assign_reference(partitions_per_topic, subscriptions)
 
     def assign_reference(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from coordinator.assignors.base import PartitionAssignor, RebalanceProtocol, fast_path_enabled
+from coordinator.assignors.base import FastPathAssignor, RebalanceProtocol, fast_path_enabled
 from coordinator.assignors.ownership import DEFAULT_GENERATION, Claim
 from coordinator.assignors.sticky_engine import sticky_assign
 from coordinator.protocol import (
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from coordinator.assignors.compact import CompactAssignment, CompactSpace, IdArray
 
 
-class StickyAssignor(PartitionAssignor):
+class StickyAssignor(FastPathAssignor):
     """Balanced and maximally sticky, for the eager protocol.
 
     Eager members revoke everything before joining, so their subscriptions own nothing;
@@ -48,19 +48,6 @@ class StickyAssignor(PartitionAssignor):
     def on_assignment(self, assignment: Assignment, generation_id: int) -> None:
         self._partitions = assignment.partitions
         self._generation = generation_id
-
-    def assign(
-        self,
-        partitions_per_topic: Mapping[str, int],
-        subscriptions: Mapping[str, Subscription],
-        *,
-        last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
-    ) -> dict[str, Assignment]:
-        """The fast path's answer when it applies (see `assign_compact`), else the reference."""
-        compact = self.assign_compact(partitions_per_topic, subscriptions)
-        if compact is not None:
-            return compact.to_assignments()
-        return self.assign_reference(partitions_per_topic, subscriptions)
 
     def assign_reference(
         self,
