@@ -60,6 +60,9 @@ def test_quick_demo_embedded_and_kafka_side_by_side(tmp_path):
         "coordinator_crash",
         "scale_up_plain",
         "scale_up_pre_registered",
+        "member_killed_timeout",
+        "member_killed_restart",
+        "member_killed_standby",
     ]
     assert rows["upgrade"]["kafka"] is None  # skipped on Kafka, with its reason
     assert "upgrade" in comparison["skipped_on_kafka"]

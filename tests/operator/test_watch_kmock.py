@@ -55,14 +55,13 @@ async def test_a_settled_group_makes_no_api_request() -> None:
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
         await _quiet(cluster)
         passes_before = cluster.passes_done()
-        journal_before = len(await cluster.journal("orders"))
         with counted(cluster.operator) as requests:
             await asyncio.sleep(QUIET_SECONDS)
         assert requests == []
-        # And no pass ran either: nothing asked for one. (A member that missed its session
-        # on a loaded machine is a coordinator event, which rightly asks for a pass.)
-        if len(await cluster.journal("orders")) == journal_before:
-            assert cluster.passes_done() == passes_before
+        # Nor do passes run on a clock: at the harness's 0.1 s interval a poller would run
+        # about 20 here. A late event (a member pod's status, a member missing its session
+        # on a loaded machine) may still ask for one, and it reads only the indices.
+        assert cluster.passes_done() - passes_before <= 3
 
 
 async def test_a_deleted_pod_is_replaced_on_its_event() -> None:
