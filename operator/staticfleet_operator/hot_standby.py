@@ -33,10 +33,7 @@ from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, PromotionStatus
 from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
-    GROUP_LABEL,
     INSTANCE_ID_ANNOTATION,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     POD_KEY_ANNOTATION,
     PROTOCOL_ANNOTATION,
     SLOT_ANNOTATION,
@@ -44,9 +41,9 @@ from staticfleet_operator.members import (
     TEMPLATE_HASH_ANNOTATION,
     MemberSettings,
     member_env,
+    member_manifest,
     pod_slot,
     template_hash,
-    with_member_env,
 )
 from staticfleet_operator.promotion import ActiveSlot, PodHealth, Promotion, Standby
 from staticfleet_operator.promotion import decide_promotions as decide
@@ -118,46 +115,27 @@ def standby_pod(
     """A standby's manifest: the member template, no slot, STATICFLEET_STANDBY_ID set."""
     if spec.template is None:
         raise ValueError("a standby pod needs spec.template")
-    template = spec.template.model_dump(mode="json", by_alias=True, exclude_none=True)
-    metadata = template.get("metadata") or {}
     entries = [
         entry
         for entry in member_env(spec, settings, "", protocol)
         if entry["name"] != env.INSTANCE_ID
     ]
     entries.append({"name": env.STANDBY_ID, "value": name})
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {
-                **(metadata.get("labels") or {}),
-                GROUP_LABEL: settings.group_name,
-                MANAGED_BY_LABEL: MANAGED_BY,
-                ROLE_LABEL: STANDBY_ROLE,
-            },
-            "annotations": {
-                **(metadata.get("annotations") or {}),
-                STANDBY_ID_ANNOTATION: name,
-                PROTOCOL_ANNOTATION: protocol.value,
-                TEMPLATE_HASH_ANNOTATION: template_hash(spec),
-                POD_KEY_ANNOTATION: uuid.uuid4().hex,
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "staticfleet.dev/v1alpha1",
-                    "kind": "ConsumerGroup",
-                    "name": settings.group_name,
-                    "uid": owner_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+    return member_manifest(
+        spec,
+        settings,
+        name=name,
+        namespace=namespace,
+        owner_uid=owner_uid,
+        labels={ROLE_LABEL: STANDBY_ROLE},
+        annotations={
+            STANDBY_ID_ANNOTATION: name,
+            PROTOCOL_ANNOTATION: protocol.value,
+            TEMPLATE_HASH_ANNOTATION: template_hash(spec),
+            POD_KEY_ANNOTATION: uuid.uuid4().hex,
         },
-        "spec": with_member_env(template["spec"], entries),
-    }
+        entries=entries,
+    )
 
 
 def promoted_patch(slot: int, instance_id: str) -> dict[str, Any]:

@@ -130,19 +130,39 @@ def managed_pod(
     """The pod manifest of a managed member in `slot`."""
     if spec.template is None:
         raise ValueError("a managed pod needs spec.template")
+    instance_id = spec.instance_id(slot)
+    return member_manifest(
+        spec,
+        settings,
+        name=pod_name(settings.group_name, slot),
+        namespace=namespace,
+        owner_uid=owner_uid,
+        labels={SLOT_LABEL: str(slot)},
+        annotations=identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
+        entries=member_env(spec, settings, instance_id, protocol),
+        env_from=client_env_from(spec),
+    )
+
+
+def member_manifest(
+    spec: ConsumerGroupSpec,
+    settings: MemberSettings,
+    *,
+    name: str,
+    namespace: str,
+    owner_uid: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    entries: list[dict[str, Any]],
+    env_from: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A pod of the group made from `spec.template` (a slot's member or a standby): the
+    template's labels and annotations with `labels`/`annotations` and the group's own over
+    them, the ConsumerGroup as controlling owner, and the member env `entries` set."""
+    if spec.template is None:
+        raise ValueError("a member pod needs spec.template")
     template = spec.template.model_dump(mode="json", by_alias=True, exclude_none=True)
     metadata = template.get("metadata") or {}
-    instance_id = spec.instance_id(slot)
-    labels = {
-        **(metadata.get("labels") or {}),
-        GROUP_LABEL: settings.group_name,
-        SLOT_LABEL: str(slot),
-        MANAGED_BY_LABEL: MANAGED_BY,
-    }
-    annotations = {
-        **(metadata.get("annotations") or {}),
-        **identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
-    }
     owner = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -151,20 +171,22 @@ def managed_pod(
         "controller": True,
         "blockOwnerDeletion": True,
     }
-    pod_spec = with_member_env(
-        template["spec"], member_env(spec, settings, instance_id, protocol), client_env_from(spec)
-    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(settings.group_name, slot),
+            "name": name,
             "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
+            "labels": {
+                **(metadata.get("labels") or {}),
+                GROUP_LABEL: settings.group_name,
+                **labels,
+                MANAGED_BY_LABEL: MANAGED_BY,
+            },
+            "annotations": {**(metadata.get("annotations") or {}), **annotations},
             "ownerReferences": [owner],
         },
-        "spec": pod_spec,
+        "spec": with_member_env(template["spec"], entries, env_from),
     }
 
 
