@@ -188,19 +188,20 @@ def _newer_or_same(indexed: Mapping[str, Any], written: Mapping[str, Any]) -> bo
     """Whether the index has caught up with a status write: it shows what was written, or a
     later version (resourceVersions are etcd revisions in practice; not every emulator
     bumps them, so equal versions prove nothing)."""
-    if indexed.get("status") == written.get("status"):
-        return True
-    have, wrote = _version(indexed), _version(written)
-    return have is not None and wrote is not None and have > wrote
+    return indexed.get("status") == written.get("status") or _later_version(indexed, written)
 
 
 def _newer_or_same_pod(indexed: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
     """Whether the index has caught up with a pod patch: same labels and annotations, or a
     later version."""
-    if _metadata(indexed).get("labels") == _metadata(written).get("labels") and _metadata(
-        indexed
-    ).get("annotations") == _metadata(written).get("annotations"):
-        return True
+    have, wrote = _metadata(indexed), _metadata(written)
+    return (
+        have.get("labels") == wrote.get("labels")
+        and have.get("annotations") == wrote.get("annotations")
+    ) or _later_version(indexed, written)
+
+
+def _later_version(indexed: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
     have, wrote = _version(indexed), _version(written)
     return have is not None and wrote is not None and have > wrote
 
