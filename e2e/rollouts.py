@@ -41,19 +41,25 @@ class PhaseWatcher:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        # One last look: the caller stops once it has seen the final phase itself, which may be
+        # between two of the thread's polls (each a kubectl call, slow on a loaded machine).
+        self._poll()
         return self.phases
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                phase = (
-                    group_status(self.cluster, self.namespace, self.name).get("rollout") or {}
-                ).get("phase")
-            except Exception:  # the API server briefly busy: keep watching
-                phase = None
-            if phase and (not self.phases or self.phases[-1] != phase):
-                self.phases.append(phase)
+            self._poll()
             self._stop.wait(0.3)
+
+    def _poll(self) -> None:
+        try:
+            phase = (
+                group_status(self.cluster, self.namespace, self.name).get("rollout") or {}
+            ).get("phase")
+        except Exception:  # the API server briefly busy: keep watching
+            phase = None
+        if phase and (not self.phases or self.phases[-1] != phase):
+            self.phases.append(phase)
 
 
 def bounces_per_slot(sightings: Iterable[PodSighting], since: float) -> dict[str, list[str]]:
