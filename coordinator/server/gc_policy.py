@@ -3,14 +3,19 @@ the fleet.
 
 CPython's full collection scans every tracked object; with 20,000 members one took
 0.23-0.32 s, stalling every heartbeat (issue 13). `freeze_periodically` moves what has
-survived so far out of the collector's sight (`gc.freeze()`, constant time) every few
-seconds, after a young collection, so automatic collections only ever scan what is newer
-than the last freeze (a 10 s interval still let one collection take 90-160 ms of wall time
-with 20,000 members on a loaded machine; bench/capacity.py). Objects that die later are
-still freed by reference counting; only reference cycles that became garbage after being
-frozen are never reclaimed, and the coordinator's long-lived objects (groups, members,
-their timers) are released by reference counting when they go (a timer clears its handle
-when it fires).
+survived so far out of the collector's sight (`gc.freeze()`, constant time) every half
+second, after a young collection, so automatic collections only ever scan what is newer
+than the last freeze. Objects that die later are still freed by reference counting; only
+reference cycles that became garbage after being frozen are never reclaimed, and the
+coordinator's long-lived objects (groups, members, their timers) are released by reference
+counting when they go (a timer clears its handle when it fires).
+
+Why half a second: in steady state young objects pile up in generation 0 without ever
+triggering an automatic collection (each heartbeat allocates a timer while the one it
+replaces, already frozen, is freed, and CPython counts that free against generation 0), so
+the young collection before each freeze is the pause, and it grows with the interval. At
+20,000 members it took 4-10 ms with a 2 s interval and 2-3 ms of CPU with 0.5 s; the total
+work per second is the same (bench/capacity.py, docs/performance.md "Capacity").
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import asyncio
 import gc
 from typing import Final
 
-DEFAULT_FREEZE_INTERVAL_S: Final = 2.0
+DEFAULT_FREEZE_INTERVAL_S: Final = 0.5
 
 
 def freeze_now() -> None:

@@ -17,6 +17,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S
+
 if TYPE_CHECKING:
     from coordinator.server import AuthConfig
 
@@ -165,7 +167,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--gc-freeze-interval",
         type=float,
-        default=2.0,
+        default=DEFAULT_FREEZE_INTERVAL_S,
         help="seconds between gc.freeze() calls, which keep garbage-collection pauses short "
         "with a large fleet; 0: never (default: %(default)s)",
     )
