@@ -1,13 +1,15 @@
 """The ConsumerGroup custom resource: pydantic models (`models`) and the CRD generated from
 them (`schema`). Import names from here; the module split is an implementation detail."""
 
+from coordinator.assignors import RebalanceProtocol
 from staticfleet_operator.crd.models import (
-    ACTIVE_ROLLOUT_PHASES,
     API_VERSION,
     CRD_NAME,
     GROUP,
     KIND,
     PLURAL,
+    ROLLING_PHASES,
+    SETTLED_PHASES,
     SHORT_NAMES,
     SPEC_RULES,
     VERSION,
@@ -24,7 +26,6 @@ from staticfleet_operator.crd.models import (
     CoordinatorSpec,
     CoordinatorType,
     EagerAssignor,
-    GroupState,
     InvalidSpecError,
     LabelSelector,
     LabelSelectorRequirement,
@@ -32,10 +33,10 @@ from staticfleet_operator.crd.models import (
     MemberProtocol,
     MembershipSpec,
     Mode,
+    ObservedGroupState,
     PodTemplate,
     PromotionStatus,
     ProtocolChange,
-    RebalanceProtocol,
     RebalanceSpec,
     RolloutPhase,
     RolloutSpec,
@@ -60,12 +61,13 @@ from staticfleet_operator.crd.schema import (
 )
 
 __all__ = [
-    "ACTIVE_ROLLOUT_PHASES",
     "API_VERSION",
     "CRD_NAME",
     "GROUP",
     "KIND",
     "PLURAL",
+    "ROLLING_PHASES",
+    "SETTLED_PHASES",
     "SHORT_NAMES",
     "SPEC_RULES",
     "VERSION",
@@ -82,7 +84,6 @@ __all__ = [
     "CoordinatorSpec",
     "CoordinatorType",
     "EagerAssignor",
-    "GroupState",
     "InvalidSpecError",
     "LabelSelector",
     "LabelSelectorRequirement",
@@ -90,6 +91,7 @@ __all__ = [
     "MemberProtocol",
     "MembershipSpec",
     "Mode",
+    "ObservedGroupState",
     "PodTemplate",
     "PromotionStatus",
     "ProtocolChange",
