@@ -270,10 +270,9 @@ RULE_REQUIREMENT_VALUES: Final = CelRule(
 # RebalanceProtocol, the same enum the assignors declare what they work with.
 
 
-# What one member runs (and is told through STATICFLEET_REBALANCE_PROTOCOL): eager, compatible
-# (the stop between the two bounces) or cooperative. The member client's own enum, so the value
-# the operator writes is by construction one the member reads.
-MemberProtocol = RebalanceProtocolSetting
+# What one member runs (and is told through STATICFLEET_REBALANCE_PROTOCOL) is the member
+# client's own RebalanceProtocolSetting (eager, compatible or cooperative), so the value the
+# operator writes is by construction one the member reads.
 
 
 class EagerAssignor(StrEnum):
@@ -916,7 +915,7 @@ class MemberInstance(StatusModel):
     """Name of the pod holding the slot, if any."""
     member_id: str | None = None
     """The coordinator's member id for this instance, if it has joined."""
-    rebalance_protocol: MemberProtocol | None = None
+    rebalance_protocol: RebalanceProtocolSetting | None = None
     """Protocol the pod was configured with (eager, compatible or cooperative)."""
 
 
@@ -931,11 +930,11 @@ class RolloutStatus(StatusModel):
 
     phase: RolloutPhase = RolloutPhase.IDLE
     """Idle, Bounce1, VerifyCompatible, Bounce2, StaticBounce, Paused or Completed."""
-    from_protocol: MemberProtocol | None = None
+    from_protocol: RebalanceProtocolSetting | None = None
     """Protocol the fleet ran when the rollout started."""
     to_protocol: RebalanceProtocol | None = None
     """Protocol the rollout ends at (spec.rebalance.protocol when it started)."""
-    bounces: tuple[MemberProtocol, ...] = ()
+    bounces: tuple[RebalanceProtocolSetting, ...] = ()
     """The planned bounces, one protocol each, in order: [compatible, cooperative] for an
     upgrade, [compatible, eager] for a downgrade, one entry for a static bounce."""
     # Strict: a slot or index of true is garbage, not 1.
@@ -991,7 +990,7 @@ class RolloutStatus(StatusModel):
 
     @computed_field  # type: ignore[prop-decorator]
     @property
-    def target_protocol(self) -> MemberProtocol | None:
+    def target_protocol(self) -> RebalanceProtocolSetting | None:
         """Protocol members are restarted with in the current bounce."""
         return self.bounce_protocol
 
@@ -1026,7 +1025,7 @@ class RolloutStatus(StatusModel):
         return self.phase in ROLLING_PHASES
 
     @property
-    def bounce_protocol(self) -> MemberProtocol | None:
+    def bounce_protocol(self) -> RebalanceProtocolSetting | None:
         """The protocol the current bounce recreates members with."""
         return self.bounces[self.bounce_index] if self.active else None
 
@@ -1083,7 +1082,7 @@ class ConsumerGroupStatus(StatusModel):
     """The group's generation id in the coordinator."""
     selected_protocol: str | None = None
     """Assignor (protocol name) the coordinator selected, e.g. range or cooperative-sticky."""
-    effective_rebalance_protocol: MemberProtocol | None = None
+    effective_rebalance_protocol: RebalanceProtocolSetting | None = None
     """Protocol the fleet runs now: eager, compatible (mid-upgrade) or cooperative."""
     members: int | None = Field(default=None, ge=0)
     """Members in the group."""
