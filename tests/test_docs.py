@@ -84,7 +84,10 @@ def _event_reasons() -> set[str]:
         text = path.read_text()
         reasons |= set(re.findall(r"post_event\(\s*\w+,\s*\"([A-Za-z]+)\"", text))
         reasons |= set(re.findall(r"event_reason: ClassVar\[str\] = \"([A-Za-z]+)\"", text))
-    return reasons
+    # A paused rollout's Event is named by its blocker's code.
+    from staticfleet_operator.blockers import BlockerCode
+
+    return reasons | {code.value for code in BlockerCode}
 
 
 def _condition_reasons() -> set[str]:

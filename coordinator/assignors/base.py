@@ -37,7 +37,8 @@ def fast_path_enabled() -> bool:
 
 
 class RebalanceProtocol(StrEnum):
-    """The member-side rebalance behaviour an assignor can work with (KIP-429).
+    """The member-side rebalance behaviour (KIP-429): what an assignor can work with, and
+    what a fleet runs once a rollout is done (a ConsumerGroup's spec.rebalance.protocol).
 
     A `StrEnum` (a `str` and an `Enum`), so values compare equal to "eager"/"cooperative".
     """

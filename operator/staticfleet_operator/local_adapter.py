@@ -36,7 +36,7 @@ from staticfleet_operator.rollout import (
     MemberPod,
     Observation,
     Pause,
-    RolloutState,
+    RolloutStatus,
     decide,
 )
 
@@ -122,7 +122,7 @@ class DecisionRecord:
 class RolloutResult:
     outcome: Done | Pause
     decisions: tuple[DecisionRecord, ...]
-    state: RolloutState
+    state: RolloutStatus
 
     @property
     def completed(self) -> bool:
@@ -198,7 +198,7 @@ class LocalRollout:
         self._clock = clock
         self._sleep = sleep
         self._on_decision = on_decision
-        self.state = load_state(state_path) if state_path is not None else RolloutState()
+        self.state = load_state(state_path) if state_path is not None else RolloutStatus()
         self.decisions: list[DecisionRecord] = []
 
     def observe(self) -> Observation:
@@ -276,26 +276,26 @@ def _record(decision: Decision, observation: Observation | None, at: datetime) -
     )
 
 
-def load_state(path: Path) -> RolloutState:
-    """The persisted state; a missing or unreadable file starts from `RolloutState()` (the
+def load_state(path: Path) -> RolloutStatus:
+    """The persisted state; a missing or unreadable file starts from `RolloutStatus()` (the
     plan is re-derived from what the processes were started with)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return RolloutState()
+        return RolloutStatus()
     except (OSError, ValueError):
-        return RolloutState()
+        return RolloutStatus()
     if not isinstance(data, dict):
-        return RolloutState()
+        return RolloutStatus()
     try:
-        return RolloutState.from_dict(data)
+        return RolloutStatus.model_validate(data)
     except ValueError:
-        return RolloutState()
+        return RolloutStatus()
 
 
-def save_state(path: Path, state: RolloutState) -> None:
+def save_state(path: Path, state: RolloutStatus) -> None:
     """Write atomically: a driver killed mid-write leaves the previous state."""
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(json.dumps(state.to_dict(), indent=2) + "\n", encoding="utf-8")
+    scratch.write_text(json.dumps(state.to_wire(), indent=2) + "\n", encoding="utf-8")
     os.replace(scratch, path)

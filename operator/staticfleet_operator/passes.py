@@ -6,7 +6,8 @@ admission of a pod, and by a slow resync timer (the safety net). Requests for a 
 coalesce: at most one pass runs per group, and requests arriving meanwhile make one more
 pass after it. A pass that is not done — it acted, a rollout is under way, an adopted slot
 waits out its grace period — asks for another after `requeue_seconds` (the only clock a
-settled fleet never sees).
+settled fleet never sees). A pass may also ask for one at a known moment (a scale-up
+pre-registration's deadline) through `request(..., delay=...)`.
 """
 
 from __future__ import annotations
@@ -42,14 +43,21 @@ class Passes:
     stopped: bool = False
 
     def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
-        """A pass for the group now (or after `delay`; an earlier request stands)."""
+        """A pass for the group now, or after `delay`: one timer per group, the sooner
+        request wins (a requeue is not lost behind a later deadline, nor the reverse)."""
         key = (namespace, name)
         if self.stopped:
             return
         if delay > 0:
-            if key not in self._timers and key not in self._dirty:
-                loop = asyncio.get_running_loop()
-                self._timers[key] = loop.call_later(delay, self._due, key)
+            if key in self._dirty:
+                return
+            loop = asyncio.get_running_loop()
+            armed = self._timers.get(key)
+            if armed is not None:
+                if armed.when() <= loop.time() + delay:
+                    return
+                armed.cancel()
+            self._timers[key] = loop.call_later(delay, self._due, key)
             return
         timer = self._timers.pop(key, None)
         if timer is not None:

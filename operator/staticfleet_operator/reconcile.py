@@ -1,14 +1,10 @@
-"""Glue: observe (pods + describe) -> decide (pure functions) -> act (one step per pass).
+"""Glue: observe (pods + describe) -> plan (pure: rollout/fleet.py) -> act (one step per pass).
 
-Each pass takes at most one kind of action (scale down, create missing members, one
-rollout step) and then writes status; the next pass observes the result ("read your
-writes"). The rollout state is written to status *before* its action (write-ahead), so an
-operator killed mid-step resumes without repeating or skipping a member.
-
-Scale-down is derived, not remembered: members the coordinator still lists in slots at or
-above `replicas` are retiring. Their pods are deleted first; once none is left, one batch
-LeaveGroup names exactly their instance ids (KIP-345), so the group rebalances once, at
-once, instead of after the session timeout.
+Each pass takes at most one kind of action — the one `plan` returns: scale down, a batch
+LeaveGroup, a Switch step, create missing members, refuse, or one rollout step — and then
+writes status; the next pass observes the result ("read your writes"). The rollout state is
+written to status *before* its action (write-ahead), so an operator killed mid-step resumes
+without repeating or skipping a member. Adopted groups keep their slot table (adopted.py).
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator import DescribedGroup, ErrorCode, GroupCoordinator, GroupState
-from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.server import AuthConfigError, Authenticator
+from staticfleet_operator import adopted
 from staticfleet_operator.backends import (
     CoordinatorUnreachable,
     EmbeddedBackend,
@@ -36,19 +32,17 @@ from staticfleet_operator.backends import (
 from staticfleet_operator.crd import (
     ConsumerGroupSpec,
     Mode,
-    ProtocolChange,
     parse_spec,
     validate_spec,
 )
 from staticfleet_operator.hot_standby import keep_standbys, promote_standbys, standbys_ready
-from staticfleet_operator.identity import SlotAllocator, SlotClaim, SlotTable
+from staticfleet_operator.identity import SlotAllocator
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi, KubeError
 from staticfleet_operator.members import (
     GROUP_LABEL,
     MemberSettings,
     managed_pod,
-    member_pod,
     members_of,
     template_hash,
 )
@@ -57,27 +51,32 @@ from staticfleet_operator.observed import Observed, pod_identity
 from staticfleet_operator.passes import Passes
 from staticfleet_operator.readiness import TokensGate
 from staticfleet_operator.rollout import (
-    Assignors,
     Bounce,
     CoordinatorView,
     Decision,
     Done,
     MemberPod,
-    Observation,
     Pause,
-    RolloutState,
-    decide,
-    protocol_for_new_pod,
-    rollout_bounces,
+    RolloutStatus,
 )
-from staticfleet_operator.rollout.plan import uniform_protocol
-from staticfleet_operator.scale_up import expected_on_create, should_clear
+from staticfleet_operator.rollout.fleet import (
+    CreateMissing,
+    FleetObservation,
+    Leave,
+    Refuse,
+    Rollout,
+    ScaleDown,
+    Switch,
+    assignors,
+    desired_protocol,
+    new_pod_protocol,
+    plan,
+)
+from staticfleet_operator.scale_up import expected_on_create, seconds_until_expiry, should_clear
 from staticfleet_operator.status import (
     invalid_spec_status,
     observed_status,
     read_status,
-    rollout_from_status,
-    rollout_phase,
 )
 from staticfleet_operator.tokens import TokenUnavailable, read_member_token, token_secret_ref
 
@@ -86,8 +85,6 @@ log = logging.getLogger("staticfleet.operator")
 # How long an admitted pod may take to appear in a listing (the API server's admission
 # timeout is at most 30 s).
 ADMISSION_GRACE_SECONDS = 30.0
-# Vacant adopted slots expiring within this many seconds of each other leave in one batch.
-LEAVE_BATCH_WINDOW_SECONDS = 6.0
 
 
 @dataclass
@@ -240,9 +237,22 @@ async def reconcile_pass(op: Operator, namespace: str, name: str) -> bool:
     if spec.coordinator.kafka:
         # A Kafka cluster tells the operator nothing: its describe is polled.
         return True
-    if op.coordinator.expected_members(spec.group_id) is not None:
-        return True  # a pre-registration expires on a clock
-    return rollout_from_status(read_status(body)).active
+    _wake_at_registration_expiry(op, namespace, name, spec)
+    return read_status(body).rollout.active
+
+
+def _wake_at_registration_expiry(
+    op: Operator, namespace: str, name: str, spec: ConsumerGroupSpec
+) -> None:
+    """A pending pre-registration wants one pass, at its deadline (to clear it): a timer
+    for the group, not a pass every interval (at a thousand groups each replacement pod's
+    registration kept its group polling until it expired)."""
+    expansion = op.coordinator.expected_members(spec.group_id)
+    if expansion is None or op.passes is None:
+        return
+    due = seconds_until_expiry(expansion.deadline_ms, op.coordinator.clock.now_ms())
+    if due is not None:
+        op.passes.request(namespace, name, delay=due)
 
 
 async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
@@ -280,7 +290,7 @@ async def _unreachable(
         selected_protocol=None,
         pods=pods,
         expected_members=spec.replicas if spec.replicas is not None else len(pods),
-        rollout=rollout_from_status(previous),
+        rollout=previous.rollout,
         now=op.clock(),
         degraded_reason="CoordinatorUnreachable",
         degraded_message=message,
@@ -326,13 +336,7 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     described = await describe(backend, spec.group_id)
     _reachable_again(op, namespace, name)
     view = group_view(op, spec, described, members)
-    state = rollout_from_status(previous)
-    done = "observed"
-    refused: str | None = None  # set when this pass refuses the protocol change
-    refusal = unsafe_protocol_change(spec, members)
-    if refusal is None:
-        op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
-    switching = switch_slots(spec, members) if refusal is None else []
+    state = previous.rollout
 
     promoted = await promote_standbys(
         op, body, spec, pods, {i for i in view.instance_ids if i}, rollout_active=state.active
@@ -341,62 +345,61 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
         _observe_managed(op, namespace, name, replicas, members, state, standbys=spec)
         return promoted
     await keep_standbys(op, body, spec, pods, new_pod_protocol(spec, state, members))
-
     await _clear_stale_expansion(op, spec, view, replicas)
-    excess = [m for m in members if m.slot >= replicas]
-    retiring = retiring_instance_ids(view, spec, replicas, {m.slot for m in excess})
-    missing = missing_slots(members, replicas)
-    if excess:
-        for pod in excess:
-            if not pod.deleting:
-                await op.delete_pod(namespace, name, pod.pod_name)
-        done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
-    elif retiring:
-        await _leave(op, body, backend, spec, retiring, "scale-down")
-        done = f"left: {', '.join(retiring)}"
-    elif switching:
-        done = await _switch(op, body, spec, members)
-    elif stale := switch_leavers(spec, view, members):
-        await _leave(op, body, backend, spec, stale, "switch: every member restarts on the target")
-        done = f"switch: left {', '.join(stale)}"
-    elif missing:
-        protocol = new_pod_protocol(spec, state, members)
-        await _expect_members(op, body, spec, view, replicas, missing)
-        for slot in missing:
-            await op.create_pod(
-                namespace,
-                name,
-                managed_pod(
-                    spec,
-                    op.settings(name),
-                    namespace=namespace,
-                    owner_uid=str(metadata.get("uid", "")),
-                    slot=slot,
-                    protocol=protocol,
-                    pod_key=uuid.uuid4().hex,
-                ),
-            )
-        done = f"created slots {missing} with {protocol.value}"
-    elif refusal is not None:
-        await _report_once(op, body, "ProtocolChangeRefused", refusal)
-        refused = refusal
-        done = "refused: " + refusal
-    else:
-        observation = Observation(
-            desired_protocol=desired_protocol(spec),
-            desired_template_hash=template_hash(spec),
-            assignors=assignors(spec),
-            expected_members=replicas,
-            member_ready_timeout_seconds=spec.rollout.member_ready_timeout_seconds,
+
+    step = plan(
+        FleetObservation(
+            spec=spec,
+            template_hash=template_hash(spec),
             pods=tuple(members),
-            coordinator=view if described.error_code in _DESCRIBABLE else None,
+            view=view,
+            describable=described.error_code in _DESCRIBABLE,
+            rollout=state,
+            now=now,
         )
-        decision = decide(observation, state, now)
-        state = decision.state
-        done = await _act(op, body, spec, decision, members, view, described, now)
-        awaiting = len(awaiting_members(op, spec, view))
-        _observe_managed(op, namespace, name, replicas, members, state, awaiting, standbys=spec)
-        return done
+    )
+    if not isinstance(step, Refuse):
+        op.reported.pop(f"{group_key(namespace, name)}/ProtocolChangeRefused", None)
+    refused: str | None = None
+    match step:
+        case Rollout(decision):
+            done = await _act(op, body, spec, decision, members, view, described, now)
+            awaiting = len(awaiting_members(op, spec, view))
+            state = decision.state
+            _observe_managed(op, namespace, name, replicas, members, state, awaiting, standbys=spec)
+            return done
+        case ScaleDown(excess):
+            for pod in excess:
+                if not pod.deleting:
+                    await op.delete_pod(namespace, name, pod.pod_name)
+            done = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
+        case Leave(instance_ids, why):
+            await _leave(op, body, backend, spec, instance_ids, why)
+            joined = ", ".join(instance_ids)
+            done = f"left: {joined}" if why == "scale-down" else f"switch: left {joined}"
+        case Switch(running, terminating):
+            done = await _switch(op, body, spec, running, terminating)
+        case CreateMissing(missing, protocol):
+            await _expect_members(op, body, spec, view, replicas, missing)
+            for slot in missing:
+                await op.create_pod(
+                    namespace,
+                    name,
+                    managed_pod(
+                        spec,
+                        op.settings(name),
+                        namespace=namespace,
+                        owner_uid=str(metadata.get("uid", "")),
+                        slot=slot,
+                        protocol=protocol,
+                        pod_key=uuid.uuid4().hex,
+                    ),
+                )
+            done = f"created slots {list(missing)} with {protocol.value}"
+        case Refuse(refusal):
+            await _report_once(op, body, "ProtocolChangeRefused", refusal)
+            refused = refusal
+            done = "refused: " + refusal
 
     status = observed_status(
         previous,
@@ -463,7 +466,8 @@ async def _clear_stale_expansion(
         return
     stable = view.group_state is GroupState.STABLE
     prefix = spec.instance_id_prefix
-    if should_clear(expansion.instance_ids, prefix, replicas, view.instance_ids, stable):
+    expired = seconds_until_expiry(expansion.deadline_ms, op.coordinator.clock.now_ms()) is None
+    if should_clear(expansion.instance_ids, prefix, replicas, view.instance_ids, stable, expired):
         await op.coordinator.clear_expected_members(spec.group_id)
 
 
@@ -481,80 +485,18 @@ def group_view(
     return widen_offers(view, pods, assignors(spec))
 
 
-def unsafe_protocol_change(spec: ConsumerGroupSpec, pods: Sequence[MemberPod]) -> str | None:
-    """Why the fleet's protocol change cannot be the two-bounce, or None. librdkafka and
-    kafka-python refuse a list of an eager and a cooperative assignor, so KIP-429's bridge
-    bounce cannot be configured for them."""
-    family = spec.coordinator.client_family
-    if family.mixes_assignors or spec.rebalance.protocol_change is not ProtocolChange.TWO_BOUNCE:
-        return None
-    live = [(p.protocol, p.template_hash) for p in pods if not p.deleting]
-    bounces = rollout_bounces(live, desired_protocol(spec), template_hash(spec))
-    if RebalanceProtocolSetting.COMPATIBLE not in bounces:
-        return None
-    return (
-        f"{family.value} clients cannot offer an eager and a cooperative assignor at once, so "
-        "the two-bounce upgrade is impossible; set spec.rebalance.protocolChange: Switch "
-        "(stops the fleet for one rebalance) or set spec.rebalance.protocol back"
-    )
-
-
-def switch_slots(spec: ConsumerGroupSpec, pods: Sequence[MemberPod]) -> list[int]:
-    """Slots whose pod runs another protocol than the spec's, when protocol changes are
-    done by a Switch: the whole fleet stops and restarts on the target."""
-    if spec.rebalance.protocol_change is not ProtocolChange.SWITCH:
-        return []
-    desired = desired_protocol(spec)
-    return sorted({p.slot for p in pods if p.protocol is not desired})
-
-
-def new_pod_protocol(
-    spec: ConsumerGroupSpec, state: RolloutState, pods: Sequence[MemberPod]
-) -> RebalanceProtocolSetting:
-    """The protocol a created pod gets. Families that cannot mix assignors never get the
-    compatible bridge: a refused fleet keeps its protocol, a switched one the target."""
-    protocols = [m.protocol for m in pods if not m.deleting]
-    protocol = protocol_for_new_pod(state.bounce_protocol, protocols, desired_protocol(spec))
-    if protocol is RebalanceProtocolSetting.COMPATIBLE and not (
-        spec.coordinator.client_family.mixes_assignors
-    ):
-        current = uniform_protocol(protocols)
-        if spec.rebalance.protocol_change is ProtocolChange.SWITCH or current is None:
-            return desired_protocol(spec)
-        return current
-    return protocol
-
-
-def switch_leavers(
-    spec: ConsumerGroupSpec, view: CoordinatorView, pods: Sequence[MemberPod]
-) -> list[str]:
-    """In a Switch, once the old members' pods are gone: the instance ids the coordinator
-    still lists on an assignor the target does not offer. They leave in one batch before
-    anyone restarts, or the restarted members would be refused (no common assignor) until
-    the old ones' sessions expired."""
-    if spec.rebalance.protocol_change is not ProtocolChange.SWITCH:
-        return []
-    offered = assignors(spec).offered_by(desired_protocol(spec))
-    held = {p.instance_id for p in pods}
-    return sorted(
-        m.instance_id
-        for m in view.members
-        if m.instance_id and m.instance_id not in held and not (m.supported_protocols & offered)
-    )
-
-
 async def _switch(
     op: Operator,
     body: Mapping[str, Any],
     spec: ConsumerGroupSpec,
-    members: Sequence[MemberPod],
+    running: Sequence[MemberPod],
+    terminating: bool,
 ) -> str:
     """One step of a Switch: stop every member on the old protocol; once all are gone, one
     batch LeaveGroup for every instance id the coordinator still lists (one rebalance, at
     once, not after the session timeout); the next passes create them all on the target."""
     metadata = body.get("metadata") or {}
     namespace = str(metadata["namespace"])
-    running = [m for m in members if not m.deleting]
     if running:
         for pod in running:
             await op.delete_pod(namespace, str(metadata["name"]), pod.pod_name)
@@ -564,7 +506,7 @@ async def _switch(
         )
         await op.kube.post_event(body, "ProtocolSwitch", message)
         return "switch: stopped " + ", ".join(p.pod_name for p in running)
-    if any(m.deleting for m in members):
+    if terminating:
         return "switch: waiting for members to stop"
     return "switch: stopped"
 
@@ -596,7 +538,7 @@ def _observe_managed(
     name: str,
     replicas: int,
     members: Sequence[MemberPod],
-    state: RolloutState,
+    state: RolloutStatus,
     awaiting: int = 0,
     *,
     standbys: ConsumerGroupSpec | None = None,
@@ -607,7 +549,8 @@ def _observe_managed(
         desired=replicas,
         ready=sum(1 for m in members if m.ready and not m.deleting),
         slots=len({m.slot for m in members}),
-        phase=rollout_phase(state),
+        phase=state.phase,
+        blocker=state.blocker,
         awaiting=awaiting,
         standbys=(standbys_ready(op, standbys) or 0) if standbys is not None else 0,
     )
@@ -648,12 +591,10 @@ async def _act(
         log.info("%s", decision.reason)
         await op.kube.post_event(body, decision.event_reason, decision.reason)
         await op.delete_pod(str(metadata["namespace"]), str(metadata["name"]), decision.pod_name)
-        op.metrics.bounced(
-            str(metadata["namespace"]), str(metadata["name"]), rollout_phase(decision.state)
-        )
+        op.metrics.bounced(str(metadata["namespace"]), str(metadata["name"]), decision.state.phase)
         return f"bounce slot {decision.slot} to {decision.protocol.value}"
-    if changed and isinstance(decision, Pause | Done) and decision.state != RolloutState():
-        was = rollout_from_status(previous)
+    if changed and isinstance(decision, Pause | Done) and decision.state != RolloutStatus():
+        was = previous.rollout
         if was.phase is not decision.state.phase or was.message != decision.state.message:
             warning = isinstance(decision, Pause)
             await op.kube.post_event(body, decision.event_reason, decision.reason, warning)
@@ -661,9 +602,8 @@ async def _act(
 
 
 async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec) -> str:
-    """Adopted pods are made by someone else; the webhook stamps their identity. Here: a
-    vanished pod's slot becomes vacant (its replacement takes it); one vacant past the grace
-    period is retired with a batch LeaveGroup."""
+    """Adopted pods are made by someone else; the webhook stamps their identity. Here the
+    slot table is kept true to the pods (adopted.py), then status."""
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     pods = await op.observed.member_pods(op.kube, namespace, name)
@@ -671,109 +611,38 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     backend = op.backend(spec)
     described = await describe(backend, spec.group_id)
     view = group_view(op, spec, described, members)
-    await ensure_adopted_table(op, namespace, name, spec, pods, view)
-    live_keys = {m.pod_uid for m in members if not m.deleting}
-    now = op.clock()
-    async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
-        release_vanished(op, table, live_keys, now)
-        grace = spec.effective_replacement_grace_period_seconds
-        table.expire_vacant(now, grace, batch_window_seconds=leave_batch_window(grace))
-        listed = {m.instance_id for m in view.members}
-        pending = [instance_id for instance_id in table.pending_leave() if instance_id in listed]
-        if pending:
-            await _leave(op, body, backend, spec, pending, "no replacement within the grace period")
-        table.leave_sent(table.pending_leave())
-        slots_in_use = len(table.held) + len(table.vacant) + len(table.retiring)
-        # A vacant slot retires when its grace period ends, an admitted pod's slot is kept
-        # for ADMISSION_GRACE_SECONDS: both are clocks, not events.
-        if table.vacant or table.retiring or op.admitted:
-            op.timed.add(group_key(namespace, name))
-        else:
-            op.timed.discard(group_key(namespace, name))
-    rollout = rollout_from_status(read_status(body))
+
+    async def leave(instance_ids: list[str]) -> None:
+        await _leave(
+            op, body, backend, spec, instance_ids, "no replacement within the grace period"
+        )
+
+    key = group_key(namespace, name)
+    pending, slots_in_use = await adopted.settle_slots(op, key, spec, pods, view, leave)
+    live = [m for m in members if not m.deleting]
+    previous = read_status(body)
+    rollout = previous.rollout
     status = observed_status(
-        read_status(body),
+        previous,
         generation=metadata.get("generation"),
         view=view,
         selected_protocol=described.protocol_data,
         pods=members,
-        expected_members=len(live_keys),
+        expected_members=len(live),
         rollout=rollout,
-        now=now,
+        now=op.clock(),
     )
     await op.write_status(body, status.to_patch())
     op.metrics.observe_group(
         namespace,
         name,
-        desired=len(live_keys),
-        ready=sum(1 for m in members if m.ready and not m.deleting),
+        desired=len(live),
+        ready=sum(1 for m in live if m.ready),
         slots=slots_in_use,
-        phase=rollout_phase(rollout),
+        phase=rollout.phase,
+        blocker=rollout.blocker,
     )
     return f"adopted: left {pending}" if pending else "adopted"
-
-
-def leave_batch_window(grace_seconds: float) -> float:
-    """How early a vacant slot may retire to join another's batch LeaveGroup: a few passes
-    of the operator (pods released together are seen gone a pass or two apart), never more
-    than a tenth of the grace period a replacement is owed."""
-    return min(LEAVE_BATCH_WINDOW_SECONDS, grace_seconds / 10)
-
-
-def release_vanished(op: Operator, table: SlotTable, live_keys: set[str], now: datetime) -> None:
-    """Mark the slots of pods no longer listed vacant, so a replacement takes its
-    predecessor's slot. A pod admitted moments ago may not be listed yet: it keeps its slot
-    for ADMISSION_GRACE_SECONDS. Caller holds the table's lock."""
-    for pod_key in live_keys:
-        op.admitted.pop(pod_key, None)  # seen: from now on, its absence means it is gone
-    for pod_key in list(table.held.values()):
-        if pod_key not in live_keys and not op.recently_admitted(pod_key, now):
-            table.pod_gone(pod_key, now)
-            op.admitted.pop(pod_key, None)
-
-
-async def ensure_adopted_table(
-    op: Operator,
-    namespace: str,
-    name: str,
-    spec: ConsumerGroupSpec,
-    pods: Sequence[Mapping[str, Any]],
-    view: CoordinatorView,
-) -> None:
-    """After a (re)start, read the group's slot table back from the pods' annotations before
-    handing out any slot: a restarted operator must not give a live pod's slot away."""
-    key = group_key(namespace, name)
-    if key in op.rebuilt:
-        return
-    now = op.clock()
-    claims = []
-    for pod in pods:
-        member = member_pod(pod)
-        if member is None or member.deleting:
-            continue
-        created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp")) or now
-        claims.append(SlotClaim(member.pod_uid, member.pod_name, member.slot, created))
-    prefix = spec.instance_id_prefix + "-"
-    listed_slots = [
-        int(m.instance_id[len(prefix) :])
-        for m in view.members
-        if m.instance_id
-        and m.instance_id.startswith(prefix)
-        and m.instance_id[len(prefix) :].isdigit()
-    ]
-    rebuilt = await op.allocator.rebuild(key, spec.instance_id_prefix, claims, listed_slots, now)
-    if rebuilt.conflicts:
-        log.warning("%s: pods share a slot: %s", key, rebuilt.conflicts)
-    op.rebuilt.add(key)
-
-
-def _timestamp(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, Any]) -> str:
@@ -874,41 +743,6 @@ class RetryLater(Exception):
 
 def group_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
-
-
-def desired_protocol(spec: ConsumerGroupSpec) -> RebalanceProtocolSetting:
-    return RebalanceProtocolSetting(spec.rebalance.protocol.value)
-
-
-def assignors(spec: ConsumerGroupSpec) -> Assignors:
-    return Assignors(
-        eager=spec.rebalance.eager_assignor.value,
-        cooperative=spec.rebalance.cooperative_assignor.value,
-    )
-
-
-def missing_slots(members: Sequence[MemberPod], replicas: int) -> list[int]:
-    """Slots below `replicas` with no pod at all (a terminating pod still holds its slot:
-    its replacement waits, so two pods never carry one instance id)."""
-    held = {m.slot for m in members}
-    return [slot for slot in range(replicas) if slot not in held]
-
-
-def retiring_instance_ids(
-    view: CoordinatorView, spec: ConsumerGroupSpec, replicas: int, slots_with_pods: set[int]
-) -> list[str]:
-    """Instance ids the coordinator lists in slots at or above `replicas` whose pods are
-    gone: the batch LeaveGroup of a scale-down."""
-    prefix = spec.instance_id_prefix + "-"
-    retiring: list[str] = []
-    for member in view.members:
-        instance_id = member.instance_id
-        if not instance_id or not instance_id.startswith(prefix):
-            continue
-        suffix = instance_id[len(prefix) :]
-        if suffix.isdigit() and int(suffix) >= replicas and int(suffix) not in slots_with_pods:
-            retiring.append(instance_id)
-    return sorted(retiring)
 
 
 async def describe(backend: GroupBackend, group_id: str) -> DescribedGroup:

@@ -36,11 +36,29 @@ def should_clear(
     replicas: int,
     listed: Collection[str | None],
     stable: bool,
+    expired: bool = False,
 ) -> bool:
     """Clear a registration that no longer describes the fleet (a scale-down named slots
-    at or above `replicas`), or that is fulfilled: every expected member is listed in a
-    Stable group (a member is listed as soon as it joins, before the held phase ends)."""
+    at or above `replicas`), that is fulfilled (every expected member is listed in a
+    Stable group; a member is listed as soon as it joins, before the held phase ends), or
+    that is past its deadline: it holds no join phase any more, and kept it would go on
+    listing members as awaited that nobody waits for."""
     wanted = {instance_id(prefix, slot) for slot in range(replicas)}
-    if not set(expected) <= wanted:
+    if expired or not set(expected) <= wanted:
         return True
     return stable and all(i in listed for i in expected)
+
+
+# A pass at a registration's expiry runs this much after it, so it sees it expired (the
+# coordinator's clock and the event loop's are read at slightly different moments).
+EXPIRY_MARGIN_SECONDS = 0.05
+
+
+def seconds_until_expiry(deadline_ms: int, now_ms: int) -> float | None:
+    """When the group's pass at its registration's expiry is due (None: expired already).
+
+    A pending registration is a clock, not a reason to poll: members joining are journal
+    events (each asks for a pass), so only the deadline needs a timer of its own."""
+    if now_ms >= deadline_ms:
+        return None
+    return (deadline_ms - now_ms) / 1000 + EXPIRY_MARGIN_SECONDS

@@ -1,9 +1,7 @@
 """`status` of a ConsumerGroup: built from what was observed, as plain data. Pure.
 
-The orchestrator's `RolloutState` has three phases (Idle, Rolling, Paused); the CRD's
-`status.rollout.phase` names the bounce (Bounce1, VerifyCompatible, Bounce2, StaticBounce,
-Paused, Completed). The mapping lives here, both ways, so status is what a person reads
-and still what a restarted operator resumes from.
+`status.rollout` is the orchestrator's own `RolloutStatus` (one model, written as it is):
+what a person reads is what a restarted operator resumes from.
 """
 
 from __future__ import annotations
@@ -19,77 +17,21 @@ from staticfleet_operator.crd import (
     ConditionStatus,
     ConditionType,
     ConsumerGroupStatus,
-    GroupState,
     MemberInstance,
+    ObservedGroupState,
     RolloutPhase,
     RolloutStatus,
-    bounce_phase,
 )
-from staticfleet_operator.rollout import CoordinatorView, MemberPod, RolloutState
-from staticfleet_operator.rollout import RolloutPhase as OrchestratorPhase
-
-_ROLLING_PHASES = frozenset(
-    {
-        RolloutPhase.BOUNCE1,
-        RolloutPhase.VERIFY_COMPATIBLE,
-        RolloutPhase.BOUNCE2,
-        RolloutPhase.STATIC_BOUNCE,
-    }
-)
+from staticfleet_operator.rollout import CoordinatorView, MemberPod
 
 
 def read_status(body: Mapping[str, Any]) -> ConsumerGroupStatus:
-    """The object's status as a model; an unreadable one reads as empty (and is rewritten)."""
+    """The object's status as a model; an unreadable one reads as empty (and is rewritten).
+    An unreadable status.rollout alone reads as a fresh one (the pods tell the rest)."""
     try:
         return ConsumerGroupStatus.model_validate(body.get("status") or {})
     except ValidationError:
         return ConsumerGroupStatus()
-
-
-def rollout_phase(state: RolloutState) -> RolloutPhase:
-    """The CRD's name for where the rollout is."""
-    if state.phase is OrchestratorPhase.PAUSED:
-        return RolloutPhase.PAUSED
-    if state.phase is OrchestratorPhase.IDLE:
-        return RolloutPhase.COMPLETED if state.completed_at else RolloutPhase.IDLE
-    index = state.bounce_index
-    if (
-        index + 1 < len(state.bounces)
-        and not state.pending_slots
-        and state.current_slot is None
-        and state.bounced_slots
-    ):
-        return RolloutPhase.VERIFY_COMPATIBLE
-    return bounce_phase(state.bounces, index, state.from_protocol)
-
-
-def rollout_to_status(state: RolloutState) -> RolloutStatus:
-    wire = state.to_dict()
-    phase = rollout_phase(state)
-    wire["phase"] = phase.value
-    if phase is RolloutPhase.PAUSED and state.bounces:
-        wire["pausedPhase"] = bounce_phase(
-            state.bounces, state.bounce_index, state.from_protocol
-        ).value
-    # The CRD's toProtocol is eager|cooperative (never compatible), as the orchestrator's.
-    return RolloutStatus.model_validate({k: v for k, v in wire.items() if v is not None})
-
-
-def rollout_from_status(status: ConsumerGroupStatus) -> RolloutState:
-    """The orchestrator's state from status.rollout; unreadable -> fresh (the pods' recorded
-    settings tell the orchestrator the rest)."""
-    wire: dict[str, Any] = status.rollout.model_dump(mode="json", by_alias=True)
-    phase = status.rollout.phase
-    if phase in _ROLLING_PHASES:
-        wire["phase"] = OrchestratorPhase.ROLLING.value
-    elif phase is RolloutPhase.PAUSED:
-        wire["phase"] = OrchestratorPhase.PAUSED.value
-    else:
-        wire["phase"] = OrchestratorPhase.IDLE.value
-    try:
-        return RolloutState.from_dict(wire)
-    except ValueError:
-        return RolloutState()
 
 
 def observed_status(
@@ -100,7 +42,7 @@ def observed_status(
     selected_protocol: str | None,
     pods: Sequence[MemberPod],
     expected_members: int,
-    rollout: RolloutState,
+    rollout: RolloutStatus,
     now: datetime,
     degraded_reason: str | None = None,
     degraded_message: str = "",
@@ -109,11 +51,11 @@ def observed_status(
     status = previous.model_copy(deep=True)
     status.observed_generation = generation
     if view is not None:
-        status.group_state = GroupState(view.group_state.value)
+        status.group_state = ObservedGroupState(view.group_state.value)
         status.generation = view.generation_id
         status.members = len(view.members)
     else:
-        status.group_state = GroupState.UNKNOWN
+        status.group_state = ObservedGroupState.UNKNOWN
     status.selected_protocol = selected_protocol or None
     live = sorted((p for p in pods if not p.deleting), key=lambda p: p.slot)
     protocols = {p.protocol for p in live}
@@ -131,7 +73,7 @@ def observed_status(
         )
         for p in live
     ]
-    status.rollout = rollout_to_status(rollout)
+    status.rollout = rollout
     apply_conditions(
         status,
         generation=generation,
@@ -151,7 +93,7 @@ def apply_conditions(
     generation: int | None,
     expected_members: int,
     ready_pods: int,
-    rollout: RolloutState,
+    rollout: RolloutStatus,
     now: datetime,
     degraded_reason: str | None,
     degraded_message: str,
@@ -166,11 +108,14 @@ def apply_conditions(
             now=now,
         )
 
-    stable = status.group_state is GroupState.STABLE or (
-        expected_members == 0 and status.group_state in (GroupState.EMPTY, GroupState.DEAD)
+    stable = status.group_state is ObservedGroupState.STABLE or (
+        expected_members == 0
+        and status.group_state in (ObservedGroupState.EMPTY, ObservedGroupState.DEAD)
     )
-    if rollout.phase is OrchestratorPhase.PAUSED:
-        degraded_reason, degraded_message = "RolloutPaused", rollout.message
+    if rollout.phase is RolloutPhase.PAUSED:
+        # The cause's code (blockers.py), so conditions group by it like Events and metrics.
+        paused_on = rollout.blocker.value if rollout.blocker is not None else "RolloutPaused"
+        degraded_reason, degraded_message = paused_on, rollout.message
     settled = (
         stable and ready_pods == expected_members and (status.members or 0) == expected_members
     )
@@ -183,8 +128,9 @@ def apply_conditions(
             "RolloutInProgress" if rollout.active else "MembersNotReady",
             f"{ready_pods}/{expected_members} pods ready, group {status.group_state}",
         )
-    if rollout.phase is OrchestratorPhase.ROLLING:
-        put(ConditionType.PROGRESSING, True, "RollingBounce", rollout.message)
+    if rollout.progressing:
+        waiting_on = rollout.blocker.value if rollout.blocker is not None else "RollingBounce"
+        put(ConditionType.PROGRESSING, True, waiting_on, rollout.message)
     else:
         put(ConditionType.PROGRESSING, False, "NoRollout", "")
     if degraded_reason:

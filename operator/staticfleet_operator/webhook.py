@@ -1,9 +1,9 @@
 """The mutating admission of adopted member pods: a slot, its instance id and the member env.
 
 `pod_mutation` is pure (what to change on a pod, given its slot); `admit_pod` is the glue
-the Kopf handler calls: look the ConsumerGroup up, take the lowest free slot under the
-group's lock, and return the changes. A pod that already carries a slot (a re-admission)
-keeps it.
+the Kopf handler calls: look the ConsumerGroup up, get a slot and protocol from the adopted
+mode's slot table (adopted.py, which the reconcile pass keeps too), and return the
+changes. A pod that already carries a slot (a re-admission) keeps it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Final
 import aiohttp
 
 from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator import adopted
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
 from staticfleet_operator.kafka_clients import client_env_from
 from staticfleet_operator.kube import KubeError
@@ -27,21 +28,12 @@ from staticfleet_operator.members import (
     MemberSettings,
     identity_annotations,
     member_env,
-    members_of,
     template_hash,
     with_member_env,
 )
-from staticfleet_operator.reconcile import (
-    Operator,
-    describe,
-    desired_protocol,
-    ensure_adopted_table,
-    group_key,
-    release_vanished,
-    sync_member_token,
-)
-from staticfleet_operator.rollout import CoordinatorView, protocol_for_new_pod
-from staticfleet_operator.status import read_status, rollout_from_status
+from staticfleet_operator.reconcile import Operator, describe, group_key, sync_member_token
+from staticfleet_operator.rollout import CoordinatorView
+from staticfleet_operator.status import read_status
 
 log = logging.getLogger("staticfleet.operator.webhook")
 
@@ -122,21 +114,15 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
     siblings = await op.observed.member_pods(op.kube, namespace, name)
     view = CoordinatorView.from_described(await describe(op.backend(spec), spec.group_id))
-    await ensure_adopted_table(op, namespace, name, spec, siblings, view)
-    # Free the slots of pods gone since the last reconcile pass first: a replacement created
-    # right after its predecessor was deleted must get the freed slot (and with it the
-    # instance id, so it rejoins without a rebalance), not a new one.
-    live = [member for member in members_of(siblings) if not member.deleting]
-    now = op.clock()
-    async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
-        release_vanished(op, table, {member.pod_uid for member in live}, now)
-    grant = await op.allocator.admit(group_key(namespace, name), spec.instance_id_prefix, pod_key)
-    op.admitted[pod_key] = now
-    if grant.fresh:
-        op.metrics.slot_allocated(namespace, name)
-    state = rollout_from_status(read_status(body))
-    protocols = [member.protocol for member in live]
-    protocol = protocol_for_new_pod(state.bounce_protocol, protocols, desired_protocol(spec))
+    rollout = read_status(body).rollout
+    admission = await adopted.admit(
+        op, group_key(namespace, name), spec, siblings, view, pod_key, rollout
+    )
     return pod_mutation(
-        pod, spec, op.settings(name), slot=grant.slot, protocol=protocol, pod_key=pod_key
+        pod,
+        spec,
+        op.settings(name),
+        slot=admission.slot,
+        protocol=admission.protocol,
+        pod_key=pod_key,
     )

@@ -334,7 +334,7 @@ def upgrade(run: ScenarioRun) -> None:
         result = rollout.run(timeout_s=run.settings.settle_timeout_s * (2 * members + 2))
     finally:
         run.record.facts["orchestrator_decisions"] = [r.to_dict() for r in rollout.decisions]
-        run.record.facts["rollout_state"] = rollout.state.to_dict()
+        run.record.facts["rollout_state"] = rollout.state.to_wire()
     if isinstance(result.outcome, Pause):
         # As the operator: a pause never skips anyone. The checks show what was not reached.
         run.record.facts["rollout_paused"] = result.outcome.reason

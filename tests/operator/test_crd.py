@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.server.models import topic_problem
-from coordinator.state import GroupState as CoordinatorGroupState
+from coordinator.state import GroupState
 from staticfleet.cli import main
 from staticfleet_operator.crd import (
     CRD_NAME,
@@ -31,11 +31,12 @@ from staticfleet_operator.crd import (
     ConsumerGroup,
     ConsumerGroupSpec,
     ConsumerGroupStatus,
-    GroupState,
     InvalidSpecError,
     LabelSelector,
     MemberInstance,
     Mode,
+    ObservedGroupState,
+    RebalanceProtocol,
     RolloutPhase,
     RolloutStatus,
     SchemaError,
@@ -382,7 +383,7 @@ def test_status_schema(status_schema: Json) -> None:
     props = status_schema["properties"]
     assert "required" not in status_schema
     assert props["effectiveRebalanceProtocol"]["enum"] == ["eager", "compatible", "cooperative"]
-    assert set(props["groupState"]["enum"]) == {s.value for s in GroupState}
+    assert set(props["groupState"]["enum"]) == {s.value for s in ObservedGroupState}
     rollout = props["rollout"]["properties"]
     assert rollout["phase"]["enum"] == [
         "Idle",
@@ -891,7 +892,7 @@ def test_kafka_names_agree_with_the_coordinator_and_the_schema(
 
 
 def test_group_states_cover_the_coordinator() -> None:
-    assert {s.value for s in CoordinatorGroupState} <= {s.value for s in GroupState}
+    assert {s.value for s in ObservedGroupState} == {s.value for s in GroupState} | {"Unknown"}
 
 
 def test_member_protocols_are_the_member_clients() -> None:
@@ -907,7 +908,7 @@ def mid_rollout_status() -> ConsumerGroupStatus:
     now = datetime(2026, 1, 10, 9, 0, tzinfo=UTC)
     status = ConsumerGroupStatus(
         observed_generation=4,
-        group_state=GroupState.STABLE,
+        group_state=ObservedGroupState.STABLE,
         generation=17,
         selected_protocol="range",
         effective_rebalance_protocol=RebalanceProtocolSetting.EAGER,
@@ -919,14 +920,13 @@ def mid_rollout_status() -> ConsumerGroupStatus:
         rollout=RolloutStatus(
             phase=RolloutPhase.BOUNCE1,
             from_protocol=RebalanceProtocolSetting.EAGER,
-            to_protocol="cooperative",  # type: ignore[arg-type]
-            target_protocol=RebalanceProtocolSetting.COMPATIBLE,
-            bounces=[RebalanceProtocolSetting.COMPATIBLE, RebalanceProtocolSetting.COOPERATIVE],
+            to_protocol=RebalanceProtocol.COOPERATIVE,
+            bounces=(RebalanceProtocolSetting.COMPATIBLE, RebalanceProtocolSetting.COOPERATIVE),
             bounce_index=0,
             template_hash="abc123",
             spec_generation=4,
-            bounced_slots=[3, 4],
-            pending_slots=[1, 0],
+            bounced_slots=(3, 4),
+            pending_slots=(1, 0),
             current_slot=2,
             current_pod="orders-2",
             current_pod_uid="6f1c9d2e",
@@ -973,13 +973,16 @@ def test_every_status_field_is_in_the_schema(status_schema: Json) -> None:
 
 def test_rollout_progress() -> None:
     assert RolloutStatus().progress is None
-    assert RolloutStatus(pending_slots=[0, 1, 2]).progress == "0/3"
+    assert RolloutStatus(pending_slots=(0, 1, 2)).progress == "0/3"
     # Counted the same whether or not bouncedSlots lists the slot in flight.
-    assert RolloutStatus(bounced_slots=[2, 1], current_slot=0).progress == "2/3"
-    assert RolloutStatus(bounced_slots=[2, 1, 0], current_slot=0).progress == "2/3"
-    assert RolloutStatus(bounced_slots=[2, 1, 0]).progress == "3/3"
-    assert RolloutStatus(phase=RolloutPhase.BOUNCE2).active
-    assert not RolloutStatus(phase=RolloutPhase.PAUSED).active
+    assert RolloutStatus(bounced_slots=(2, 1), current_slot=0).progress == "2/3"
+    assert RolloutStatus(bounced_slots=(2, 1, 0), current_slot=0).progress == "2/3"
+    assert RolloutStatus(bounced_slots=(2, 1, 0)).progress == "3/3"
+    one_bounce = (RebalanceProtocolSetting.COOPERATIVE,)
+    assert RolloutStatus(phase=RolloutPhase.BOUNCE2, bounces=one_bounce).progressing
+    paused = RolloutStatus(phase=RolloutPhase.PAUSED, bounces=one_bounce)
+    assert paused.active and not paused.progressing  # under way, nobody bounced meanwhile
+    assert not RolloutStatus(phase=RolloutPhase.COMPLETED).active
 
 
 def test_bounce_phase_names_each_planned_bounce() -> None:
@@ -1000,10 +1003,14 @@ def test_bounce_phase_names_each_planned_bounce() -> None:
 
 def test_status_patch_clears_unset_fields() -> None:
     status = mid_rollout_status()
-    status.rollout.bounced_slots.append(2)
-    status.rollout.pending_slots.remove(1)
-    status.rollout.current_slot = 1
-    status.rollout.current_pod_uid = None
+    status.rollout = status.rollout.model_copy(
+        update={
+            "bounced_slots": (*status.rollout.bounced_slots, 2),
+            "pending_slots": (0,),
+            "current_slot": 1,
+            "current_pod_uid": None,
+        }
+    )
     patch = status.to_patch()
     assert patch["rollout"]["currentSlot"] == 1
     assert patch["rollout"]["currentPodUid"] is None  # a merge patch deletes it

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from coordinator.client import env as member_env
+from staticfleet_operator.blockers import BlockerCode
 from staticfleet_operator.members import INSTANCE_ID_ANNOTATION, PROTOCOL_ANNOTATION
 from staticfleet_operator.reconcile import group_key
 from tests.operator.kube_harness import NAMESPACE, Cluster, env_of, managed_spec, running_cluster
@@ -16,6 +17,8 @@ from tests.operator.test_handlers_kmock import adopted_spec, executor
 
 SPARK = {"namespace": NAMESPACE, "group": "spark"}
 ORDERS = {"namespace": NAMESPACE, "group": "orders"}
+# A pause's Event is named by what blocks the rollout (blockers.py).
+PAUSE_REASONS = frozenset(code.value for code in BlockerCode)
 
 
 async def _status(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -180,15 +183,19 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         assert status["rollout"]["pausedPhase"] == "Bounce1"
         assert status["rollout"]["currentPod"] == stuck
         degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
-        assert (degraded["status"], degraded["reason"]) == ("True", "RolloutPaused")
+        # The reason is the typed cause: its replacement's container never starts.
+        assert (degraded["status"], degraded["reason"]) == ("True", "PodNotReady")
+        assert status["rollout"]["blocker"] == "PodNotReady"
         assert stuck in cluster.kubelet.waiting
         # A Warning Event, posted to the API.
         events = await cluster.kube._request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
-        pause_events = [e for e in events["items"] if e.get("reason") == "RolloutPaused"]
+        pause_events = [e for e in events["items"] if e.get("reason") in PAUSE_REASONS]
         assert pause_events and {e["type"] for e in pause_events} == {"Warning"}
         assert {e["involvedObject"]["name"] for e in pause_events} == {"orders"}
         assert cluster.metric("staticfleet_operator_rollout_paused", **ORDERS) == 1
         assert cluster.metric("staticfleet_operator_rollout_phase", **ORDERS, phase="Paused") == 1
+        blocked = "staticfleet_operator_rollout_blocked"
+        assert cluster.metric(blocked, **ORDERS, reason="PodNotReady") == 1
 
         # Not skipped: while paused nobody else is bounced, however many passes run.
         await cluster.passes(10)
@@ -204,7 +211,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         assert (await _status(cluster, "orders"))["rollout"]["phase"] == "Paused"
         # One Event for the pause, however many passes repeated it.
         events = await cluster.kube._request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
-        assert [e for e in events["items"] if e.get("reason") == "RolloutPaused"] == pause_events
+        assert [e for e in events["items"] if e.get("reason") in PAUSE_REASONS] == pause_events
 
         # The member recovers: the rollout resumes where it stopped and completes.
         cluster.kubelet.refused.discard(stuck)
@@ -228,7 +235,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         assert cluster.metric(bounces, **ORDERS, phase="Bounce2") == 3
         events = await cluster.kube._request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
         # Every pause was about that member. (While it rejoins, its wait is still past the
-        # timeout, so a changed blocker -- "pod not ready" -> "not listed yet" -- may post
-        # one more RolloutPaused Event before the rollout moves on.)
-        messages = [e["message"] for e in events["items"] if e.get("reason") == "RolloutPaused"]
+        # timeout, so a changed blocker -- PodNotReady -> MemberNotListed -- may post one
+        # more pause Event before the rollout moves on.)
+        messages = [e["message"] for e in events["items"] if e.get("reason") in PAUSE_REASONS]
         assert all(f"waiting for {stuck} to come back" in m for m in messages), messages

@@ -451,15 +451,14 @@ def test_rollout_state_survives_the_trip_through_status() -> None:
     from datetime import UTC, datetime
 
     from coordinator.client.config import RebalanceProtocolSetting as P
-    from staticfleet_operator.crd import ConsumerGroupStatus
-    from staticfleet_operator.rollout import RolloutPhase, RolloutState
-    from staticfleet_operator.status import rollout_from_status, rollout_to_status
+    from staticfleet_operator.crd import ConsumerGroupStatus, RebalanceProtocol
+    from staticfleet_operator.rollout import RolloutPhase, RolloutStatus
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    state = RolloutState(
-        phase=RolloutPhase.ROLLING,
+    state = RolloutStatus(
+        phase=RolloutPhase.BOUNCE2,
         from_protocol=P.EAGER,
-        to_protocol=P.COOPERATIVE,
+        to_protocol=RebalanceProtocol.COOPERATIVE,
         template_hash="abc",
         bounces=(P.COMPATIBLE, P.COOPERATIVE),
         bounce_index=1,
@@ -469,22 +468,26 @@ def test_rollout_state_survives_the_trip_through_status() -> None:
         current_pod="orders-0",
         current_member_id="m-1",
         current_pod_uid="key-0",
-        current_bounced_at=now,
+        current_slot_bounced_at=now,
         started_at=now,
         waiting_since=now,
         message="bouncing",
     )
-    wire = rollout_to_status(state)
-    assert wire.phase.value == "Bounce2" and wire.progress == "0/3"
-    status = ConsumerGroupStatus.model_validate({"rollout": wire.model_dump(by_alias=True)})
-    assert rollout_from_status(status) == state
-    paused = rollout_to_status(RolloutState(**{**_fields(state), "phase": RolloutPhase.PAUSED}))
-    assert paused.phase.value == "Paused" and paused.paused_phase is not None
-    assert paused.paused_phase.value == "Bounce2"
+    assert state.progress == "0/3" and state.target_protocol is P.COOPERATIVE
+    wire = ConsumerGroupStatus(rollout=state).to_patch()
+    assert wire["rollout"]["phase"] == "Bounce2" and wire["rollout"]["pausedPhase"] is None
+    assert ConsumerGroupStatus.model_validate(wire).rollout == state
+    paused = state.model_copy(update={"phase": RolloutPhase.PAUSED})
+    assert paused.paused_phase is RolloutPhase.BOUNCE2
 
 
-def _fields(state: Any) -> dict[str, Any]:
-    return {name: getattr(state, name) for name in state.__dataclass_fields__}
+def test_an_unreadable_rollout_reads_as_fresh_and_keeps_the_rest_of_status() -> None:
+    from staticfleet_operator.crd import ConsumerGroupStatus, RolloutStatus
+
+    status = ConsumerGroupStatus.model_validate(
+        {"members": 3, "rollout": {"phase": "Bounce1", "bounces": [], "bounceIndex": 0}}
+    )
+    assert status.members == 3 and status.rollout == RolloutStatus()
 
 
 async def test_a_restarted_operator_resumes_the_rollout_without_repeating_a_member() -> None:

@@ -17,7 +17,7 @@ from staticfleet_operator.local_adapter import (
     load_state,
     observation_of,
 )
-from staticfleet_operator.rollout import Assignors, Done, Pause, RolloutPhase, RolloutState
+from staticfleet_operator.rollout import Assignors, Done, Pause, RolloutPhase, RolloutStatus
 
 EAGER = RebalanceProtocolSetting.EAGER
 COMPATIBLE = RebalanceProtocolSetting.COMPATIBLE
@@ -170,7 +170,7 @@ def test_upgrade_walks_eager_compatible_cooperative_leader_last() -> None:
     # Every start follows the stop of the same slot, one member at a time.
     kinds = [(kind, slot) for kind, slot, _ in fleet.actions]
     assert kinds == [step for slot in order + order for step in (("stop", slot), ("start", slot))]
-    assert result.state.phase is RolloutPhase.IDLE and result.state.completed_at is not None
+    assert result.state.phase is RolloutPhase.COMPLETED and result.state.completed_at is not None
     bounces = result.bounces
     assert [(b.slot, b.protocol) for b in bounces] == [(s, p and p.value) for s, p in starts(fleet)]
     assert all(b.leader_instance_id == "member-1" for b in bounces)
@@ -221,7 +221,7 @@ def test_a_restarted_driver_resumes_from_its_state_file(tmp_path: Path) -> None:
         first.step()
         clock.sleep(POLL)
     saved = load_state(state_path)
-    assert saved.phase is RolloutPhase.ROLLING and saved.bounced_slots == (0, 1)
+    assert saved.phase is RolloutPhase.BOUNCE1 and saved.bounced_slots == (0, 1)
 
     result = rollout(fleet, clock, state_path).run()
 
@@ -234,9 +234,9 @@ def test_a_restarted_driver_resumes_from_its_state_file(tmp_path: Path) -> None:
 def test_an_unreadable_state_file_starts_from_the_processes(tmp_path: Path) -> None:
     state_path = tmp_path / "rollout.json"
     state_path.write_text("[1, 2]")
-    assert load_state(state_path) == RolloutState()
+    assert load_state(state_path) == RolloutStatus()
     state_path.write_text('{"phase": "Rolling"}')  # a Rolling rollout with no bounces
-    assert load_state(state_path) == RolloutState()
+    assert load_state(state_path) == RolloutStatus()
     fleet, clock = FakeFleet(3, protocol=COOPERATIVE), FakeClock()
     result = rollout(fleet, clock, state_path).run()
     assert result.completed and fleet.actions == []

@@ -8,7 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator.errors import ErrorCode
 from coordinator.server.metrics import ServerMetrics
-from staticfleet_operator.metrics import PHASES, OperatorMetrics
+from staticfleet_operator.blockers import BlockerCode
+from staticfleet_operator.metrics import BLOCKERS, PHASES, OperatorMetrics
 
 
 def value(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
@@ -66,6 +67,48 @@ def test_group_gauges_show_the_last_pass_and_one_phase_at_a_time() -> None:
     assert value(metrics, members, **labels, kind="ready") == 3
     with pytest.raises(ValueError):
         metrics.observe_group("ns", "orders", desired=0, ready=0, slots=0, phase="Sideways")
+
+
+def test_the_rollout_blocker_is_one_label_at_a_time_and_goes_with_the_group() -> None:
+    metrics = OperatorMetrics()
+    labels = {"namespace": "ns", "group": "orders"}
+    blocked = "staticfleet_operator_rollout_blocked"
+    metrics.observe_group(
+        "ns",
+        "orders",
+        desired=3,
+        ready=2,
+        slots=3,
+        phase="Paused",
+        blocker=BlockerCode.POD_NOT_READY,
+    )
+    assert [value(metrics, blocked, **labels, reason=r) for r in BLOCKERS] == [
+        1 if r == "PodNotReady" else None for r in BLOCKERS
+    ]
+    metrics.observe_group(
+        "ns",
+        "orders",
+        desired=3,
+        ready=2,
+        slots=3,
+        phase="Bounce1",
+        blocker=BlockerCode.GROUP_NOT_STABLE,
+    )
+    assert value(metrics, blocked, **labels, reason="PodNotReady") is None
+    assert value(metrics, blocked, **labels, reason="GroupNotStable") == 1
+    metrics.observe_group("ns", "orders", desired=3, ready=3, slots=3, phase="Bounce1")
+    assert all(value(metrics, blocked, **labels, reason=r) is None for r in BLOCKERS)
+    metrics.observe_group(
+        "ns",
+        "orders",
+        desired=3,
+        ready=2,
+        slots=3,
+        phase="Paused",
+        blocker=BlockerCode.POD_NOT_READY,
+    )
+    metrics.forget_group("ns", "orders")
+    assert value(metrics, blocked, **labels, reason="PodNotReady") is None
 
 
 def test_event_counters() -> None:

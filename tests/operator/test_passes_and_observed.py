@@ -75,6 +75,27 @@ async def test_a_failed_pass_is_retried_and_a_stopped_runner_runs_nothing() -> N
     assert calls == ["a", "a"]
 
 
+async def test_of_two_delayed_requests_the_sooner_wins() -> None:
+    calls: list[float] = []
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def run(namespace: str, name: str) -> bool:
+        calls.append(loop.time() - started)
+        return False
+
+    runner = Passes(run, requeue_seconds=60)
+    runner.request(NS, "a", delay=30)  # a registration's deadline, say
+    runner.request(NS, "a", delay=0.05)  # a requeue: must not wait behind it
+    await asyncio.sleep(0.3)
+    assert len(calls) == 1 and calls[0] < 1
+    runner.request(NS, "a", delay=0.05)
+    runner.request(NS, "a", delay=30)  # the later request does not push the sooner back
+    await asyncio.sleep(0.3)
+    assert len(calls) == 2
+    await runner.close()
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 0.0

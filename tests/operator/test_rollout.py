@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from coordinator import DescribedGroup, DescribedGroupMember, ErrorCode, GroupState
+from coordinator.assignors import RebalanceProtocol
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.blockers import BlockerCode
 from staticfleet_operator.rollout import (
     Assignors,
     Bounce,
@@ -22,7 +24,7 @@ from staticfleet_operator.rollout import (
     Observation,
     Pause,
     RolloutPhase,
-    RolloutState,
+    RolloutStatus,
     Wait,
     decide,
     protocol_bounces,
@@ -111,7 +113,7 @@ class Fleet:
 class Run:
     bounces: list[tuple[int, RebalanceProtocolSetting]]
     last: Decision
-    state: RolloutState
+    state: RolloutStatus
     now: datetime
 
 
@@ -119,12 +121,12 @@ def run(
     fleet: Fleet,
     desired: RebalanceProtocolSetting,
     template: str = "t1",
-    state: RolloutState | None = None,
+    state: RolloutStatus | None = None,
     now: datetime = T0,
     max_bounces: int = 100,
 ) -> Run:
     """Drive decide() against the fleet until it stops bouncing, or `max_bounces` were done."""
-    state = state or RolloutState()
+    state = state or RolloutStatus()
     bounces: list[tuple[int, RebalanceProtocolSetting]] = []
     decision: Decision = Wait("not started", state)
     while len(bounces) < max_bounces:
@@ -212,8 +214,8 @@ def test_upgrade_is_two_bounces_one_member_at_a_time_leader_last(leader: int) ->
     order = upgrade_order(5, leader)
     assert result.bounces == [(s, COMPATIBLE) for s in order] + [(s, COOPERATIVE) for s in order]
     assert isinstance(result.last, Done)
-    assert result.state.phase is RolloutPhase.IDLE
-    assert result.state.from_protocol is EAGER and result.state.to_protocol is COOPERATIVE
+    assert result.state.phase is RolloutPhase.COMPLETED
+    assert result.state.from_protocol is EAGER and result.state.to_protocol == COOPERATIVE.value
     assert all(pod.created_with(COOPERATIVE, "t1") for pod in fleet.pods.values())
 
 
@@ -235,7 +237,7 @@ def test_template_only_change_is_one_static_bounce_with_the_same_protocol() -> N
 
 def test_nothing_to_roll_is_done_and_keeps_the_last_record() -> None:
     fleet = Fleet(3, COOPERATIVE)
-    first = decide(fleet.observe(COOPERATIVE), RolloutState(), T0)
+    first = decide(fleet.observe(COOPERATIVE), RolloutStatus(), T0)
     assert isinstance(first, Done)
     assert first.state.phase is RolloutPhase.IDLE
     again = decide(fleet.observe(COOPERATIVE), first.state, T0 + timedelta(seconds=5))
@@ -244,7 +246,7 @@ def test_nothing_to_roll_is_done_and_keeps_the_last_record() -> None:
 
 def test_a_new_leader_is_reordered_to_go_last() -> None:
     fleet = Fleet(3, EAGER, leader_slot=2)
-    first = decide(fleet.observe(COOPERATIVE), RolloutState(), T0)
+    first = decide(fleet.observe(COOPERATIVE), RolloutStatus(), T0)
     assert isinstance(first, Bounce) and first.slot == 0
     fleet.apply(first)
     fleet.leader_slot = 1  # the coordinator elected another leader meanwhile
@@ -255,7 +257,7 @@ def test_a_new_leader_is_reordered_to_go_last() -> None:
 
 def test_bounce_names_the_pod_and_the_env_to_set() -> None:
     fleet = Fleet(2, EAGER, leader_slot=1)
-    decision = decide(fleet.observe(COOPERATIVE), RolloutState(), T0)
+    decision = decide(fleet.observe(COOPERATIVE), RolloutStatus(), T0)
     assert isinstance(decision, Bounce)
     pod = fleet.pods[0]
     assert (decision.pod_name, decision.pod_uid) == (pod.pod_name, pod.pod_uid)
@@ -268,7 +270,7 @@ def test_bounce_names_the_pod_and_the_env_to_set() -> None:
     assert decision.state.current_slot == 0
     assert decision.state.current_pod_uid == pod.pod_uid
     assert decision.state.current_member_id == fleet.members[0].member_id
-    assert decision.state.current_bounced_at == T0
+    assert decision.state.current_slot_bounced_at == T0
     assert decision.state.bounced_slots == (0,)
     assert decision.state.pending_slots == (0, 1)
 
@@ -277,7 +279,7 @@ def test_bounce_names_the_pod_and_the_env_to_set() -> None:
 
 
 def bounce_first(fleet: Fleet, desired: RebalanceProtocolSetting = COOPERATIVE) -> Bounce:
-    decision = decide(fleet.observe(desired), RolloutState(), T0)
+    decision = decide(fleet.observe(desired), RolloutStatus(), T0)
     assert isinstance(decision, Bounce)
     return decision
 
@@ -316,7 +318,7 @@ def test_bounce_2_waits_until_the_last_member_of_bounce_1_offers_cooperative() -
     """The leader (last of bounce 1) came back offering only the eager assignor."""
     fleet = Fleet(3, COMPATIBLE, leader_slot=2)
     fleet.recreate(2, EAGER, "t1")
-    first = decide(fleet.observe(COOPERATIVE), RolloutState(), T0)
+    first = decide(fleet.observe(COOPERATIVE), RolloutStatus(), T0)
     assert isinstance(first, Bounce) and (first.slot, first.protocol) == (2, COMPATIBLE)
     fleet.apply(first, come_back=False)
     fleet.pods[2] = replace(fleet.pods[2], ready=True)
@@ -332,12 +334,13 @@ def test_bounce_2_waits_until_the_last_member_of_bounce_1_offers_cooperative() -
 
 def test_bounce_2_needs_every_member_offering_cooperative_and_stable_expected_count() -> None:
     fleet = Fleet(3, COMPATIBLE, leader_slot=0)
-    state = RolloutState(
-        phase=RolloutPhase.ROLLING,
+    state = RolloutStatus(
+        phase=RolloutPhase.BOUNCE1,
         from_protocol=EAGER,
-        to_protocol=COOPERATIVE,
+        to_protocol=RebalanceProtocol.COOPERATIVE,
         template_hash="t1",
         bounces=(COMPATIBLE, COOPERATIVE),
+        bounced_slots=(1, 2, 0),
         started_at=T0,
         waiting_since=T0,
     )
@@ -349,7 +352,11 @@ def test_bounce_2_needs_every_member_offering_cooperative_and_stable_expected_co
     fleet.rejoin(1, ASSIGNORS.offered_by(COMPATIBLE))
 
     fleet.group_state = GroupState.COMPLETING_REBALANCE
-    assert "not Stable" in wait_reason(decide(fleet.observe(COOPERATIVE), state, now))
+    between = decide(fleet.observe(COOPERATIVE), state, now)
+    assert "not Stable" in wait_reason(between)
+    # Bounce 1 reached everyone, bounce 2 has not started: the phase says so.
+    assert between.state.phase is RolloutPhase.VERIFY_COMPATIBLE
+    assert between.state.blocker is BlockerCode.GROUP_NOT_STABLE
     fleet.group_state = GroupState.STABLE
 
     observation = fleet.observe(COOPERATIVE, expected=4)
@@ -358,20 +365,25 @@ def test_bounce_2_needs_every_member_offering_cooperative_and_stable_expected_co
     start = decide(fleet.observe(COOPERATIVE), state, now)
     assert isinstance(start, Bounce) and start.protocol is COOPERATIVE and start.slot == 1
     assert start.state.bounce_index == 1 and start.state.bounced_slots == (1,)
+    assert start.state.phase is RolloutPhase.BOUNCE2 and start.state.blocker is None
 
 
 def test_a_stranger_in_the_group_blocks_the_rollout() -> None:
     fleet = Fleet(2, EAGER, leader_slot=1)
     fleet.members[9] = GroupMemberView(None, "dynamic-1", frozenset({"range"}))
     observation = fleet.observe(COOPERATIVE, expected=2)
-    decision = decide(observation, RolloutState(), T0)
+    decision = decide(observation, RolloutStatus(), T0)
     assert "3 members, 2 expected" in wait_reason(decision)
 
 
 def test_describe_failing_means_wait() -> None:
     fleet = Fleet(2, EAGER)
     observation = replace(fleet.observe(COOPERATIVE), coordinator=None)
-    assert "unavailable" in wait_reason(decide(observation, RolloutState(), T0))
+    decision = decide(observation, RolloutStatus(), T0)
+    assert "unavailable" in wait_reason(decision)
+    assert isinstance(decision, Wait) and decision.blocker is not None
+    assert decision.blocker.code is BlockerCode.COORDINATOR_VIEW_UNAVAILABLE
+    assert decision.state.blocker is BlockerCode.COORDINATOR_VIEW_UNAVAILABLE
 
 
 # --- pausing -------------------------------------------------------------------------------
@@ -389,22 +401,27 @@ def test_a_member_that_never_comes_back_pauses_the_rollout_and_nothing_is_skippe
         assert isinstance(decision, Pause) and decision.slot == 0
         assert "memberReadyTimeoutSeconds" in decision.reason
         assert "Nothing is skipped" in decision.reason
+        # Named by its cause: the Event's reason, status.rollout.blocker, the paused phase.
+        assert decision.event_reason == "PodNotReady"
+        assert decision.blocker.code is BlockerCode.POD_NOT_READY
         state = decision.state
         assert state.phase is RolloutPhase.PAUSED and state.current_slot == 0
+        assert state.blocker is BlockerCode.POD_NOT_READY
+        assert state.paused_phase is RolloutPhase.BOUNCE1
 
     # It comes back at last: the rollout resumes with the next member, not slot 0 again.
     fleet.pods[0] = replace(fleet.pods[0], ready=True)
     fleet.rejoin(0, ASSIGNORS.offered_by(COMPATIBLE))
     resumed = decide(fleet.observe(COOPERATIVE), state, T0 + timedelta(minutes=601))
     assert isinstance(resumed, Bounce) and resumed.slot == 1
-    assert resumed.state.phase is RolloutPhase.ROLLING
+    assert resumed.state.phase is RolloutPhase.BOUNCE1 and resumed.state.blocker is None
     assert resumed.state.bounced_slots == (0, 1)
 
 
 def test_a_fleet_that_never_settles_pauses_before_the_first_bounce() -> None:
     fleet = Fleet(2, EAGER)
     fleet.group_state = GroupState.PREPARING_REBALANCE
-    state = decide(fleet.observe(COOPERATIVE), RolloutState(), T0).state
+    state = decide(fleet.observe(COOPERATIVE), RolloutStatus(), T0).state
     decision = decide(fleet.observe(COOPERATIVE), state, T0 + timedelta(seconds=TIMEOUT + 1))
     assert isinstance(decision, Pause) and decision.slot is None
     assert "PreparingRebalance" in decision.reason
@@ -413,11 +430,11 @@ def test_a_fleet_that_never_settles_pauses_before_the_first_bounce() -> None:
 def test_identical_assignor_names_cannot_verify_a_protocol_change() -> None:
     same = Assignors(eager="cooperative-sticky", cooperative="cooperative-sticky")
     fleet = Fleet(2, EAGER, assignors=same)
-    decision = decide(fleet.observe(COOPERATIVE), RolloutState(), T0)
+    decision = decide(fleet.observe(COOPERATIVE), RolloutStatus(), T0)
     assert isinstance(decision, Pause)
     assert "spec.rebalance" in decision.reason
     # A template-only rollout needs no protocol proof, so it is fine with one name.
-    assert isinstance(decide(fleet.observe(EAGER, "t2"), RolloutState(), T0), Bounce)
+    assert isinstance(decide(fleet.observe(EAGER, "t2"), RolloutStatus(), T0), Bounce)
 
 
 # --- restarts ------------------------------------------------------------------------------
@@ -437,8 +454,8 @@ def test_a_restarted_operator_bounces_exactly_the_remaining_members(
     before = run(fleet, COOPERATIVE, max_bounces=stop_after)
     assert len(before.bounces) == stop_after
     # The operator dies right after the last Bounce was carried out.
-    saved = json.loads(json.dumps(before.state.to_dict()))
-    state = RolloutState() if lose_state else RolloutState.from_dict(saved)
+    saved = json.loads(json.dumps(before.state.to_wire()))
+    state = RolloutStatus() if lose_state else RolloutStatus.model_validate(saved)
     after = run(fleet, COOPERATIVE, state=state, now=before.now)
     assert isinstance(after.last, Done)
     assert before.bounces + after.bounces == reference_bounces(4, 1)
@@ -448,7 +465,7 @@ def test_a_bounce_persisted_but_never_carried_out_is_issued_again_once() -> None
     fleet = Fleet(3, EAGER, leader_slot=2)
     first = bounce_first(fleet)
     # The operator stopped after persisting, before replacing the pod.
-    state = RolloutState.from_dict(first.state.to_dict())
+    state = RolloutStatus.model_validate(first.state.to_wire())
     again = decide(fleet.observe(COOPERATIVE), state, T0 + timedelta(seconds=3))
     assert isinstance(again, Bounce) and again.slot == 0
     assert "never reached it" in again.reason
@@ -470,19 +487,19 @@ def test_a_member_in_flight_replaced_outside_the_rollout_is_judged_by_its_pod() 
 def test_state_round_trips_through_json() -> None:
     fleet = Fleet(3, EAGER, leader_slot=2)
     state = bounce_first(fleet).state
-    data = json.loads(json.dumps(state.to_dict()))
-    assert data["targetProtocol"] == "compatible"
+    data = json.loads(json.dumps(state.to_wire()))
+    assert data["phase"] == "Bounce1" and data["targetProtocol"] == "compatible"
     assert data["currentSlotBouncedAt"] == "2025-01-01T00:00:00Z"
-    assert RolloutState.from_dict(data) == state
-    assert RolloutState.from_dict({}) == RolloutState()
+    assert RolloutStatus.model_validate(data) == state
+    assert RolloutStatus.model_validate({}) == RolloutStatus()
 
 
 @pytest.mark.parametrize(
     "garbage",
     [
         {"phase": "Sideways"},
-        {"phase": "Rolling", "bounces": []},
-        {"bounces": ["eager"], "bounceIndex": 3, "phase": "Rolling"},
+        {"phase": "Bounce1", "bounces": []},
+        {"bounces": ["eager"], "bounceIndex": 3, "phase": "StaticBounce"},
         {"bouncedSlots": [True]},
         {"bouncedSlots": "0,1"},
         {"startedAt": "yesterday"},
@@ -491,8 +508,8 @@ def test_state_round_trips_through_json() -> None:
     ],
 )
 def test_unreadable_state_is_a_value_error(garbage: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match=r"status\.rollout"):
-        RolloutState.from_dict(garbage)
+    with pytest.raises(ValueError):
+        RolloutStatus.model_validate(garbage)
 
 
 # --- things changing under the rollout -------------------------------------------------------
@@ -558,7 +575,7 @@ def test_a_downgrade_requested_during_bounce_2_walks_back_from_where_the_pods_ar
 
 def test_a_template_change_mid_rollout_rebounces_under_a_new_plan() -> None:
     fleet = Fleet(3, COOPERATIVE, leader_slot=2)
-    first = decide(fleet.observe(COOPERATIVE, "t2"), RolloutState(), T0)
+    first = decide(fleet.observe(COOPERATIVE, "t2"), RolloutStatus(), T0)
     assert isinstance(first, Bounce)
     fleet.apply(first)
     rest = run(fleet, COOPERATIVE, template="t3", state=first.state, now=T0 + timedelta(seconds=1))
@@ -569,7 +586,7 @@ def test_a_template_change_mid_rollout_rebounces_under_a_new_plan() -> None:
 
 def test_reverting_a_broken_template_replaces_the_stuck_member_first() -> None:
     fleet = Fleet(3, COOPERATIVE, leader_slot=0)
-    first = decide(fleet.observe(COOPERATIVE, "broken"), RolloutState(), T0)
+    first = decide(fleet.observe(COOPERATIVE, "broken"), RolloutStatus(), T0)
     assert isinstance(first, Bounce) and first.slot == 1
     fleet.apply(first, come_back=False)  # the broken pod never gets ready
     paused = decide(fleet.observe(COOPERATIVE, "broken"), first.state, T0 + timedelta(minutes=5))

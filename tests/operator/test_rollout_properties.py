@@ -33,7 +33,7 @@ from staticfleet_operator.rollout import (
     MemberPod,
     Observation,
     Pause,
-    RolloutState,
+    RolloutStatus,
     decide,
     protocol_for_new_pod,
     rollout_bounces,
@@ -145,7 +145,7 @@ class FleetSim:
     uids: int = 0
     doomed_configs: set[tuple[int, RebalanceProtocolSetting, str]] = field(default_factory=set)
     # Read by the webhook stand-in: what the operator last persisted.
-    operator_state: RolloutState = field(default_factory=RolloutState)
+    operator_state: RolloutStatus = field(default_factory=RolloutStatus)
 
     def __post_init__(self) -> None:
         self.desired, self.template = self.scenario.desired, self.scenario.template
@@ -322,7 +322,7 @@ def simulate(scenario: Scenario) -> tuple[FleetSim, Trace]:
     rnd = random.Random(scenario.seed)
     sim = FleetSim(rnd, scenario)
     trace = Trace()
-    state = RolloutState()
+    state = RolloutStatus()
     in_flight: set[int] = set()
     doom_time: datetime | None = None
     for _ in range(MAX_STEPS):
@@ -356,7 +356,7 @@ def simulate(scenario: Scenario) -> tuple[FleetSim, Trace]:
         # A lost state also loses when the wait began, so the timeout clock restarts: keep
         # it once a member is doomed, or the pause this test waits for might never come.
         if rnd.random() < scenario.lose_state_chance and doom_time is None:
-            state = RolloutState()
+            state = RolloutStatus()
         if trace.external_deletions < scenario.external_deletions and rnd.random() < 0.05:
             trace.external_deletions += sim.delete_externally()
         if trace.spec_changes < scenario.spec_changes and rnd.random() < 0.05:
@@ -370,8 +370,8 @@ def simulate(scenario: Scenario) -> tuple[FleetSim, Trace]:
     return sim, trace
 
 
-def restarted(state: RolloutState) -> RolloutState:
-    return RolloutState.from_dict(json.loads(json.dumps(state.to_dict())))
+def restarted(state: RolloutStatus) -> RolloutStatus:
+    return RolloutStatus.model_validate(json.loads(json.dumps(state.to_wire())))
 
 
 def check_bounce(observation: Observation, decision: Bounce) -> None:

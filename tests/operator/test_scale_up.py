@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from staticfleet_operator.scale_up import expected_on_create, should_clear
+from staticfleet_operator.scale_up import expected_on_create, seconds_until_expiry, should_clear
 
 
 def test_scale_up_expects_the_whole_fleet() -> None:
@@ -30,3 +30,15 @@ def test_a_fulfilled_registration_is_cleared_once_stable_and_a_pending_one_kept(
     # Listed but the held join phase has not ended: clearing now would release it early.
     assert not should_clear(fleet, "o", 3, everyone, stable=False)
     assert not should_clear(fleet, "o", 3, {"o-0", "o-1"}, stable=True)
+
+
+def test_an_expired_registration_is_cleared_even_with_members_missing() -> None:
+    fleet = ["o-0", "o-1", "o-2"]
+    assert not should_clear(fleet, "o", 3, {"o-0"}, stable=True, expired=False)
+    assert should_clear(fleet, "o", 3, {"o-0"}, stable=True, expired=True)
+
+
+def test_a_pending_registration_asks_for_one_pass_at_its_deadline() -> None:
+    due = seconds_until_expiry(deadline_ms=10_000, now_ms=4_000)
+    assert due is not None and 6.0 <= due < 6.5
+    assert seconds_until_expiry(deadline_ms=10_000, now_ms=10_000) is None

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable
 
 from tests.operator.kube_harness import Cluster, managed_spec, running_cluster
+from tests.operator.test_watch_kmock import counted
 
 FLEET = [f"orders-{slot}" for slot in range(6)]
 
@@ -93,6 +94,38 @@ async def test_scale_down_and_delete_clear_the_registration() -> None:
             lambda: cluster.coordinator.group_state("orders") is None, what="group dropped"
         )
         assert cluster.coordinator.expected_members("orders") is None
+
+
+async def test_a_pending_registration_waits_for_its_deadline_without_polling() -> None:
+    """A registration whose members never come costs no passes and no requests until its
+    deadline, then one pass clears it (the harness requeues every 0.1 s: a group counted
+    unsettled while registered would run about 20 passes in the quiet window)."""
+    async with running_cluster() as cluster:
+        spec = managed_spec(replicas=3, scaleUp={"expansionTimeoutSeconds": 6})
+        await cluster.create_group("orders", spec)
+        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
+        cluster.kubelet.refused.update({"orders-3"})
+        await cluster.update_spec("orders", {"replicas": 4})
+        await cluster.eventually(
+            lambda: cluster.coordinator.expected_members("orders") is not None,
+            what="registered",
+        )
+        expansion = cluster.coordinator.expected_members("orders")
+        assert expansion is not None
+        registered = asyncio.get_running_loop().time()
+        await asyncio.sleep(1.0)  # the scale-up's own passes and their events are done
+        passes_before = cluster.passes_done()
+        with counted(cluster.operator) as requests:
+            await asyncio.sleep(2.0)
+        assert requests == []
+        assert cluster.passes_done() - passes_before <= 3
+        assert cluster.coordinator.expected_members("orders") == expansion  # still pending
+        await cluster.eventually(
+            lambda: cluster.coordinator.expected_members("orders") is None,
+            timeout=15,
+            what="cleared at its deadline",
+        )
+        assert asyncio.get_running_loop().time() - registered >= 5.5
 
 
 async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:

@@ -28,14 +28,19 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
     ValidationError,
+    ValidatorFunctionWrapHandler,
     computed_field,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from coordinator.assignors import RebalanceProtocol
 from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.blockers import BlockerCode
 
 # --------------------------------------------------------------------------- resource identity
 
@@ -261,19 +266,13 @@ RULE_REQUIREMENT_VALUES: Final = CelRule(
 )
 
 # --------------------------------------------------------------------------- enums
+# The fleet's target protocol (spec.rebalance.protocol, status.rollout.toProtocol) is KIP-429's
+# RebalanceProtocol, the same enum the assignors declare what they work with.
 
 
-class RebalanceProtocol(StrEnum):
-    """The rebalance protocol a fleet should end up running (KIP-429)."""
-
-    EAGER = "eager"
-    COOPERATIVE = "cooperative"
-
-
-# What one member runs (and is told through STATICFLEET_REBALANCE_PROTOCOL): eager, compatible
-# (the stop between the two bounces) or cooperative. The member client's own enum, so the value
-# the operator writes is by construction one the member reads.
-MemberProtocol = RebalanceProtocolSetting
+# What one member runs (and is told through STATICFLEET_REBALANCE_PROTOCOL) is the member
+# client's own RebalanceProtocolSetting (eager, compatible or cooperative), so the value the
+# operator writes is by construction one the member reads.
 
 
 class EagerAssignor(StrEnum):
@@ -335,8 +334,9 @@ class SelectorOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
-class GroupState(StrEnum):
-    """The group's state as the coordinator reports it; Unknown until it has been observed."""
+class ObservedGroupState(StrEnum):
+    """The group's state as the operator last saw it: the coordinator's `GroupState`
+    (coordinator.state), or Unknown until it has been observed (or while it cannot be)."""
 
     UNKNOWN = "Unknown"
     EMPTY = "Empty"
@@ -365,8 +365,8 @@ class RolloutPhase(StrEnum):
     COMPLETED = "Completed"
 
 
-# Phases in which a rollout is under way (the Progressing condition is True in these).
-ACTIVE_ROLLOUT_PHASES: Final = frozenset(
+# Phases in which members are being bounced (the Progressing condition is True in these).
+ROLLING_PHASES: Final = frozenset(
     {
         RolloutPhase.BOUNCE1,
         RolloutPhase.VERIFY_COMPATIBLE,
@@ -374,6 +374,8 @@ ACTIVE_ROLLOUT_PHASES: Final = frozenset(
         RolloutPhase.STATIC_BOUNCE,
     }
 )
+# Phases with no rollout under way (Completed keeps the last one's record).
+SETTLED_PHASES: Final = frozenset({RolloutPhase.IDLE, RolloutPhase.COMPLETED})
 
 
 def bounce_phase(
@@ -913,7 +915,7 @@ class MemberInstance(StatusModel):
     """Name of the pod holding the slot, if any."""
     member_id: str | None = None
     """The coordinator's member id for this instance, if it has joined."""
-    rebalance_protocol: MemberProtocol | None = None
+    rebalance_protocol: RebalanceProtocolSetting | None = None
     """Protocol the pod was configured with (eager, compatible or cooperative)."""
 
 
@@ -921,33 +923,35 @@ class RolloutStatus(StatusModel):
     """Progress of the current (or last) rollout, complete enough that a restarted operator
     resumes exactly where it stopped: no member bounced twice, none skipped."""
 
+    # The one model of a rollout's progress: the orchestrator (`rollout.decide`) returns a
+    # new one with every decision, the operator writes it as status.rollout before acting
+    # (write-ahead), the local adapter keeps it in a file. Frozen: a decision is a value.
+    model_config = ConfigDict(frozen=True)
+
     phase: RolloutPhase = RolloutPhase.IDLE
     """Idle, Bounce1, VerifyCompatible, Bounce2, StaticBounce, Paused or Completed."""
-    paused_phase: RolloutPhase | None = None
-    """While Paused: the phase the rollout paused in, and resumes in."""
-    from_protocol: MemberProtocol | None = None
+    from_protocol: RebalanceProtocolSetting | None = None
     """Protocol the fleet ran when the rollout started."""
     to_protocol: RebalanceProtocol | None = None
     """Protocol the rollout ends at (spec.rebalance.protocol when it started)."""
-    target_protocol: MemberProtocol | None = None
-    """Protocol members are restarted with in the current bounce."""
-    bounces: list[MemberProtocol] = Field(default_factory=list)
+    bounces: tuple[RebalanceProtocolSetting, ...] = ()
     """The planned bounces, one protocol each, in order: [compatible, cooperative] for an
     upgrade, [compatible, eager] for a downgrade, one entry for a static bounce."""
-    bounce_index: int = Field(default=0, ge=0)
+    # Strict: a slot or index of true is garbage, not 1.
+    bounce_index: StrictInt = Field(default=0, ge=0)
     """Index into bounces of the current bounce."""
     template_hash: str | None = None
     """Hash of the pod template (and injected settings) the rollout recreates members with."""
     spec_generation: int | None = Field(default=None, ge=0)
     """metadata.generation of the spec the rollout was planned from."""
-    bounced_slots: list[int] = Field(
-        default_factory=list, json_schema_extra={"x-kubernetes-list-type": "set"}
+    bounced_slots: tuple[StrictInt, ...] = Field(
+        default=(), json_schema_extra={"x-kubernetes-list-type": "set"}
     )
     """Slots recreated in the current bounce, in order; may include currentSlot while it
     is in flight. A slot is never listed twice."""
-    pending_slots: list[int] = Field(default_factory=list)
+    pending_slots: tuple[StrictInt, ...] = ()
     """Slots still to restart in the current bounce, in order (the leader last)."""
-    current_slot: int | None = Field(default=None, ge=0)
+    current_slot: StrictInt | None = Field(default=None, ge=0)
     """Slot being restarted now."""
     current_pod: str | None = None
     """Name of the pod being replaced in currentSlot."""
@@ -965,8 +969,38 @@ class RolloutStatus(StatusModel):
     """When the rollout started."""
     completed_at: AwareDatetime | None = None
     """When the rollout completed."""
-    message: str | None = None
+    message: str = ""
     """What the rollout is doing or waiting for, or why it paused."""
+    blocker: BlockerCode | None = None
+    """What the rollout waits for, or paused on (the reason of the Degraded condition and
+    of the pause's Event); unset while it makes progress."""
+
+    @field_validator("message", mode="before")
+    @classmethod
+    def _no_message(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.bounces and not 0 <= self.bounce_index < len(self.bounces):
+            raise ValueError(f"bounce index {self.bounce_index} outside {len(self.bounces)}")
+        if self.active and not self.bounces:
+            raise ValueError(f"a {self.phase.value} rollout needs at least one bounce")
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def target_protocol(self) -> RebalanceProtocolSetting | None:
+        """Protocol members are restarted with in the current bounce."""
+        return self.bounce_protocol
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def paused_phase(self) -> RolloutPhase | None:
+        """While Paused: the phase the rollout paused in, and resumes in."""
+        if self.phase is not RolloutPhase.PAUSED or not self.bounces:
+            return None
+        return bounce_phase(self.bounces, self.bounce_index, self.from_protocol)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -982,8 +1016,40 @@ class RolloutStatus(StatusModel):
 
     @property
     def active(self) -> bool:
-        """A rollout is under way (not Idle, Completed or Paused)."""
-        return self.phase in ACTIVE_ROLLOUT_PHASES
+        """A rollout is under way: rolling or paused (not Idle or Completed)."""
+        return self.phase not in SETTLED_PHASES
+
+    @property
+    def progressing(self) -> bool:
+        """Members are being bounced (an active rollout that is not paused)."""
+        return self.phase in ROLLING_PHASES
+
+    @property
+    def bounce_protocol(self) -> RebalanceProtocolSetting | None:
+        """The protocol the current bounce recreates members with."""
+        return self.bounces[self.bounce_index] if self.active else None
+
+    @property
+    def bounce_label(self) -> str:
+        if not self.active:
+            return "no bounce"
+        protocol = self.bounces[self.bounce_index].value
+        return f"bounce {self.bounce_index + 1} of {len(self.bounces)} ({protocol})"
+
+    def rolling(self) -> RolloutStatus:
+        """This progress with the phase of a rollout under way: VerifyCompatible between
+        the bounces (one finished, nobody in flight or pending), else the bounce's name."""
+        between = (
+            self.bounce_index + 1 < len(self.bounces)
+            and not self.pending_slots
+            and self.current_slot is None
+            and bool(self.bounced_slots)
+        )
+        if between:
+            phase = RolloutPhase.VERIFY_COMPATIBLE
+        else:
+            phase = bounce_phase(self.bounces, self.bounce_index, self.from_protocol)
+        return self.model_copy(update={"phase": phase})
 
 
 class Condition(StatusModel):
@@ -1010,13 +1076,13 @@ class ConsumerGroupStatus(StatusModel):
 
     observed_generation: int | None = None
     """metadata.generation of the spec last acted on."""
-    group_state: GroupState | None = None
+    group_state: ObservedGroupState | None = None
     """Empty, PreparingRebalance, CompletingRebalance, Stable, Dead, or Unknown."""
     generation: int | None = None
     """The group's generation id in the coordinator."""
     selected_protocol: str | None = None
     """Assignor (protocol name) the coordinator selected, e.g. range or cooperative-sticky."""
-    effective_rebalance_protocol: MemberProtocol | None = None
+    effective_rebalance_protocol: RebalanceProtocolSetting | None = None
     """Protocol the fleet runs now: eager, compatible (mid-upgrade) or cooperative."""
     members: int | None = Field(default=None, ge=0)
     """Members in the group."""
@@ -1024,6 +1090,21 @@ class ConsumerGroupStatus(StatusModel):
     """Per slot: instance id, pod and member id."""
     rollout: RolloutStatus = Field(default_factory=RolloutStatus)
     """Progress of the current or last rollout."""
+
+    @field_validator("rollout", mode="wrap")
+    @classmethod
+    def _fresh_if_unreadable(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler
+    ) -> RolloutStatus:
+        # An unreadable rollout record is not a reason to drop the rest of status: the
+        # pods' recorded settings tell the orchestrator what it lost.
+        try:
+            rollout = handler(value)
+        except ValidationError:
+            return RolloutStatus()
+        assert isinstance(rollout, RolloutStatus)
+        return rollout
+
     awaiting_members: list[str] = Field(default_factory=list)
     """Scale-up: instance ids registered with the embedded coordinator as expected that have
     not joined yet (its rebalance waits for them, up to scaleUp.expansionTimeoutSeconds)."""

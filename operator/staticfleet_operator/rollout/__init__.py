@@ -1,11 +1,25 @@
 """The rollout orchestrator: pure logic that walks a fleet through rolling bounces.
 
 `decide(observation, state, now)` returns one `Decision` (`Bounce`, `Wait`, `Pause`,
-`Done`), each carrying the `RolloutState` to persist before acting. The ordering rules are
-at the top of `orchestrator.py`; docs/rollout.md explains them.
+`Done`), each carrying the `RolloutStatus` (status.rollout, the one model of a rollout's
+progress, defined with the CRD) to persist before acting. The ordering rules are
+at the top of `orchestrator.py`; docs/rollout.md explains them. `plan(observation)` (fleet.py)
+is the whole pass over a managed fleet: scale-down, leaves, creation, or `decide`.
 """
 
+from staticfleet_operator.crd import RolloutPhase, RolloutStatus
 from staticfleet_operator.rollout.decisions import Bounce, Decision, Done, Pause, Wait
+from staticfleet_operator.rollout.fleet import (
+    CreateMissing,
+    FleetObservation,
+    Leave,
+    Refuse,
+    Rollout,
+    ScaleDown,
+    Step,
+    Switch,
+    plan,
+)
 from staticfleet_operator.rollout.observation import (
     CoordinatorView,
     GroupMemberView,
@@ -19,22 +33,30 @@ from staticfleet_operator.rollout.plan import (
     protocol_for_new_pod,
     rollout_bounces,
 )
-from staticfleet_operator.rollout.state import RolloutPhase, RolloutState
 
 __all__ = [
     "Assignors",
     "Bounce",
     "CoordinatorView",
+    "CreateMissing",
     "Decision",
     "Done",
+    "FleetObservation",
     "GroupMemberView",
+    "Leave",
     "MemberPod",
     "Observation",
     "Pause",
+    "Refuse",
+    "Rollout",
     "RolloutPhase",
-    "RolloutState",
+    "RolloutStatus",
+    "ScaleDown",
+    "Step",
+    "Switch",
     "Wait",
     "decide",
+    "plan",
     "protocol_bounces",
     "protocol_for_new_pod",
     "rollout_bounces",

@@ -1,4 +1,5 @@
-"""The checks that gate each step of a rollout. Each returns why not yet, or None.
+"""The checks that gate each step of a rollout. Each returns why not yet (a typed
+`Blocker`: its code groups Events, conditions and metrics by cause), or None.
 
 They read only the observation: the pods (what each was created with, whether it is
 ready) and the coordinator's view (who is in the group, what each member offered).
@@ -8,16 +9,17 @@ from __future__ import annotations
 
 from coordinator import GroupState
 from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.blockers import Blocker, BlockerCode
+from staticfleet_operator.crd import RolloutStatus
 from staticfleet_operator.rollout.observation import (
     CoordinatorView,
     GroupMemberView,
     MemberPod,
     Observation,
 )
-from staticfleet_operator.rollout.state import RolloutState
 
 
-def member_back(observation: Observation, state: RolloutState) -> str | None:
+def member_back(observation: Observation, state: RolloutStatus) -> Blocker | None:
     """Why the member bounced last is not back yet; None once it is.
 
     Back means: its new pod is ready, the coordinator lists its instance id under a new
@@ -31,43 +33,54 @@ def member_back(observation: Observation, state: RolloutState) -> str | None:
     if pod is None:
         old = observation.pod_in_slot(slot)
         if old is not None:
-            return f"the replaced pod {old.pod_name} is still terminating"
-        return f"slot {slot} has no pod yet"
+            return Blocker(
+                BlockerCode.POD_TERMINATING, f"the replaced pod {old.pod_name} is still terminating"
+            )
+        return Blocker(BlockerCode.POD_MISSING, f"slot {slot} has no pod yet")
     if not pod.ready:
-        return f"pod {pod.pod_name} is not ready"
+        return Blocker(BlockerCode.POD_NOT_READY, f"pod {pod.pod_name} is not ready")
     view = observation.coordinator
     if view is None:
-        return "the coordinator's view of the group is unavailable"
+        return _UNAVAILABLE
     member = view.member(pod.instance_id)
     if member is None:
-        return f"{pod.instance_id} is not in the group's member list"
+        return Blocker(
+            BlockerCode.MEMBER_NOT_LISTED, f"{pod.instance_id} is not in the group's member list"
+        )
     if state.current_member_id is not None and member.member_id == state.current_member_id:
-        return (
+        return Blocker(
+            BlockerCode.MEMBER_NOT_REJOINED,
             f"{pod.instance_id} has not rejoined: the coordinator still lists the replaced "
-            f"member id {member.member_id}"
+            f"member id {member.member_id}",
         )
     expected = observation.assignors.offered_by(protocol)
     if member.supported_protocols != expected:
-        return (
+        return Blocker(
+            BlockerCode.OFFERS_MISMATCH,
             f"{pod.instance_id} rejoined offering {_names(member.supported_protocols)}, "
-            f"but a {protocol.value} member offers {_names(expected)}"
+            f"but a {protocol.value} member offers {_names(expected)}",
         )
     return group_settled(observation)
 
 
-def group_settled(observation: Observation) -> str | None:
+def group_settled(observation: Observation) -> Blocker | None:
     """Why the group is not Stable with the expected member count; None if it is."""
     view = observation.coordinator
     if view is None:
-        return "the coordinator's view of the group is unavailable"
+        return _UNAVAILABLE
     if view.group_state is not GroupState.STABLE:
-        return f"the group is {view.group_state.value}, not Stable"
+        return Blocker(
+            BlockerCode.GROUP_NOT_STABLE, f"the group is {view.group_state.value}, not Stable"
+        )
     if len(view.members) != observation.expected_members:
-        return f"the group has {len(view.members)} members, {observation.expected_members} expected"
+        return Blocker(
+            BlockerCode.MEMBER_COUNT_MISMATCH,
+            f"the group has {len(view.members)} members, {observation.expected_members} expected",
+        )
     return None
 
 
-def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) -> str | None:
+def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) -> Blocker | None:
     """Why no member may be bounced to `protocol` now; None when one may.
 
     The whole fleet must be healthy, each member must be seen offering what its pod was
@@ -77,10 +90,13 @@ def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) ->
     """
     live = observation.live_pods
     if len(live) != observation.expected_members:
-        return f"{len(live)} member pods are live, {observation.expected_members} expected"
+        return Blocker(
+            BlockerCode.FLEET_INCOMPLETE,
+            f"{len(live)} member pods are live, {observation.expected_members} expected",
+        )
     not_ready = [pod.pod_name for pod in live if not pod.ready]
     if not_ready:
-        return f"pods not ready: {', '.join(not_ready)}"
+        return Blocker(BlockerCode.POD_NOT_READY, f"pods not ready: {', '.join(not_ready)}")
     unsettled = group_settled(observation)
     if unsettled is not None:
         return unsettled
@@ -97,9 +113,10 @@ def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) ->
     lacking = sorted(str(m.instance_id) for m in view.members if not m.supported_protocols & needed)
     if lacking:
         verb = "does" if len(lacking) == 1 else "do"
-        return (
+        return Blocker(
+            BlockerCode.NO_SHARED_ASSIGNOR,
             f"{', '.join(lacking)} {verb} not offer {_names(needed)}, "
-            f"which a {protocol.value} member offers"
+            f"which a {protocol.value} member offers",
         )
     return None
 
@@ -143,28 +160,39 @@ def _serving(observation: Observation, pod: MemberPod, view: CoordinatorView) ->
     return pod.ready and member is not None and _offer_lag(observation, pod, member) is None
 
 
-def _membership_mismatch(live: tuple[MemberPod, ...], view: CoordinatorView) -> str | None:
+def _membership_mismatch(live: tuple[MemberPod, ...], view: CoordinatorView) -> Blocker | None:
     pod_ids = {pod.instance_id for pod in live}
     absent = sorted(pod_ids - view.instance_ids)
     if absent:
-        return f"not in the group's member list: {', '.join(absent)}"
+        return Blocker(
+            BlockerCode.MEMBER_NOT_LISTED, f"not in the group's member list: {', '.join(absent)}"
+        )
     strangers = sorted(str(i) for i in view.instance_ids - pod_ids)
     if strangers:
         # A dynamic member (None) or a leftover static one: the rollout cannot vouch for it.
-        return f"the group lists members with no pod in the fleet: {', '.join(strangers)}"
+        return Blocker(
+            BlockerCode.UNKNOWN_MEMBERS,
+            f"the group lists members with no pod in the fleet: {', '.join(strangers)}",
+        )
     return None
 
 
 def _offer_lag(
     observation: Observation, pod: MemberPod, member: GroupMemberView | None
-) -> str | None:
+) -> Blocker | None:
     expected = observation.assignors.offered_by(pod.protocol)
     if member is None or member.supported_protocols == expected:
         return None
-    return (
+    return Blocker(
+        BlockerCode.OFFERS_MISMATCH,
         f"{pod.instance_id} offers {_names(member.supported_protocols)} but its pod was "
-        f"created {pod.protocol.value} ({_names(expected)}): it has not rejoined since"
+        f"created {pod.protocol.value} ({_names(expected)}): it has not rejoined since",
     )
+
+
+_UNAVAILABLE = Blocker(
+    BlockerCode.COORDINATOR_VIEW_UNAVAILABLE, "the coordinator's view of the group is unavailable"
+)
 
 
 def _names(names: frozenset[str]) -> str:

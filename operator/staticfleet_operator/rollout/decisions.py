@@ -3,7 +3,7 @@
 An adapter needs three abilities for all of them: recreate a member with given env
 (`Bounce`), report pod readiness, and call describe (both feed the next `Observation`).
 `reason` is one sentence for logs and Kubernetes Events; `event_reason` is the Event's
-CamelCase reason.
+CamelCase reason (for a Pause, the code of what blocks it: blockers.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import ClassVar
 
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
-from staticfleet_operator.rollout.state import RolloutState
+from staticfleet_operator.blockers import Blocker
+from staticfleet_operator.crd import RolloutStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,7 @@ class Bounce:
     protocol: RebalanceProtocolSetting
     template_hash: str
     reason: str
-    state: RolloutState
+    state: RolloutStatus
     event_reason: ClassVar[str] = "MemberBounced"
 
     @property
@@ -44,24 +45,31 @@ class Bounce:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Nothing to do until something observable changes (a pod, the group)."""
+    """Nothing to do until something observable changes (a pod, the group). `blocker`:
+    what it waits for (None only while the member in flight is given time to come back)."""
 
     reason: str
-    state: RolloutState
+    state: RolloutStatus
+    blocker: Blocker | None = None
     event_reason: ClassVar[str] = "RolloutWaiting"
 
 
 @dataclass(frozen=True, slots=True)
 class Pause:
-    """A wait outlasted memberReadyTimeoutSeconds. Set a Degraded condition and an Event.
+    """A wait outlasted memberReadyTimeoutSeconds. Set a Degraded condition and an Event,
+    both with the blocker's code as their reason.
 
     `slot` names the member the rollout waits for, when it is one member.
     """
 
     reason: str
-    state: RolloutState
+    state: RolloutStatus
+    blocker: Blocker
     slot: int | None = None
-    event_reason: ClassVar[str] = "RolloutPaused"
+
+    @property
+    def event_reason(self) -> str:
+        return self.blocker.code.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +78,7 @@ class Done:
     (or there was nothing to roll)."""
 
     reason: str
-    state: RolloutState
+    state: RolloutStatus
     event_reason: ClassVar[str] = "RolloutComplete"
 
 

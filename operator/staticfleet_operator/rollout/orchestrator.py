@@ -41,17 +41,18 @@ build the next observation only after the action completed (read your writes).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import datetime
 
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.blockers import Blocker, BlockerCode
+from staticfleet_operator.crd import RebalanceProtocol, RolloutPhase, RolloutStatus
 from staticfleet_operator.rollout.checks import fleet_ready, member_back, stuck_member
 from staticfleet_operator.rollout.decisions import Bounce, Decision, Done, Pause, Wait
 from staticfleet_operator.rollout.observation import MemberPod, Observation
 from staticfleet_operator.rollout.plan import rollout_bounces, uniform_protocol
-from staticfleet_operator.rollout.state import RolloutPhase, RolloutState
 
 
-def decide(observation: Observation, state: RolloutState, now: datetime) -> Decision:
+def decide(observation: Observation, state: RolloutStatus, now: datetime) -> Decision:
     """The next step of the fleet's rollout, with the state to persist before taking it."""
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
@@ -61,12 +62,12 @@ def decide(observation: Observation, state: RolloutState, now: datetime) -> Deci
     if drift is None:
         return _advance(observation, state, now, note="")
     in_flight = _in_flight(observation, state)
-    if in_flight is not None and not _timed_out(observation, state.current_bounced_at, now):
-        return _wait(state, f"{drift}; finishing {in_flight} before re-planning")
+    if in_flight is not None and not _timed_out(observation, state.current_slot_bounced_at, now):
+        return _wait(state, f"{drift}; finishing {in_flight} before re-planning", in_flight)
     return _begin(observation, state, now, note=f"re-planned: {drift}")
 
 
-def _begin(observation: Observation, previous: RolloutState, now: datetime, note: str) -> Decision:
+def _begin(observation: Observation, previous: RolloutStatus, now: datetime, note: str) -> Decision:
     """Plan from the pods as they are (a new rollout, a re-plan, or a lost state)."""
     live = observation.live_pods
     terminating = len(observation.pods) - len(live)
@@ -79,38 +80,40 @@ def _begin(observation: Observation, previous: RolloutState, now: datetime, note
             f"waiting for the fleet before planning: {len(live)} of "
             f"{observation.expected_members} member pods live, {terminating} terminating",
         )
-        return Wait(reason, replace(previous, message=reason))
+        blocker = Blocker(BlockerCode.FLEET_IN_TRANSIT, reason)
+        return Wait(reason, _replace(previous, message=reason, blocker=blocker.code), blocker)
     desired, template_hash = observation.desired_protocol, observation.desired_template_hash
     bounces = rollout_bounces(((p.protocol, p.template_hash) for p in live), desired, template_hash)
     if not bounces:
         reason = _join(note, f"every member runs {desired.value} with template {template_hash}")
-        unchanged = previous.to_protocol is desired and previous.template_hash == template_hash
+        unchanged = _ends_at(previous, desired) and previous.template_hash == template_hash
         if not previous.active and unchanged:
-            return Done(reason, previous)  # keep the last rollout's record as it is
-        settled = RolloutState(
-            to_protocol=desired,
+            # Keep the last rollout's record as it is (a wait for the fleet is over).
+            return Done(reason, _replace(previous, blocker=None))
+        settled = RolloutStatus(
+            phase=RolloutPhase.COMPLETED if previous.active else RolloutPhase.IDLE,
+            to_protocol=RebalanceProtocol(desired.value),
             template_hash=template_hash,
             completed_at=now if previous.active else None,
             message=reason,
         )
         return Done(reason, settled)
-    state = RolloutState(
-        phase=RolloutPhase.ROLLING,
+    state = RolloutStatus(
         from_protocol=uniform_protocol(p.protocol for p in live),
-        to_protocol=desired,
+        to_protocol=RebalanceProtocol(desired.value),
         template_hash=template_hash,
         bounces=bounces,
         started_at=now,
         waiting_since=now,
-    )
+    ).rolling()
     plan = " then ".join(protocol.value for protocol in bounces)
     return _advance(observation, state, now, _join(note, f"rollout planned: {plan}"))
 
 
-def _advance(observation: Observation, state: RolloutState, now: datetime, note: str) -> Decision:
+def _advance(observation: Observation, state: RolloutStatus, now: datetime, note: str) -> Decision:
     unverifiable = _unverifiable(observation, state)
     if unverifiable is not None:
-        return _pause(state, _join(note, unverifiable))
+        return _pause(state, unverifiable, _join(note, unverifiable.message))
     if state.current_slot is not None:
         outcome = _follow_member_in_flight(observation, state, now, note)
         if not isinstance(outcome, tuple):
@@ -122,7 +125,7 @@ def _advance(observation: Observation, state: RolloutState, now: datetime, note:
         live = observation.live_pods
         remaining = [pod for pod in live if not pod.created_with(protocol, template_hash)]
         remaining.sort(key=_bounce_order(observation))
-        state = replace(state, pending_slots=tuple(pod.slot for pod in remaining))
+        state = _replace(state, pending_slots=tuple(pod.slot for pod in remaining))
         if remaining:
             return _bounce_next(observation, state, remaining, now, note)
         if state.bounce_index + 1 == len(state.bounces):
@@ -134,16 +137,17 @@ def _advance(observation: Observation, state: RolloutState, now: datetime, note:
                 f"{state.bounce_label} has reached every member; bounce "
                 f"{state.bounce_index + 2} ({next_protocol.value}) waits: {blocker}"
             )
-            return _hold(observation, state, now, state.waiting_since, _join(note, waiting))
+            since = state.waiting_since
+            return _hold(observation, state, now, since, blocker, _join(note, waiting))
         note = _join(note, f"{state.bounce_label} verified on every member")
-        state = replace(
+        state = _replace(
             state, bounce_index=state.bounce_index + 1, bounced_slots=(), waiting_since=now
         )
 
 
 def _follow_member_in_flight(
-    observation: Observation, state: RolloutState, now: datetime, note: str
-) -> tuple[RolloutState, str] | Decision:
+    observation: Observation, state: RolloutStatus, now: datetime, note: str
+) -> tuple[RolloutStatus, str] | Decision:
     """Wait for the member bounced last; once it is back, the state without it and a note."""
     slot, protocol = state.current_slot, state.bounce_protocol
     assert slot is not None and protocol is not None and state.template_hash is not None
@@ -156,7 +160,7 @@ def _follow_member_in_flight(
             return _without_member_in_flight(state), _join(note, why)
         # The state was persisted but the pod never replaced (the operator stopped in
         # between): that bounce did not happen, so choose again under the usual rules.
-        cleared = replace(
+        cleared = _replace(
             _without_member_in_flight(state),
             bounced_slots=tuple(s for s in state.bounced_slots if s != slot),
         )
@@ -166,26 +170,27 @@ def _follow_member_in_flight(
         known = observation.pod_in_slot(slot)
         instance_id = known.instance_id if known is not None else f"slot {slot}"
         waiting = f"{state.bounce_label}: waiting for {instance_id} to come back: {blocker}"
-        return _hold(observation, state, now, state.current_bounced_at, _join(note, waiting), slot)
+        since = state.current_slot_bounced_at
+        return _hold(observation, state, now, since, blocker, _join(note, waiting), slot)
     assert pod is not None  # member_back found it
-    back = replace(_without_member_in_flight(state), waiting_since=now)
+    back = _replace(_without_member_in_flight(state), waiting_since=now)
     return back, _join(note, f"{pod.instance_id} is back")
 
 
-def _without_member_in_flight(state: RolloutState) -> RolloutState:
-    return replace(
+def _without_member_in_flight(state: RolloutStatus) -> RolloutStatus:
+    return _replace(
         state,
         current_slot=None,
         current_pod=None,
         current_member_id=None,
         current_pod_uid=None,
-        current_bounced_at=None,
+        current_slot_bounced_at=None,
     )
 
 
 def _bounce_next(
     observation: Observation,
-    state: RolloutState,
+    state: RolloutStatus,
     remaining: list[MemberPod],
     now: datetime,
     note: str,
@@ -197,7 +202,8 @@ def _bounce_next(
         stuck = stuck_member(observation, protocol, remaining)
         if stuck is None:
             waiting = f"{state.bounce_label}: next member waits: {blocker}"
-            return _hold(observation, state, now, state.waiting_since, _join(note, waiting))
+            since = state.waiting_since
+            return _hold(observation, state, now, since, blocker, _join(note, waiting))
         why = f"out of order: it is down ({blocker}) and everyone else is healthy"
         return _bounce(observation, state, stuck, now, why, note)
     target = remaining[0]  # sorted by _bounce_order
@@ -219,7 +225,7 @@ def _bounce_order(observation: Observation) -> Callable[[MemberPod], tuple[bool,
 
 def _bounce(
     observation: Observation,
-    state: RolloutState,
+    state: RolloutStatus,
     pod: MemberPod,
     now: datetime,
     why: str,
@@ -240,18 +246,18 @@ def _bounce(
         f"{protocol.value}, {why}" + (f" ({note})" if note else "")
     )
     bounced = state.bounced_slots if again else (*state.bounced_slots, pod.slot)
-    new_state = replace(
+    new_state = _replace(
         state,
-        phase=RolloutPhase.ROLLING,
         bounced_slots=bounced,
         current_slot=pod.slot,
         current_pod=pod.pod_name,
         current_member_id=member.member_id if member is not None else None,
         current_pod_uid=pod.pod_uid or None,
-        current_bounced_at=now,
+        current_slot_bounced_at=now,
         waiting_since=now,
         message=reason,
-    )
+        blocker=None,
+    ).rolling()
     return Bounce(
         slot=pod.slot,
         instance_id=pod.instance_id,
@@ -264,13 +270,14 @@ def _bounce(
     )
 
 
-def _finish(observation: Observation, state: RolloutState, now: datetime, note: str) -> Decision:
+def _finish(observation: Observation, state: RolloutStatus, now: datetime, note: str) -> Decision:
     protocol = state.bounce_protocol
     assert protocol is not None
     blocker = fleet_ready(observation, protocol)
     if blocker is not None:
         waiting = f"every member carries {protocol.value}; not done while {blocker}"
-        return _hold(observation, state, now, state.waiting_since, _join(note, waiting))
+        since = state.waiting_since
+        return _hold(observation, state, now, since, blocker, _join(note, waiting))
     started = state.from_protocol.value if state.from_protocol else "a mixed fleet"
     reason = _join(
         note,
@@ -278,21 +285,22 @@ def _finish(observation: Observation, state: RolloutState, now: datetime, note: 
         f"in {len(state.bounces)} bounce(s), group Stable with "
         f"{observation.expected_members} members",
     )
-    record = replace(
+    record = _replace(
         _without_member_in_flight(state),
-        phase=RolloutPhase.IDLE,
+        phase=RolloutPhase.COMPLETED,
         pending_slots=(),
         waiting_since=None,
         completed_at=now,
         message=reason,
+        blocker=None,
     )
     return Done(reason, record)
 
 
-def _plan_drift(observation: Observation, state: RolloutState) -> str | None:
+def _plan_drift(observation: Observation, state: RolloutStatus) -> str | None:
     """Why the persisted plan no longer fits the spec or the pods; None while it does."""
     desired, template_hash = observation.desired_protocol, observation.desired_template_hash
-    if state.to_protocol is not desired or state.template_hash != template_hash:
+    if not _ends_at(state, desired) or state.template_hash != template_hash:
         return f"the spec now asks for {desired.value} with template {template_hash}"
     live = observation.live_pods
     needed = rollout_bounces(((p.protocol, p.template_hash) for p in live), desired, template_hash)
@@ -305,7 +313,7 @@ def _plan_drift(observation: Observation, state: RolloutState) -> str | None:
     return None
 
 
-def _in_flight(observation: Observation, state: RolloutState) -> str | None:
+def _in_flight(observation: Observation, state: RolloutStatus) -> Blocker | None:
     """The member in flight, if it has not come back yet."""
     slot, protocol, template_hash = state.current_slot, state.bounce_protocol, state.template_hash
     if slot is None or protocol is None or template_hash is None:
@@ -314,43 +322,61 @@ def _in_flight(observation: Observation, state: RolloutState) -> str | None:
     if pod is not None and not pod.created_with(protocol, template_hash):
         return None  # the recorded bounce never reached the pod: nothing is in flight
     blocker = member_back(observation, state)
-    return None if blocker is None else f"slot {slot} ({blocker})"
+    return None if blocker is None else Blocker(blocker.code, f"slot {slot} ({blocker})")
 
 
-def _unverifiable(observation: Observation, state: RolloutState) -> str | None:
+def _unverifiable(observation: Observation, state: RolloutStatus) -> Blocker | None:
     protocols = {pod.protocol for pod in observation.live_pods} | set(state.bounces)
     if len(protocols) < 2 or observation.assignors.distinguishable:
         return None
-    return (
+    return Blocker(
+        BlockerCode.ASSIGNORS_INDISTINGUISHABLE,
         f"the eager and cooperative assignors are both {observation.assignors.eager!r}, so the "
         "coordinator cannot show which protocol a member runs; name two different assignors "
-        "in spec.rebalance to change protocols"
+        "in spec.rebalance to change protocols",
     )
 
 
 def _hold(
     observation: Observation,
-    state: RolloutState,
+    state: RolloutStatus,
     now: datetime,
     since: datetime | None,
+    blocker: Blocker,
     reason: str,
     slot: int | None = None,
 ) -> Wait | Pause:
     if _timed_out(observation, since, now):
-        return _pause(state, reason, slot, observation.member_ready_timeout_seconds)
-    return _wait(state, reason)
+        return _pause(state, blocker, reason, slot, observation.member_ready_timeout_seconds)
+    return _wait(state, reason, blocker)
 
 
-def _wait(state: RolloutState, reason: str) -> Wait:
-    return Wait(reason, replace(state, phase=RolloutPhase.ROLLING, message=reason))
+def _wait(state: RolloutStatus, reason: str, blocker: Blocker | None) -> Wait:
+    code = blocker.code if blocker is not None else None
+    return Wait(reason, _replace(state, message=reason, blocker=code).rolling(), blocker)
 
 
 def _pause(
-    state: RolloutState, reason: str, slot: int | None = None, timeout: float | None = None
+    state: RolloutStatus,
+    blocker: Blocker,
+    reason: str,
+    slot: int | None = None,
+    timeout: float | None = None,
 ) -> Pause:
     over = f" for over memberReadyTimeoutSeconds ({timeout:g}s)" if timeout is not None else ""
     message = f"rollout paused{over}: {reason}. Nothing is skipped; it resumes once this clears"
-    return Pause(message, replace(state, phase=RolloutPhase.PAUSED, message=message), slot)
+    paused = _replace(state, phase=RolloutPhase.PAUSED, message=message, blocker=blocker.code)
+    return Pause(message, paused, blocker, slot)
+
+
+def _replace(state: RolloutStatus, **changes: object) -> RolloutStatus:
+    return state.model_copy(update=changes)
+
+
+def _ends_at(state: RolloutStatus, desired: RebalanceProtocolSetting) -> bool:
+    """Whether the rollout recorded in `state` ends at `desired` (the spec's wish, which a
+    member's setting names with the same value)."""
+    return state.to_protocol is not None and state.to_protocol.value == desired.value
 
 
 def _timed_out(observation: Observation, since: datetime | None, now: datetime) -> bool:
