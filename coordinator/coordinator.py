@@ -249,7 +249,8 @@ class GroupCoordinator:
             results[group_id] = await self._delete_group(group_id)
         return results
 
-    def topic_metadata(self) -> dict[str, int]:
+    async def topic_metadata(self) -> dict[str, int]:
+        """Topic name -> partition count (a copy), as a leader needs it to assign."""
         return dict(self._ctx.topics)
 
     async def set_topic_metadata(self, partitions_per_topic: Mapping[str, int]) -> None:
