@@ -66,7 +66,8 @@ def decode_heartbeat(body: bytes) -> HeartbeatRequest | None:
     lone surrogates itself, which the store could not keep; tests check it.)"""
     try:
         parsed = _DECODER.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        # msgspec raises UnicodeDecodeError, not DecodeError, for invalid UTF-8 in a string.
         return None
     return HeartbeatRequest(
         parsed.group_id, parsed.generation_id, parsed.member_id, parsed.group_instance_id

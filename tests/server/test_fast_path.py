@@ -142,6 +142,7 @@ CASES: dict[str, Callable[[Side], bytes]] = {
         HB_PATH, json.dumps({"group_id": GROUP_A, "generation_id": 1}).encode()
     ),
     "lone surrogate": lambda s: _post(HB_PATH, _heartbeat(s).replace(b'"i-1"', b'"i-\\ud800"')),
+    "invalid utf-8": lambda s: _post(HB_PATH, _heartbeat(s).replace(b'"i-1"', b'"i-\xff"')),
     "duplicate key": lambda s: _post(HB_PATH, _heartbeat(s)[:-1] + b', "member_id": "nobody"}'),
     "empty body": lambda s: _post(HB_PATH, b""),
     "connection close": lambda s: _post(HB_PATH, _heartbeat(s), extra="Connection: close\r\n"),
