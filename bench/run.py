@@ -26,6 +26,7 @@ BENCHMARKS: tuple[str, ...] = (
     "kafka_assignors",
     "coordinator",
     "http",
+    "body_decode",
     "spark",
     "slow_clients",
     "kafka",

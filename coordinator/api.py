@@ -1,9 +1,10 @@
-"""`GroupApi`: the member protocol's six operations, one signature each.
+"""`GroupApi`: the eight operations the coordinator serves to members, one signature each.
 
 The coordinator implements it, and so does every way of reaching one: the HTTP transport,
 the in-process transport, the Kafka wire transport, and the tests' fakes (mypy checks each,
-tests/test_group_api.py). The route table has one route per operation. A member's
-`Transport` is a `GroupApi` plus what only a client needs (topic metadata, close).
+tests/test_group_api.py). The route table serves each operation (its member-protocol
+routes are exactly these, each handled by a function of the method's name). A member's
+`Transport` is a `GroupApi` plus what only a client needs (close).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.standby import StandbyHeartbeatRequest, StandbyHeartbeatResponse
 
 
 class GroupApi(Protocol):
@@ -43,6 +45,14 @@ class GroupApi(Protocol):
 
     async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse: ...
 
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        """A hot standby's sign of life; the answer names its promotion once there is one."""
+        ...
+
+    async def topic_metadata(self) -> dict[str, int]:
+        """Topic name -> partition count, as the leader needs it to assign."""
+        ...
+
 
 # The route table's operation id of each GroupApi method.
 OPERATION_IDS: Final = {
@@ -52,4 +62,6 @@ OPERATION_IDS: Final = {
     "leave_group": "leaveGroup",
     "commit_offsets": "commitOffsets",
     "fetch_offsets": "fetchOffsets",
+    "standby_heartbeat": "standbyHeartbeat",
+    "topic_metadata": "getTopics",
 }

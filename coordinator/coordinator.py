@@ -5,7 +5,9 @@ module: this class owns a membership manager (JoinGroup, SyncGroup, Heartbeat, L
 and their timers), an offsets manager (commit/fetch) and a standby manager, each given one
 `CoordinatorContext` (`runtime`: settings, clock, keyed timers, store, journal, the groups
 map, the one write path). This module keeps lifecycle, the error guard, the request API
-and the admin calls. Rules per state are in `coordinator.state`.
+and the admin calls; each admin call that changes something is an operation on the same
+write path as the requests (`CoordinatorContext.write`). Rules per state are in
+`coordinator.state`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from coordinator.messages import (
 )
 from coordinator.offsets import OffsetManager
 from coordinator.records import StoreBatch
-from coordinator.runtime import CoordinatorContext, JournalListener
+from coordinator.runtime import CoordinatorContext, CoordinatorResult, JournalListener
 from coordinator.standby import (
     PromoteResponse,
     StandbyHeartbeatRequest,
@@ -156,15 +158,17 @@ class GroupCoordinator:
         if self._journal_prune_timer is not None:
             self._journal_prune_timer.cancel()
         self._ctx.timers.cancel_all()
-        for group in self._ctx.groups.values():
-            async with group.lock:
-                for member in group.members.values():
-                    member.complete_join(
-                        JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id="")
-                    )
-                    member.complete_sync(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-                await self._ctx.flush(group)
+        for group in list(self._ctx.groups.values()):
+            await self._ctx.write(group, self._close_group, group)
         await self._ctx.store.close()
+
+    def _close_group(self, group: ClassicGroup) -> CoordinatorResult[None]:
+        for member in group.members.values():
+            member.complete_join(
+                JoinGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id="")
+            )
+            member.complete_sync(SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+        return self._ctx.result(group, None)
 
     # --- requests -----------------------------------------------------------------------
 
@@ -245,7 +249,8 @@ class GroupCoordinator:
             results[group_id] = await self._delete_group(group_id)
         return results
 
-    def topic_metadata(self) -> dict[str, int]:
+    async def topic_metadata(self) -> dict[str, int]:
+        """Topic name -> partition count (a copy), as a leader needs it to assign."""
         return dict(self._ctx.topics)
 
     async def set_topic_metadata(self, partitions_per_topic: Mapping[str, int]) -> None:
@@ -254,18 +259,27 @@ class GroupCoordinator:
             if not topic or count < 0:
                 raise ValueError(f"invalid topic metadata {topic!r}: {count}")
         async with self._topics_lock:
-            topics = dict(self._ctx.topics)
-            for topic, count in partitions_per_topic.items():
-                if count == 0:
-                    topics.pop(topic, None)
-                else:
-                    topics[topic] = count
-            await self._ctx.store.write(StoreBatch(topics=topics))
-            changes = changed_topics(self._ctx.topics, topics)
-            self._ctx.topics = topics
+            changes = await self._ctx.write(None, self._merge_topics, partitions_per_topic)
             if changes:
                 # Under the topics lock: two metadata changes start their rebalances in order.
                 await self._rebalance_groups_consuming(changes)
+
+    def _merge_topics(
+        self, partitions_per_topic: Mapping[str, int]
+    ) -> CoordinatorResult[dict[str, tuple[int, int]]]:
+        topics = dict(self._ctx.topics)
+        for topic, count in partitions_per_topic.items():
+            if count == 0:
+                topics.pop(topic, None)
+            else:
+                topics[topic] = count
+
+        def written() -> CoordinatorResult[dict[str, tuple[int, int]]]:
+            changes = changed_topics(self._ctx.topics, topics)
+            self._ctx.topics = topics
+            return CoordinatorResult(changes)
+
+        return CoordinatorResult({}, StoreBatch(topics=topics), then=written)
 
     async def _rebalance_groups_consuming(self, changes: Mapping[str, tuple[int, int]]) -> None:
         """Kafka's consumer leader rejoins when a subscribed topic's partition count changes;
@@ -273,13 +287,18 @@ class GroupCoordinator:
         Stable and CompletingRebalance groups: in PreparingRebalance the leader reads the
         metadata after the join phase anyway, and an Empty group has nobody to assign to."""
         for group in list(self._ctx.groups.values()):
-            async with group.lock:
-                if not group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-                    continue
-                consumed = group.consumed_topics()
-                affected = {t: change for t, change in changes.items() if t in consumed}
-                if affected:
-                    await self._rebalance_for_metadata(group, affected)
+            await self._ctx.write(group, self._rebalance_if_consuming, group, changes)
+
+    def _rebalance_if_consuming(
+        self, group: ClassicGroup, changes: Mapping[str, tuple[int, int]]
+    ) -> CoordinatorResult[None]:
+        if not group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            return CoordinatorResult(None)
+        consumed = group.consumed_topics()
+        affected = {t: change for t, change in changes.items() if t in consumed}
+        if not affected:
+            return CoordinatorResult(None)
+        return self._rebalance_for_metadata(group, affected)
 
     async def _rebalance_stale_groups(self) -> None:
         """After a restart, a loaded group that cannot stay as it was rebalances now instead
@@ -295,39 +314,42 @@ class GroupCoordinator:
           ever ask for that follow-up again."""
         limit = self._ctx.config.group_max_size
         for group in list(self._ctx.groups.values()):
-            async with group.lock:
-                if limit is not None and len(group.members) > limit:
-                    self._membership.prepare_rebalance(
-                        group,
-                        f"loaded with {len(group.members)} members, over group_max_size {limit}",
-                    )
-                    await self._ctx.flush(group)
-                    continue
-                if not group.is_in(GroupState.STABLE):
-                    continue
-                if group.assigned_topics:
-                    current = topic_counts(group.assigned_topics, self._ctx.topics)
-                    affected = {
-                        t: (count, current[t])
-                        for t, count in group.assigned_topics.items()
-                        if count != current[t]
-                    }
-                    if affected:
-                        await self._rebalance_for_metadata(group, affected)
-                        continue
-                unowned = unowned_partitions(
-                    topic_counts(group.consumed_topics(), self._ctx.topics),
-                    (member.assignment for member in group.members.values()),
-                )
-                if unowned:
-                    self._membership.prepare_rebalance(
-                        group, f"loaded with {unowned} subscribed partition(s) unowned"
-                    )
-                    await self._ctx.flush(group)
+            await self._ctx.write(group, self._rebalance_if_stale, group, limit)
 
-    async def _rebalance_for_metadata(
+    def _rebalance_if_stale(
+        self, group: ClassicGroup, limit: int | None
+    ) -> CoordinatorResult[None]:
+        if limit is not None and len(group.members) > limit:
+            self._membership.prepare_rebalance(
+                group,
+                f"loaded with {len(group.members)} members, over group_max_size {limit}",
+            )
+            return self._ctx.result(group, None)
+        if not group.is_in(GroupState.STABLE):
+            return CoordinatorResult(None)
+        if group.assigned_topics:
+            current = topic_counts(group.assigned_topics, self._ctx.topics)
+            affected = {
+                t: (count, current[t])
+                for t, count in group.assigned_topics.items()
+                if count != current[t]
+            }
+            if affected:
+                return self._rebalance_for_metadata(group, affected)
+        unowned = unowned_partitions(
+            topic_counts(group.consumed_topics(), self._ctx.topics),
+            (member.assignment for member in group.members.values()),
+        )
+        if not unowned:
+            return CoordinatorResult(None)
+        self._membership.prepare_rebalance(
+            group, f"loaded with {unowned} subscribed partition(s) unowned"
+        )
+        return self._ctx.result(group, None)
+
+    def _rebalance_for_metadata(
         self, group: ClassicGroup, affected: Mapping[str, tuple[int, int]]
-    ) -> None:
+    ) -> CoordinatorResult[None]:
         self._ctx.journal(
             group,
             JournalKind.TOPIC_METADATA_CHANGED,
@@ -336,11 +358,15 @@ class GroupCoordinator:
         )
         described = ", ".join(f"{t} {old}->{new}" for t, (old, new) in affected.items())
         self._membership.prepare_rebalance(group, f"topic metadata changed: {described}")
-        try:
-            await self._ctx.flush(group)
-        except StoreError:
+
+        def failed(error: StoreError) -> CoordinatorResult[None]:
             # The rebalance has started in memory; members learn of it regardless.
-            log.exception("group %s: cannot write the metadata rebalance", group.group_id)
+            log.error(
+                "group %s: cannot write the metadata rebalance", group.group_id, exc_info=error
+            )
+            return CoordinatorResult(None)
+
+        return self._ctx.result(group, None, failed=failed)
 
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None
@@ -479,13 +505,17 @@ class GroupCoordinator:
 
     async def _apply_expansion(self, group_id: str, expansion: Expansion | None) -> None:
         group = self._ctx.groups.get(group_id)
-        if group is None:
-            await self._ctx.store.write_expansion(group_id, expansion)
-            self._set_expansion(group_id, expansion)
-            return
-        async with group.lock:
-            # Written first: the coordinator never holds a join phase it would forget.
-            await self._ctx.store.write_expansion(group_id, expansion)
+        await self._ctx.write(group, self._expansion_in_group, group_id, group, expansion)
+
+    def _expansion_in_group(
+        self, group_id: str, group: ClassicGroup | None, expansion: Expansion | None
+    ) -> CoordinatorResult[None]:
+        """Written first: the coordinator never holds a join phase it would forget."""
+
+        def written() -> CoordinatorResult[None]:
+            if group is None:
+                self._set_expansion(group_id, expansion)
+                return CoordinatorResult(None)
             held = self._membership.expansion_hold_ms(group) > 0
             self._set_expansion(group_id, expansion)
             if (
@@ -498,7 +528,9 @@ class GroupCoordinator:
                 self._membership.cancel_join_timer(group)
                 self._membership.arm_join_timer(group, group.rebalance_timeout_ms())
             self._membership.maybe_complete_join(group)
-            await self._ctx.flush(group)
+            return self._ctx.result(group, None)
+
+        return CoordinatorResult(None, StoreBatch(expansions=[(group_id, expansion)]), then=written)
 
     def _set_expansion(self, group_id: str, expansion: Expansion | None) -> None:
         if expansion is None:
@@ -512,19 +544,25 @@ class GroupCoordinator:
         group = self._ctx.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND
-        async with group.lock:
-            if group.members or group.pending_members:
-                return ErrorCode.NON_EMPTY_GROUP
-            self._membership.cancel_group_timers(group)
-            group.transition_to(GroupState.DEAD)
-            self._ctx.journal(group, JournalKind.GROUP_DELETED, None)
-            group.pending_writes.deleted_groups.append(group_id)
-            try:
-                await self._ctx.flush(group)
-            except StoreError:
-                group.state = GroupState.EMPTY  # nothing was deleted; not a protocol transition
-                raise
+        return await self._ctx.write(group, self._delete_in_group, group)
+
+    def _delete_in_group(self, group: ClassicGroup) -> CoordinatorResult[ErrorCode]:
+        if group.members or group.pending_members:
+            return CoordinatorResult(ErrorCode.NON_EMPTY_GROUP)
+        group_id = group.group_id
+        self._membership.cancel_group_timers(group)
+        group.transition_to(GroupState.DEAD)
+        self._ctx.journal(group, JournalKind.GROUP_DELETED, None)
+        group.pending_writes.deleted_groups.append(group_id)
+
+        def written() -> CoordinatorResult[ErrorCode]:
             self._offsets.committed.pop(group_id, None)
             if self._ctx.groups.get(group_id) is group:
                 del self._ctx.groups[group_id]
-        return ErrorCode.NONE
+            return CoordinatorResult(ErrorCode.NONE)
+
+        def failed(error: StoreError) -> CoordinatorResult[ErrorCode]:
+            group.state = GroupState.EMPTY  # nothing was deleted; not a protocol transition
+            raise error
+
+        return self._ctx.result(group, ErrorCode.NONE, then=written, failed=failed)

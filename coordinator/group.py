@@ -142,7 +142,8 @@ class ClassicGroup:
     # the group's candidate protocols does not recount every member (O(n) per join).
     protocol_counts: Counter[str] = field(default_factory=Counter)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Changes made under the lock, written to the store before the lock is released.
+    # The records of the operation running under the lock; it takes them into its
+    # CoordinatorResult (`CoordinatorContext.result`), written before the lock is released.
     pending_writes: StoreBatch = field(default_factory=StoreBatch)
     needs_persist: bool = False
     # The record as last written: what a restarted coordinator would load.

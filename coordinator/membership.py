@@ -32,13 +32,17 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from coordinator.runtime import CoordinatorContext
+from coordinator.runtime import CoordinatorContext, CoordinatorResult
 from coordinator.state import GroupState
 from coordinator.store import StoreError
 from coordinator.subscriptions import subscription_changed, topic_counts
 from coordinator.timers import heartbeat_key, join_key, sync_key
 
 log = logging.getLogger("coordinator")
+
+# What a JoinGroup / SyncGroup decides: the answer now, or the parked request's future.
+JoinOutcome = JoinGroupResponse | asyncio.Future[JoinGroupResponse]
+SyncOutcome = SyncGroupResponse | asyncio.Future[SyncGroupResponse]
 
 
 class MembershipManager:
@@ -84,17 +88,24 @@ class MembershipManager:
                 return JoinGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID, member_id=request.member_id)
             group = ClassicGroup(request.group_id)
             self._ctx.groups[group.group_id] = group
-        async with group.lock:
-            outcome = await self._join_in_group(group, request)
-            await self._ctx.flush(group)
+        outcome = await self._ctx.write(group, self._join_in_group, group, request)
         if isinstance(outcome, JoinGroupResponse):
             return outcome
         # Shield: a caller that goes away must not cancel the group's bookkeeping future.
         return await asyncio.shield(outcome)
 
-    async def _join_in_group(
+    def _join_in_group(
         self, group: ClassicGroup, request: JoinGroupRequest
-    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+    ) -> CoordinatorResult[JoinOutcome]:
+        """The JoinGroup operation (under the group lock, no I/O)."""
+        outcome = self._join_outcome(group, request)
+        if isinstance(outcome, CoordinatorResult):
+            return outcome
+        return self._ctx.result(group, outcome)
+
+    def _join_outcome(
+        self, group: ClassicGroup, request: JoinGroupRequest
+    ) -> JoinOutcome | CoordinatorResult[JoinOutcome]:
         if group.is_in(GroupState.DEAD):
             # As Kafka: the group's deletion is being written; the member retries and then
             # creates the group afresh (installing a new one now would be dropped with it).
@@ -108,7 +119,7 @@ class MembershipManager:
             self._refuse_over_capacity(group, member_id)
             return JoinGroupResponse(ErrorCode.GROUP_MAX_SIZE_REACHED)
         if request.member_id == UNKNOWN_MEMBER_ID:
-            return await self._join_new_member(group, request)
+            return self._join_new_member(group, request)
         return self._join_existing_member(group, request)
 
     def _accepts_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
@@ -133,9 +144,9 @@ class MembershipManager:
         if member is not None:
             self._remove_member(group, member, JournalKind.MEMBER_REMOVED, "group_max_size")
 
-    async def _join_new_member(
+    def _join_new_member(
         self, group: ClassicGroup, request: JoinGroupRequest
-    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+    ) -> JoinOutcome | CoordinatorResult[JoinOutcome]:
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
         instance_id = request.group_instance_id
         known_static = group.static_member_id(instance_id)
@@ -144,7 +155,7 @@ class MembershipManager:
         if instance_id is not None:
             new_member_id = f"{instance_id}-{uuid.uuid4()}"
             if known_static is not None:
-                return await self._replace_static_member(
+                return self._replace_static_member(
                     group, request, instance_id, known_static, new_member_id, protocols
                 )
             return self._add_member_and_rebalance(group, request, new_member_id, protocols)
@@ -153,9 +164,7 @@ class MembershipManager:
         self._add_pending_member(group, new_member_id, request.session_timeout_ms)
         return JoinGroupResponse(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_member_id)
 
-    def _join_existing_member(
-        self, group: ClassicGroup, request: JoinGroupRequest
-    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+    def _join_existing_member(self, group: ClassicGroup, request: JoinGroupRequest) -> JoinOutcome:
         member_id = request.member_id
         protocols = tuple((p.name, p.metadata) for p in request.protocols)
         # As Kafka: protocols are checked before the member id.
@@ -246,7 +255,7 @@ class MembershipManager:
         self.maybe_complete_join(group)
         return future
 
-    async def _replace_static_member(
+    def _replace_static_member(
         self,
         group: ClassicGroup,
         request: JoinGroupRequest,
@@ -254,7 +263,7 @@ class MembershipManager:
         old_member_id: str,
         new_member_id: str,
         protocols: tuple[tuple[str, bytes], ...],
-    ) -> JoinGroupResponse | asyncio.Future[JoinGroupResponse]:
+    ) -> JoinOutcome | CoordinatorResult[JoinOutcome]:
         """KIP-345: a static member restarted; its new member id replaces and fences the old."""
         old_member = group.members[old_member_id]
         previous = (
@@ -293,18 +302,35 @@ class MembershipManager:
                     group, f"static member {instance_id} rejoined with {change}"
                 )
                 return future
-            # No rebalance: persist the new member id, then serve the current generation.
+            # No rebalance: persist the new member id, then serve the current generation
+            # (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin: the answer completes
+            # once the record is written).
             persisted_before = group.persisted_record
             group.needs_persist = True
-            try:
-                await self._ctx.flush(group)
-            except StoreError:
+            answer: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
+
+            def written() -> CoordinatorResult[JoinOutcome]:
+                self.touch(group, member)
+                is_leader = group.is_leader(new_member_id)
+                self._ctx.journal(
+                    group,
+                    JournalKind.STATIC_REJOIN,
+                    member,
+                    old_member_id=old_member_id,
+                    leader=is_leader,
+                )
+                answer.set_result(
+                    self._current_generation_response(group, member, skip_assignment=is_leader)
+                )
+                return self._ctx.result(group, answer)
+
+            def failed(error: StoreError) -> CoordinatorResult[JoinOutcome]:
                 log.warning(
                     "group %s: static member %s could not be persisted; kept %s",
                     group.group_id,
                     instance_id,
                     old_member_id,
-                    exc_info=True,
+                    exc_info=error,
                 )
                 group.replace_static_member(instance_id, new_member_id, old_member_id)
                 self.move_session_timer(group, new_member_id, old_member_id)
@@ -322,24 +348,19 @@ class MembershipManager:
                 group.persisted_record = persisted_before
                 group.needs_persist = False
                 # As Kafka: the error carries the group's generation, leader and protocol.
-                return JoinGroupResponse(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    generation_id=group.generation_id,
-                    protocol_type=group.protocol_type,
-                    protocol_name=group.protocol_name,
-                    leader=group.leader_id or "",
-                    member_id=UNKNOWN_MEMBER_ID,
+                answer.set_result(
+                    JoinGroupResponse(
+                        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                        generation_id=group.generation_id,
+                        protocol_type=group.protocol_type,
+                        protocol_name=group.protocol_name,
+                        leader=group.leader_id or "",
+                        member_id=UNKNOWN_MEMBER_ID,
+                    )
                 )
-            self.touch(group, member)
-            is_leader = group.is_leader(new_member_id)
-            self._ctx.journal(
-                group,
-                JournalKind.STATIC_REJOIN,
-                member,
-                old_member_id=old_member_id,
-                leader=is_leader,
-            )
-            return self._current_generation_response(group, member, skip_assignment=is_leader)
+                return self._ctx.result(group, answer)
+
+            return self._ctx.result(group, answer, then=written, failed=failed)
         group.persist_static_replacement(instance_id, old_member_id)
         future = self._park_join(member)
         if group.is_in(GroupState.COMPLETING_REBALANCE):
@@ -684,16 +705,23 @@ class MembershipManager:
         group = self._ctx.groups.get(request.group_id)
         if group is None:
             return SyncGroupResponse(ErrorCode.UNKNOWN_MEMBER_ID)
-        async with group.lock:
-            outcome = await self._sync_in_group(group, request)
-            await self._ctx.flush(group)
+        outcome = await self._ctx.write(group, self._sync_in_group, group, request)
         if isinstance(outcome, SyncGroupResponse):
             return outcome
         return await asyncio.shield(outcome)
 
-    async def _sync_in_group(
+    def _sync_in_group(
         self, group: ClassicGroup, request: SyncGroupRequest
-    ) -> SyncGroupResponse | asyncio.Future[SyncGroupResponse]:
+    ) -> CoordinatorResult[SyncOutcome]:
+        """The SyncGroup operation (under the group lock, no I/O)."""
+        outcome = self._sync_outcome(group, request)
+        if isinstance(outcome, CoordinatorResult):
+            return outcome
+        return self._ctx.result(group, outcome)
+
+    def _sync_outcome(
+        self, group: ClassicGroup, request: SyncGroupRequest
+    ) -> SyncOutcome | CoordinatorResult[SyncOutcome]:
         member_id = request.member_id
         if group.is_in(GroupState.DEAD):
             return SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -723,10 +751,17 @@ class MembershipManager:
         future: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
         member.sync_future = future
         if group.is_leader(member_id):
-            await self._store_assignment(group, request)
+            return self._store_assignment(group, request, future)
         return future
 
-    async def _store_assignment(self, group: ClassicGroup, request: SyncGroupRequest) -> None:
+    def _store_assignment(
+        self,
+        group: ClassicGroup,
+        request: SyncGroupRequest,
+        future: asyncio.Future[SyncGroupResponse],
+    ) -> CoordinatorResult[SyncOutcome]:
+        """The leader's assignment: written first, then every parked SyncGroup is answered
+        (Kafka's appendFuture of the group metadata record)."""
         assignments = {a.member_id: a.assignment for a in request.assignments}
         unknown = set(assignments) - set(group.members)
         if unknown:
@@ -749,9 +784,15 @@ class MembershipManager:
                 **self._assignment_detail(group, member.assignment),
             )
         self._ctx.journal(group, JournalKind.STABLE, None, members=len(group.members))
-        try:
-            await self._ctx.flush(group)
-        except StoreError:
+
+        def written() -> CoordinatorResult[SyncOutcome]:
+            group.transition_to(GroupState.STABLE)
+            self._propagate_sync(
+                group, lambda member: self._sync_response(group, member.assignment)
+            )
+            return self._ctx.result(group, future)
+
+        def failed(error: StoreError) -> CoordinatorResult[SyncOutcome]:
             for member in group.members.values():
                 member.assignment = previous.get(member.member_id, b"")
             # As Kafka does when the group record cannot be written: everyone rejoins.
@@ -759,9 +800,9 @@ class MembershipManager:
                 group, lambda _: SyncGroupResponse(ErrorCode.COORDINATOR_NOT_AVAILABLE)
             )
             self.prepare_rebalance(group, "assignment could not be stored")
-            raise
-        group.transition_to(GroupState.STABLE)
-        self._propagate_sync(group, lambda member: self._sync_response(group, member.assignment))
+            raise error
+
+        return self._ctx.result(group, future, then=written, failed=failed)
 
     def _propagate_sync(
         self, group: ClassicGroup, response: Callable[[ClassicMember], SyncGroupResponse]
@@ -804,7 +845,13 @@ class MembershipManager:
         code = await self._ctx.write(group, self._heartbeat_in_group, group, request)
         return HeartbeatResponse(code)
 
-    def _heartbeat_in_group(self, group: ClassicGroup, request: HeartbeatRequest) -> ErrorCode:
+    def _heartbeat_in_group(
+        self, group: ClassicGroup, request: HeartbeatRequest
+    ) -> CoordinatorResult[ErrorCode]:
+        """The Heartbeat operation (under the group lock, no I/O)."""
+        return self._ctx.result(group, self._heartbeat_code(group, request))
+
+    def _heartbeat_code(self, group: ClassicGroup, request: HeartbeatRequest) -> ErrorCode:
         if group.is_in(GroupState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         code = self._ctx.validate_member(
@@ -844,6 +891,12 @@ class MembershipManager:
         return await self._ctx.write(group, self._leave_in_group, group, request)
 
     def _leave_in_group(
+        self, group: ClassicGroup, request: LeaveGroupRequest
+    ) -> CoordinatorResult[LeaveGroupResponse]:
+        """The LeaveGroup operation (under the group lock, no I/O)."""
+        return self._ctx.result(group, self._leave_response(group, request))
+
+    def _leave_response(
         self, group: ClassicGroup, request: LeaveGroupRequest
     ) -> LeaveGroupResponse:
         if group.is_in(GroupState.DEAD):

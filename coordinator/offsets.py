@@ -15,7 +15,7 @@ from coordinator.messages import (
     OffsetFetchResponse,
 )
 from coordinator.records import OffsetRecord
-from coordinator.runtime import CoordinatorContext
+from coordinator.runtime import CoordinatorContext, CoordinatorResult
 from coordinator.state import GroupState
 
 
@@ -39,22 +39,16 @@ class OffsetManager:
             group = ClassicGroup(request.group_id)
             group.needs_persist = True
             self._ctx.groups[group.group_id] = group
-        response, accepted = await self._ctx.write(group, self._commit_in_group, group, request)
-        # Served from memory only once written (the write raised otherwise). No await since
-        # the write returned, so no later commit to this group has run in between.
-        if accepted:
-            offsets = self.committed.setdefault(group.group_id, {})
-            for record in accepted:
-                offsets[(record.topic, record.partition)] = record
-        return response
+        return await self._ctx.write(group, self._commit_in_group, group, request)
 
     def _commit_in_group(
         self, group: ClassicGroup, request: OffsetCommitRequest
-    ) -> tuple[OffsetCommitResponse, list[OffsetRecord]]:
-        """The decision (under the group lock): the answer, and the records to write."""
+    ) -> CoordinatorResult[OffsetCommitResponse]:
+        """The OffsetCommit operation (under the group lock, no I/O): the answer, and the
+        accepted offsets as records; they are served from memory only once written."""
         code = self._validate_commit(group, request)
         if code is not ErrorCode.NONE:
-            return _everywhere(request, code), []
+            return self._ctx.result(group, _everywhere(request, code))
         member = group.members.get(request.member_id)
         if member is not None:
             self._membership.touch(group, member)
@@ -92,8 +86,18 @@ class OffsetManager:
             results.append(
                 OffsetCommitPartitionResponse(partition.topic, partition.partition, ErrorCode.NONE)
             )
+        response = OffsetCommitResponse(ErrorCode.NONE, results)
+        if not accepted:
+            return self._ctx.result(group, response)
         group.pending_writes.offsets.extend((group.group_id, record) for record in accepted)
-        return OffsetCommitResponse(ErrorCode.NONE, results), accepted
+
+        def written() -> CoordinatorResult[OffsetCommitResponse]:
+            offsets = self.committed.setdefault(group.group_id, {})
+            for record in accepted:
+                offsets[(record.topic, record.partition)] = record
+            return CoordinatorResult(response)
+
+        return self._ctx.result(group, response, then=written)
 
     def _validate_commit(self, group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:
         """Kafka's ClassicGroup.validateOffsetCommit, in its order: the member and its

@@ -1,4 +1,5 @@
-"""What the coordinator persists: group metadata, committed offsets, journal rows, topics.
+"""What the coordinator persists: group metadata, committed offsets, journal rows, topics,
+expected members and standby promotions; one `StoreBatch` is one operation's records.
 
 Kafka writes a group's metadata record when a generation's assignment is stored, when a
 static member is replaced, and when the group becomes empty; we persist at the same points.
@@ -10,7 +11,9 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.expansion import Expansion
 from coordinator.journal import JournalEvent
+from coordinator.standby import StandbyPromotion
 
 
 def _b64(data: bytes) -> str:
@@ -119,17 +122,29 @@ class OffsetRecord:
 
 @dataclass(slots=True)
 class StoreBatch:
-    """One change, written in one transaction."""
+    """One operation's records (Kafka's CoordinatorResult records), written in one
+    transaction."""
 
     groups: list[GroupRecord] = field(default_factory=list)
     deleted_groups: list[str] = field(default_factory=list)
     offsets: list[tuple[str, OffsetRecord]] = field(default_factory=list)
     journal: list[JournalEvent] = field(default_factory=list)
     topics: dict[str, int] | None = None  # the whole topic map, when it changed
+    # (group id, expected members): set, or with None cleared (pre-registration).
+    expansions: list[tuple[str, Expansion | None]] = field(default_factory=list)
+    # (group id, standby id, promotion): set, or with None cleared (hot standby).
+    promotions: list[tuple[str, str, StandbyPromotion | None]] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return (
-            not (self.groups or self.deleted_groups or self.offsets or self.journal)
+            not (
+                self.groups
+                or self.deleted_groups
+                or self.offsets
+                or self.journal
+                or self.expansions
+                or self.promotions
+            )
             and self.topics is None
         )
 

@@ -1,14 +1,21 @@
 """The context every coordinator manager is given (composition, as Kafka's group
 coordinator hands its shards a context): settings, clock, store, the keyed timers, the
-groups map and shared group metadata, the journal, and the ONE write path (`run_timer` for
-timer expiry, `flush` for what a request changed under the group's lock)."""
+groups map and shared group metadata, the journal, and the ONE write path.
+
+The write path is Kafka's: an operation decides under its group's lock, with no I/O, and
+returns a `CoordinatorResult` (the records to write and the response); `write` takes the
+lock, runs the operation, persists the records, then answers. Every request, admin call
+and timer expiry goes through it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
@@ -16,6 +23,7 @@ from coordinator.errors import ErrorCode
 from coordinator.expansion import Expansion
 from coordinator.group import ClassicGroup, ClassicMember
 from coordinator.journal import JournalEvent, JournalKind
+from coordinator.records import StoreBatch
 from coordinator.store import Store, StoreError
 from coordinator.timers import Timers
 
@@ -24,6 +32,23 @@ log = logging.getLogger("coordinator")
 JournalListener = Callable[[JournalEvent], None]
 R = TypeVar("R")
 P = ParamSpec("P")
+
+
+@dataclass(slots=True)
+class CoordinatorResult(Generic[R]):
+    """Kafka's CoordinatorResult: what an operation decided under its lock, with no I/O.
+
+    `records` are written in one transaction before anyone is answered `response`. As
+    Kafka's appendFuture, `then` runs (still under the lock) once the records are written
+    and `failed` if they were not: each returns the next result (its records are written
+    in turn; the last result's response is the answer), and `failed` may raise instead.
+    A long poll's response is a future that a later operation, or `then`, completes.
+    """
+
+    response: R
+    records: StoreBatch | None = None
+    then: Callable[[], CoordinatorResult[R]] | None = None
+    failed: Callable[[StoreError], CoordinatorResult[R]] | None = None
 
 
 class CoordinatorContext:
@@ -41,6 +66,9 @@ class CoordinatorContext:
         self.expansions: dict[str, Expansion] = {}
         self.journal_seq = 0
         self.journal_listeners: list[JournalListener] = []
+        # The lock of records that belong to no group (topic metadata, and the expected
+        # members and standby records of a group that does not exist).
+        self.lock = asyncio.Lock()
 
     def validate_member(
         self, group: ClassicGroup, member_id: str, instance_id: str | None, operation: str
@@ -50,7 +78,7 @@ class CoordinatorContext:
             self.journal_fenced(group, instance_id, member_id, operation)
         return code
 
-    # --- journal and persistence ---------------------------------------------------------------
+    # --- journal and records ------------------------------------------------------------------
 
     def journal(
         self,
@@ -87,27 +115,58 @@ class CoordinatorContext:
             )
         )
 
+    def result(
+        self,
+        group: ClassicGroup,
+        response: R,
+        *,
+        then: Callable[[], CoordinatorResult[R]] | None = None,
+        failed: Callable[[StoreError], CoordinatorResult[R]] | None = None,
+    ) -> CoordinatorResult[R]:
+        """An operation's result: `response`, and the records its decision made in `group`.
+        (The group's helpers add records to its buffer as they change it, where Kafka's
+        pass a records list along; the operation hands them over here, all at once.)"""
+        return CoordinatorResult(response, group.take_pending_writes(), then, failed)
+
+    # --- the write path ---------------------------------------------------------------------
+
     async def write(
-        self, group: ClassicGroup, operation: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+        self,
+        scope: ClassicGroup | None,
+        operation: Callable[P, CoordinatorResult[R]],
+        *args: P.args,
+        **kwargs: P.kwargs,
     ) -> R:
-        """The one write path of a request whose decision needs no I/O (Kafka's
-        CoordinatorResult: the operation changes the group and returns the response): lock
-        the group, run it, persist what it changed once, then answer."""
-        async with group.lock:
-            response = operation(*args, **kwargs)
-            await self.flush(group)
-        return response
+        """THE write path (Kafka's scheduleWriteOperation): take the lock of `scope` (a
+        group, or None for records of no group), run the operation, persist its records,
+        follow `then`/`failed`, and answer once everything is written."""
+        async with self.lock if scope is None else scope.lock:
+            result = operation(*args, **kwargs)
+            while True:
+                try:
+                    await self._persist(scope, result.records)
+                except StoreError as error:
+                    if result.failed is None:
+                        raise
+                    result = result.failed(error)
+                    continue
+                if result.then is None:
+                    return result.response
+                result = result.then()
 
     async def run_timer(self, group: ClassicGroup, operation: Callable[[], bool]) -> None:
-        """The one write path of timer expiry: lock the group, run, persist once."""
-        async with group.lock:
-            if operation():
-                await self.flush(group)
+        """Timer expiry through the write path; `operation` returns whether it ran."""
+        await self.write(group, self._timer_result, group, operation)
 
-    async def flush(self, group: ClassicGroup) -> None:
-        """Write what the group changed under its lock (caller holds the lock)."""
-        batch = group.take_pending_writes()
-        if batch.is_empty():
+    def _timer_result(
+        self, group: ClassicGroup, operation: Callable[[], bool]
+    ) -> CoordinatorResult[None]:
+        if operation():
+            return self.result(group, None)
+        return CoordinatorResult(None)
+
+    async def _persist(self, scope: ClassicGroup | None, batch: StoreBatch | None) -> None:
+        if batch is None or batch.is_empty():
             return
         # Number journal rows right before the write is queued: the store applies writes in
         # order, so a reader polling with since_seq never sees a gap fill in later.
@@ -120,8 +179,8 @@ class CoordinatorContext:
             await self.store.write(batch)
         except StoreError:
             # Keep the group record dirty so the next write tries again.
-            if batch.groups:
-                group.needs_persist = True
+            if batch.groups and scope is not None:
+                scope.needs_persist = True
             raise
         for event in batch.journal:
             for listener in self.journal_listeners:

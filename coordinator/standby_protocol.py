@@ -7,7 +7,8 @@ Rules (tests/coordinator/test_standby.py names each):
   for a standby heard from within its session. Under the group lock it gives the instance
   id a new member id (KIP-345's static replacement: the old holder's requests are fenced
   from now on), keeps the assignment and the generation, and persists the mapping and the
-  promotion record before it answers. Nobody else rejoins.
+  promotion record (one write, through the write path) before it answers. Nobody else
+  rejoins.
 - Idempotent: repeating a promotion that holds (after an operator or a coordinator
   restart) answers NONE with the same record.
 - The standby learns of it in its next standby heartbeat answer (the record is persisted,
@@ -27,7 +28,8 @@ from coordinator.identifiers import valid_id
 from coordinator.journal import JournalKind
 from coordinator.membership import MembershipManager
 from coordinator.messages import JoinGroupResponse, SyncGroupResponse
-from coordinator.runtime import CoordinatorContext
+from coordinator.records import StoreBatch
+from coordinator.runtime import CoordinatorContext, CoordinatorResult
 from coordinator.standby import (
     Promoted,
     PromoteResponse,
@@ -68,37 +70,42 @@ class StandbyManager:
             <= self._ctx.config.group_max_session_timeout_ms
         ):
             return StandbyHeartbeatResponse(ErrorCode.INVALID_SESSION_TIMEOUT)
-        promotion = await self._standing_promotion(request.group_id, request.standby_id)
-        sessions = self.sessions.setdefault(request.group_id, {})
-        if promotion is None:
-            sessions[request.standby_id] = StandbySession(
-                self._ctx.clock.now_ms(), request.session_timeout_ms
-            )
-            return StandbyHeartbeatResponse(ErrorCode.NONE)
-        sessions.pop(request.standby_id, None)  # a member now, no longer a spare
-        group = self._ctx.groups[request.group_id]
-        return StandbyHeartbeatResponse(
-            ErrorCode.NONE,
-            Promoted(
+        group = self._ctx.groups.get(request.group_id)
+        return await self._ctx.write(group, self._heartbeat_in_group, group, request)
+
+    def _heartbeat_in_group(
+        self, group: ClassicGroup | None, request: StandbyHeartbeatRequest
+    ) -> CoordinatorResult[StandbyHeartbeatResponse]:
+        """The standby heartbeat operation (under the group's lock, no I/O)."""
+        group_id, standby_id = request.group_id, request.standby_id
+        promotion = self.promotions.get(group_id, {}).get(standby_id)
+        if promotion is not None and group is not None and self._holds(group, promotion):
+            self.sessions.get(group_id, {}).pop(standby_id, None)  # a member now, not a spare
+            promoted = Promoted(
                 instance_id=promotion.instance_id,
                 member_id=promotion.member_id,
                 generation_id=group.generation_id,
                 protocol_type=group.protocol_type or "",
                 protocol_name=group.protocol_name or "",
                 leader=group.leader_id or "",
-            ),
-        )
+            )
+            return CoordinatorResult(StandbyHeartbeatResponse(ErrorCode.NONE, promoted))
 
-    async def _standing_promotion(self, group_id: str, standby_id: str) -> StandbyPromotion | None:
-        """The standby's promotion if it still holds; a stale one is dropped."""
-        promotion = self.promotions.get(group_id, {}).get(standby_id)
+        def heard() -> CoordinatorResult[StandbyHeartbeatResponse]:
+            self._forget(group_id, [standby_id])
+            self.sessions.setdefault(group_id, {})[standby_id] = StandbySession(
+                self._ctx.clock.now_ms(), request.session_timeout_ms
+            )
+            return CoordinatorResult(StandbyHeartbeatResponse(ErrorCode.NONE))
+
         if promotion is None:
-            return None
-        group = self._ctx.groups.get(group_id)
-        if group is not None and self._holds(group, promotion):
-            return promotion
-        await self._write_promotion(group_id, standby_id, None)
-        return None
+            return heard()
+        # Stale: its member id no longer holds the instance id; dropped before the answer.
+        return CoordinatorResult(
+            StandbyHeartbeatResponse(ErrorCode.NONE),
+            StoreBatch(promotions=[(group_id, standby_id, None)]),
+            then=heard,
+        )
 
     @staticmethod
     def _holds(group: ClassicGroup, promotion: StandbyPromotion) -> bool:
@@ -106,15 +113,11 @@ class StandbyManager:
             group.static_member_id(promotion.instance_id) == promotion.member_id
         )
 
-    async def _write_promotion(
-        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
-    ) -> None:
-        await self._ctx.store.write_promotion(group_id, standby_id, promotion)
-        records = self.promotions.setdefault(group_id, {})
-        if promotion is None:
+    def _forget(self, group_id: str, standby_ids: list[str]) -> None:
+        """Drop promotion records from memory (once their deletion is written)."""
+        records = self.promotions.get(group_id, {})
+        for standby_id in standby_ids:
             records.pop(standby_id, None)
-        else:
-            records[standby_id] = promotion
 
     def standbys(self, group_id: str) -> StandbyList:
         """Standbys heard from within their session, and promotions that still hold."""
@@ -135,8 +138,17 @@ class StandbyManager:
     async def forget_standbys(self, group_id: str) -> None:
         """Drop a group's standby sessions and promotion records (the group is deleted)."""
         self.sessions.pop(group_id, None)
-        for standby_id in list(self.promotions.get(group_id, {})):
-            await self._write_promotion(group_id, standby_id, None)
+        await self._ctx.write(self._ctx.groups.get(group_id), self._forget_all, group_id)
+
+    def _forget_all(self, group_id: str) -> CoordinatorResult[None]:
+        standby_ids = list(self.promotions.get(group_id, {}))
+
+        def written() -> CoordinatorResult[None]:
+            self._forget(group_id, standby_ids)
+            return CoordinatorResult(None)
+
+        records = StoreBatch(promotions=[(group_id, s, None) for s in standby_ids])
+        return CoordinatorResult(None, records, then=written)
 
     # --- promote -----------------------------------------------------------------------
 
@@ -148,42 +160,66 @@ class StandbyManager:
         group = self._ctx.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return PromoteResponse(ErrorCode.GROUP_ID_NOT_FOUND)
-        async with group.lock:
-            standing = await self._standing_promotion(group_id, standby_id)
-            if standing is not None:
-                if standing.instance_id == instance_id:
-                    return PromoteResponse(ErrorCode.NONE, standing)
-                return PromoteResponse(
+        return await self._ctx.write(group, self._promote_in_group, group, standby_id, instance_id)
+
+    def _promote_in_group(
+        self, group: ClassicGroup, standby_id: str, instance_id: str
+    ) -> CoordinatorResult[PromoteResponse]:
+        """The promote operation (under the group lock, no I/O). A stale promotion record
+        of this standby is dropped in the same write."""
+        group_id = group.group_id
+        standing = self.promotions.get(group_id, {}).get(standby_id)
+        stale = standing is not None and not self._holds(group, standing)
+
+        def refuse(response: PromoteResponse) -> CoordinatorResult[PromoteResponse]:
+            if not stale:
+                return CoordinatorResult(response)
+
+            def written() -> CoordinatorResult[PromoteResponse]:
+                self._forget(group_id, [standby_id])
+                return CoordinatorResult(response)
+
+            dropped = StoreBatch(promotions=[(group_id, standby_id, None)])
+            return CoordinatorResult(response, dropped, then=written)
+
+        if standing is not None and not stale:
+            if standing.instance_id == instance_id:
+                return CoordinatorResult(PromoteResponse(ErrorCode.NONE, standing))
+            return CoordinatorResult(
+                PromoteResponse(
                     ErrorCode.INVALID_REQUEST,
                     detail=f"standby {standby_id} already holds {standing.instance_id}",
                 )
-            session = self.sessions.get(group_id, {}).get(standby_id)
-            if session is None or not session.live(self._ctx.clock.now_ms()):
-                return PromoteResponse(
+            )
+        session = self.sessions.get(group_id, {}).get(standby_id)
+        if session is None or not session.live(self._ctx.clock.now_ms()):
+            return refuse(
+                PromoteResponse(
                     ErrorCode.UNKNOWN_MEMBER_ID, detail=f"standby {standby_id} is not heard from"
                 )
-            if not group.is_in(GroupState.STABLE):
-                return PromoteResponse(
+            )
+        if not group.is_in(GroupState.STABLE):
+            return refuse(
+                PromoteResponse(
                     ErrorCode.REBALANCE_IN_PROGRESS, detail=f"group is {group.state.value}"
                 )
-            old_member_id = group.static_member_id(instance_id)
-            if old_member_id is None:
-                return PromoteResponse(
+            )
+        old_member_id = group.static_member_id(instance_id)
+        if old_member_id is None:
+            return refuse(
+                PromoteResponse(
                     ErrorCode.UNKNOWN_MEMBER_ID, detail=f"{instance_id} is not a member"
                 )
-            return await self._replace_for_standby(group, standby_id, instance_id, old_member_id)
+            )
+        return self._replace_for_standby(group, standby_id, instance_id, old_member_id)
 
-    async def _replace_for_standby(
+    def _replace_for_standby(
         self, group: ClassicGroup, standby_id: str, instance_id: str, old_member_id: str
-    ) -> PromoteResponse:
+    ) -> CoordinatorResult[PromoteResponse]:
         new_member_id = f"{instance_id}-{uuid.uuid4()}"
         promotion = StandbyPromotion(
             standby_id, instance_id, new_member_id, self._ctx.clock.now_ms()
         )
-        # The record first: if the group write then fails, the record names a member id that
-        # holds nothing and is dropped as stale; the other order could leave the new member
-        # id in the group with nobody ever told it.
-        await self._write_promotion(group.group_id, standby_id, promotion)
         # The old holder's parked requests (if any) end now: it is fenced. (Before the
         # replacement: it re-keys the same member object the standby takes over.)
         old_member = group.members[old_member_id]
@@ -192,35 +228,43 @@ class StandbyManager:
         persisted_before = group.persisted_record
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
         self._membership.move_session_timer(group, old_member_id, new_member_id)
-        try:
-            self._ctx.journal(
-                group,
-                JournalKind.MEMBER_REPLACED,
-                member,
-                old_member_id=old_member_id,
-                standby_id=standby_id,
-                reason="standby promotion",
+        self._ctx.journal(
+            group,
+            JournalKind.MEMBER_REPLACED,
+            member,
+            old_member_id=old_member_id,
+            standby_id=standby_id,
+            reason="standby promotion",
+        )
+        group.needs_persist = True
+        response = PromoteResponse(ErrorCode.NONE, promotion)
+
+        def written() -> CoordinatorResult[PromoteResponse]:
+            self.promotions.setdefault(group.group_id, {})[standby_id] = promotion
+            member.is_new = False
+            # The standby has a session timeout from now to show up (it will within a
+            # heartbeat).
+            self._membership.schedule_session_timeout(group, member)
+            self.sessions.get(group.group_id, {}).pop(standby_id, None)
+            log.info(
+                "group %s: standby %s promoted to %s (member %s replaces %s), generation %d kept",
+                group.group_id,
+                standby_id,
+                instance_id,
+                new_member_id,
+                old_member_id,
+                group.generation_id,
             )
-            group.needs_persist = True
-            await self._ctx.flush(group)
-        except StoreError:
+            return CoordinatorResult(response)
+
+        def failed(error: StoreError) -> CoordinatorResult[PromoteResponse]:
+            # One transaction: neither the group record nor the promotion was written.
             group.replace_static_member(instance_id, new_member_id, old_member_id)
             self._membership.move_session_timer(group, new_member_id, old_member_id)
             group.persisted_record = persisted_before
             group.needs_persist = False
-            await self._write_promotion(group.group_id, standby_id, None)
-            raise
-        member.is_new = False
-        # The standby has a session timeout from now to show up (it will within a heartbeat).
-        self._membership.schedule_session_timeout(group, member)
-        self.sessions.get(group.group_id, {}).pop(standby_id, None)
-        log.info(
-            "group %s: standby %s promoted to %s (member %s replaces %s), generation %d kept",
-            group.group_id,
-            standby_id,
-            instance_id,
-            new_member_id,
-            old_member_id,
-            group.generation_id,
-        )
-        return PromoteResponse(ErrorCode.NONE, promotion)
+            raise error
+
+        # The record replaces a stale one of this standby's, if any (same key).
+        group.pending_writes.promotions.append((group.group_id, standby_id, promotion))
+        return self._ctx.result(group, response, then=written, failed=failed)

@@ -41,7 +41,10 @@ class Store(ABC):
 
     @abstractmethod
     async def write(self, batch: StoreBatch) -> None:
-        """Apply the whole batch atomically, durably, before returning."""
+        """Apply the whole batch atomically, durably, before returning. Expected members
+        and promotions are kept apart from the group records (a group may not exist yet
+        when it is registered, and deleting an empty group must not forget the fleet it is
+        about to have), but written in the same transaction as the rest of the batch."""
 
     @abstractmethod
     async def journal_rows(
@@ -58,21 +61,8 @@ class Store(ABC):
         """Every group's expected members (pre-registration), as last written."""
 
     @abstractmethod
-    async def write_expansion(self, group_id: str, expansion: Expansion | None) -> None:
-        """Set (or, with None, clear) a group's expected members, durably, before returning.
-        Kept apart from the group records: a group may not exist yet when it is registered,
-        and deleting an empty group must not forget the fleet it is about to have."""
-
-    @abstractmethod
     async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
         """Every group's standby promotions (group id -> standby id -> record)."""
-
-    @abstractmethod
-    async def write_promotion(
-        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
-    ) -> None:
-        """Set (or, with None, clear) a standby's promotion record, durably, before
-        returning (apart from the group records, as the expected members)."""
 
     @abstractmethod
     async def prune_journal(self, older_than_ts_ms: int | None, keep_rows: int | None) -> int:
@@ -121,27 +111,23 @@ class MemoryStore(Store):
         self._journal.extend(batch.journal)
         if batch.topics is not None:
             self._topics = dict(batch.topics)
+        for group_id, expansion in batch.expansions:
+            if expansion is None:
+                self._expansions.pop(group_id, None)
+            else:
+                self._expansions[group_id] = expansion
+        for group_id, standby_id, promotion in batch.promotions:
+            records = self._promotions.setdefault(group_id, {})
+            if promotion is None:
+                records.pop(standby_id, None)
+            else:
+                records[standby_id] = promotion
 
     async def expansions(self) -> dict[str, Expansion]:
         return dict(self._expansions)
 
-    async def write_expansion(self, group_id: str, expansion: Expansion | None) -> None:
-        if expansion is None:
-            self._expansions.pop(group_id, None)
-        else:
-            self._expansions[group_id] = expansion
-
     async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
         return {group_id: dict(records) for group_id, records in self._promotions.items()}
-
-    async def write_promotion(
-        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
-    ) -> None:
-        records = self._promotions.setdefault(group_id, {})
-        if promotion is None:
-            records.pop(standby_id, None)
-        else:
-            records[standby_id] = promotion
 
     async def journal_rows(
         self, group_id: str | None = None, since_seq: int = 0, limit: int | None = None
@@ -405,6 +391,10 @@ class SqliteStore(Store):
                         "INSERT INTO topics (topic, partitions) VALUES (?, ?)",
                         sorted(batch.topics.items()),
                     )
+                for group_id, expansion in batch.expansions:
+                    _write_expansion(connection, group_id, expansion)
+                for group_id, standby_id, promotion in batch.promotions:
+                    _write_promotion(connection, group_id, standby_id, promotion)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
@@ -466,18 +456,6 @@ class SqliteStore(Store):
 
         return await self._run(read)
 
-    async def write_expansion(self, group_id: str, expansion: Expansion | None) -> None:
-        def apply(connection: sqlite3.Connection) -> None:
-            if expansion is None:
-                connection.execute("DELETE FROM expansions WHERE group_id = ?", (group_id,))
-            else:
-                connection.execute(
-                    "INSERT OR REPLACE INTO expansions (group_id, record) VALUES (?, ?)",
-                    (group_id, json.dumps(expansion.to_json(), separators=(",", ":"))),
-                )
-
-        await self._run(apply)
-
     async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
         def read(connection: sqlite3.Connection) -> dict[str, dict[str, StandbyPromotion]]:
             result: dict[str, dict[str, StandbyPromotion]] = {}
@@ -491,28 +469,6 @@ class SqliteStore(Store):
 
         return await self._run(read)
 
-    async def write_promotion(
-        self, group_id: str, standby_id: str, promotion: StandbyPromotion | None
-    ) -> None:
-        def apply(connection: sqlite3.Connection) -> None:
-            if promotion is None:
-                connection.execute(
-                    "DELETE FROM promotions WHERE group_id = ? AND standby_id = ?",
-                    (group_id, standby_id),
-                )
-            else:
-                connection.execute(
-                    "INSERT OR REPLACE INTO promotions (group_id, standby_id, record) "
-                    "VALUES (?, ?, ?)",
-                    (
-                        group_id,
-                        standby_id,
-                        json.dumps(promotion.to_json(), separators=(",", ":")),
-                    ),
-                )
-
-        await self._run(apply)
-
     async def instance_secret(self) -> bytes:
         def read_or_create(connection: sqlite3.Connection) -> bytes:
             fresh = secrets.token_bytes(32)
@@ -525,6 +481,36 @@ class SqliteStore(Store):
             return bytes(value)
 
         return await self._run(read_or_create)
+
+
+def _write_expansion(
+    connection: sqlite3.Connection, group_id: str, expansion: Expansion | None
+) -> None:
+    if expansion is None:
+        connection.execute("DELETE FROM expansions WHERE group_id = ?", (group_id,))
+    else:
+        connection.execute(
+            "INSERT OR REPLACE INTO expansions (group_id, record) VALUES (?, ?)",
+            (group_id, json.dumps(expansion.to_json(), separators=(",", ":"))),
+        )
+
+
+def _write_promotion(
+    connection: sqlite3.Connection,
+    group_id: str,
+    standby_id: str,
+    promotion: StandbyPromotion | None,
+) -> None:
+    if promotion is None:
+        connection.execute(
+            "DELETE FROM promotions WHERE group_id = ? AND standby_id = ?",
+            (group_id, standby_id),
+        )
+    else:
+        connection.execute(
+            "INSERT OR REPLACE INTO promotions (group_id, standby_id, record) VALUES (?, ?, ?)",
+            (group_id, standby_id, json.dumps(promotion.to_json(), separators=(",", ":"))),
+        )
 
 
 def open_store(url: str, *, create_dirs: bool = False) -> Store:

@@ -96,17 +96,17 @@ def from_json(cls: type[T], data: Any, path: str = "$") -> T:
     return result
 
 
-def _strict_type(tp: Any) -> Any:
+def _strict_type(tp: Any, error: Any = Any) -> Any:
     """`tp` with each dataclass as a msgspec Struct that forbids unknown fields (but takes
-    the `error` twin of `error_code`) and each `IntRange` as msgspec bounds."""
-    cached = _STRICT_CACHE.get(tp)
+    the `error` twin of `error_code`, typed `error`) and each `IntRange` as msgspec bounds."""
+    cached = _STRICT_CACHE.get((tp, error))
     if cached is None:
-        cached = _build_strict(tp)
-        _STRICT_CACHE[tp] = cached
+        cached = _build_strict(tp, error)
+        _STRICT_CACHE[(tp, error)] = cached
     return cached
 
 
-def _build_strict(tp: Any) -> Any:
+def _build_strict(tp: Any, error: Any) -> Any:
     origin = get_origin(tp)
     if origin is Annotated:
         base, *extras = get_args(tp)
@@ -118,25 +118,27 @@ def _build_strict(tp: Any) -> Any:
             if isinstance(extra, IntRange)
         ]
         if not metas:
-            return _strict_type(base)
+            return _strict_type(base, error)
         # The range replaces the int64 bounds a plain int gets (msgspec allows one `ge`).
-        inner = base if base is int else _strict_type(base)
+        inner = base if base is int else _strict_type(base, error)
         return Annotated[(inner, *metas)]
     if origin in (typing.Union, types.UnionType):
-        return functools.reduce(operator.or_, [_strict_type(option) for option in get_args(tp)])
+        return functools.reduce(
+            operator.or_, [_strict_type(option, error) for option in get_args(tp)]
+        )
     if origin is list:
         (item_type,) = get_args(tp)
-        return list[_strict_type(item_type)]  # type: ignore[misc]
+        return list[_strict_type(item_type, error)]  # type: ignore[misc]
     if origin is tuple:
-        return tuple[tuple(_strict_type(item) for item in get_args(tp))]  # type: ignore[misc]
+        return tuple[tuple(_strict_type(item, error) for item in get_args(tp))]  # type: ignore[misc]
     if origin is dict:
         key_type, value_type = get_args(tp)
-        return dict[_strict_type(key_type), _strict_type(value_type)]  # type: ignore[misc]
+        return dict[_strict_type(key_type, error), _strict_type(value_type, error)]  # type: ignore[misc]
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         hints = _hints(tp)
         fields: list[tuple[str, Any, Any] | tuple[str, Any]] = []
         for field in dataclasses.fields(tp):
-            strict = _strict_type(hints[field.name])
+            strict = _strict_type(hints[field.name], error)
             extra_schema = field.metadata.get(SCHEMA_METADATA_KEY)
             if extra_schema:
                 FIELD_SCHEMAS.setdefault(tp.__name__, {})[field.name] = dict(extra_schema)
@@ -150,7 +152,7 @@ def _build_strict(tp: Any) -> Any:
                 fields.append((field.name, strict))
         if "error" not in {field.name for field in dataclasses.fields(tp)}:
             # "error" is the human-readable twin of error_code in responses; accepted, ignored.
-            fields.append(("error", Any, None))
+            fields.append(("error", error, None))
         doc = tp.__doc__
         doc = " ".join(doc.split()) if doc and not doc.startswith(f"{tp.__name__}(") else None
         return msgspec.defstruct(
@@ -178,3 +180,31 @@ _BYTES = Annotated[bytes, msgspec.Meta(extra_json_schema={"format": "byte"})]
 def schema_type(cls: type) -> Any:
     """The msgspec type that decodes `cls` strictly; its JSON schema is the document's."""
     return _strict_type(cls)
+
+
+def plain_type(cls: type) -> Any:
+    """`schema_type(cls)` but an `error` field may only be null (see `decode_plain`)."""
+    return _strict_type(cls, None)
+
+
+_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def decode_plain(cls: type[T], raw: bytes) -> T | None:
+    """`cls` from a JSON document in one pass, or None when the document is not plainly
+    valid and the caller must judge it with its full policies (`server/bodies.py`): not
+    JSON, not UTF-8, a missing/unknown field, a wrong type, a value out of bounds (also an
+    integer past 64 bits), an integral float such as 3.0 (which the policies count as an
+    integer), a lone surrogate, or an `error` field that is not null (accepted and ignored,
+    but whatever it holds must pass the policies). Whatever this returns, the full path
+    returns too, equal."""
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = msgspec.json.Decoder(plain_type(cls))
+    try:
+        parsed = decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError is a DecodeError
+        # (msgspec raises UnicodeDecodeError for invalid UTF-8 inside a string.)
+        return None
+    result: T = msgspec.convert(parsed, cls, from_attributes=True)
+    return result

@@ -1,6 +1,6 @@
 """Everything that speaks the member protocol implements `GroupApi` (mypy checks the
 assignments below: a changed signature anywhere fails `make lint`), and the route table
-serves each operation."""
+serves exactly its operations, each with a handler of the method's name."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from coordinator.client.inprocess import InProcessTransport
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import Transport
 from coordinator.server.routes import OPERATIONS
+from staticfleet.commands.member_cmd import ClusterTopicMetadata
 from tests.client.helpers import FaultyTransport
 
 # mypy checks that each class implements GroupApi (a changed signature fails `make lint`).
@@ -22,7 +23,10 @@ IMPLEMENTATIONS: tuple[type[GroupApi], ...] = (
     InProcessTransport,
     KafkaTransport,
     FaultyTransport,
+    ClusterTopicMetadata,
 )
+
+MEMBER_PROTOCOL = "member protocol"
 
 
 def as_group_api(coordinator: GroupCoordinator, transport: Transport) -> list[GroupApi]:
@@ -30,24 +34,38 @@ def as_group_api(coordinator: GroupCoordinator, transport: Transport) -> list[Gr
     return [coordinator, InProcessTransport(coordinator), transport]
 
 
-def test_group_api_has_the_six_member_operations() -> None:
-    methods = {
-        name
+def group_api_methods() -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
         for name, member in inspect.getmembers(GroupApi, inspect.isfunction)
         if not name.startswith("_")
     }
-    assert methods == set(OPERATION_IDS)
 
 
-def test_each_operation_has_its_route() -> None:
-    routes = {operation.operation_id: operation for operation in OPERATIONS}
+def test_group_api_has_the_eight_operations_the_coordinator_serves() -> None:
+    assert set(group_api_methods()) == set(OPERATION_IDS)
+    assert len(OPERATION_IDS) == 8
+
+
+def test_the_route_tables_member_protocol_is_the_group_api() -> None:
+    member_routes = {op.operation_id: op for op in OPERATIONS if op.tag == MEMBER_PROTOCOL}
+    assert set(member_routes) == set(OPERATION_IDS.values())
     for method, operation_id in OPERATION_IDS.items():
-        operation = routes[operation_id]
-        assert operation.method == "POST", method
-        assert operation.path.startswith("/v1/groups/{group_id}/"), method
+        operation = member_routes[operation_id]
+        # One name: the route's handler is named as the GroupApi method it serves.
+        assert operation.handler.__name__ == method, operation_id
+        if operation.request_body is not None:
+            assert operation.method == "POST", method
+            assert operation.path.startswith("/v1/groups/{group_id}/"), method
+            parameter = list(group_api_methods()[method].parameters.values())[1]
+            assert parameter.annotation == operation.request_body.__name__, method
 
 
-def test_every_implementation_has_every_operation() -> None:
+def test_every_implementation_has_every_operation_with_its_signature() -> None:
+    expected = group_api_methods()
     for cls in IMPLEMENTATIONS:
-        for method in OPERATION_IDS:
-            assert inspect.iscoroutinefunction(getattr(cls, method)), (cls, method)
+        for method, signature in expected.items():
+            implementation = getattr(cls, method)
+            assert inspect.iscoroutinefunction(implementation), (cls, method)
+            names = list(inspect.signature(implementation).parameters)
+            assert names == list(signature.parameters), (cls, method)

@@ -15,6 +15,10 @@ from collections.abc import Collection, Mapping, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from coordinator.assignors.handoffs import (
+    defer_cooperative_handoffs,
+    defer_cooperative_handoffs_compact,
+)
 from coordinator.protocol import (
     HIGHEST_VERSION,
     Assignment,
@@ -54,6 +58,10 @@ class PartitionAssignor(ABC):
     supported_protocols: tuple[RebalanceProtocol, ...]
     # The assignor's own metadata/algorithm version (KIP-429); 0 for Kafka's built-in ones.
     version: int = 0
+    # Whether `assign` reads `last_assignment_by_member` (the leader decodes it only then;
+    # Kafka's own assignors do not, nor does any other built-in one but static-sticky). A
+    # subclass of one of those whose `assign` reads it sets this back to True.
+    reads_last_assignment: bool = True
 
     def subscription_user_data(self, topics: Collection[str]) -> bytes | None:
         """Assignor-specific bytes this member puts in its subscription; None for none."""
@@ -110,22 +118,38 @@ class PartitionAssignor(ABC):
         *,
         last_assignment_by_member: Mapping[str, Sequence[TopicPartition]] | None = None,
         version: int = HIGHEST_VERSION,
+        defer_handoffs: bool = False,
     ) -> dict[str, bytes]:
         """What the group leader sends in SyncGroup: each member's ConsumerProtocol Assignment
         bytes, `encode_assignment` of `assign`'s result. Built from `assign_compact` when
-        there is a fast path (no per-partition Python objects), else from `assign`."""
-        compact = self.assign_compact(
-            partitions_per_topic,
-            subscriptions,
-            last_assignment_by_member=last_assignment_by_member,
-        )
-        if compact is not None:
-            return compact.encode(version)
-        assignment = self.assign_reference(
-            partitions_per_topic,
-            subscriptions,
-            last_assignment_by_member=last_assignment_by_member,
-        )
+        there is a fast path (no per-partition Python objects), else from `assign`.
+        `defer_handoffs`: first withhold from each member the partitions another member
+        still owns (the leader's check of KIP-429's promise, `assignors.handoffs`)."""
+        if type(self).assign is not FastPathAssignor.assign:
+            # `assign` is not the fast path's (no fast path, or a subclass changed `assign`):
+            # what it answers is what is encoded.
+            assignment = self.assign(
+                partitions_per_topic,
+                subscriptions,
+                last_assignment_by_member=last_assignment_by_member,
+            )
+        else:
+            compact = self.assign_compact(
+                partitions_per_topic,
+                subscriptions,
+                last_assignment_by_member=last_assignment_by_member,
+            )
+            if compact is not None:
+                if defer_handoffs:
+                    compact = defer_cooperative_handoffs_compact(subscriptions, compact)
+                return compact.encode(version)
+            assignment = self.assign_reference(
+                partitions_per_topic,
+                subscriptions,
+                last_assignment_by_member=last_assignment_by_member,
+            )
+        if defer_handoffs:
+            assignment = defer_cooperative_handoffs(subscriptions, assignment)
         return {m: encode_assignment(a, version) for m, a in assignment.items()}
 
     def on_assignment(self, assignment: Assignment, generation_id: int) -> None:

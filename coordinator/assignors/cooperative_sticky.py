@@ -34,6 +34,7 @@ class CooperativeStickyAssignor(FastPathAssignor):
 
     name = "cooperative-sticky"
     supported_protocols = (RebalanceProtocol.COOPERATIVE, RebalanceProtocol.EAGER)
+    reads_last_assignment = False
     version = 0
 
     def __init__(self) -> None:

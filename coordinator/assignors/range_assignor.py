@@ -27,6 +27,7 @@ class RangeAssignor(FastPathAssignor):
 
     name = "range"
     supported_protocols = (RebalanceProtocol.EAGER,)
+    reads_last_assignment = False
     version = 0
 
     def assign_reference(

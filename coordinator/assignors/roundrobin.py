@@ -22,6 +22,7 @@ class RoundRobinAssignor(PartitionAssignor):
 
     name = "roundrobin"
     supported_protocols = (RebalanceProtocol.EAGER,)
+    reads_last_assignment = False
     version = 0
 
     def assign(

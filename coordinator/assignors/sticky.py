@@ -34,6 +34,7 @@ class StickyAssignor(FastPathAssignor):
 
     name = "sticky"
     supported_protocols = (RebalanceProtocol.EAGER,)
+    reads_last_assignment = False
     version = 0
 
     def __init__(self) -> None:

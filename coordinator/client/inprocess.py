@@ -50,7 +50,7 @@ class InProcessTransport:
         return await self._coordinator.standby_heartbeat(request)
 
     async def topic_metadata(self) -> dict[str, int]:
-        return dict(self._coordinator.topic_metadata())
+        return await self._coordinator.topic_metadata()
 
     async def close(self) -> None:
         # The coordinator belongs to whoever created it; nothing of ours to release.

@@ -50,7 +50,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
 from coordinator.client.transport import TransportError
-from coordinator.errors import ErrorCode
+from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     DescribedGroup,
     DescribedGroupMember,
@@ -71,6 +71,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.standby import StandbyHeartbeatRequest, StandbyHeartbeatResponse
 
 logger = logging.getLogger(__name__)
 
@@ -314,6 +315,14 @@ class KafkaTransport:
                 for t in result.topics
                 for p in t.partitions
             ],
+        )
+
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        """A Kafka broker has no hot standby (it is ours, beyond KIP-345): refused."""
+        raise CoordinatorError(
+            ErrorCode.UNSUPPORTED_VERSION,
+            f"standby {request.standby_id}: a Kafka broker has no hot standby "
+            "(use the staticfleet coordinator's HTTP transport)",
         )
 
     # ------------------------------------------------------------------ cluster requests

@@ -28,10 +28,12 @@ ASSIGNMENT_VERSION = 3
 
 
 def decode_members(
-    members: Sequence[JoinGroupResponseMember],
+    members: Sequence[JoinGroupResponseMember], *, read_last: bool = True
 ) -> tuple[dict[str, Subscription], dict[str, tuple[TopicPartition, ...]]]:
     """Subscriptions (with the instance id from the member list, KIP-345) and the
-    coordinator's last assignment per member (our extension, for static-sticky)."""
+    coordinator's last assignment per member (our extension, for static-sticky; not decoded
+    unless `read_last`: a partition tuple each is a second copy of the group's whole
+    assignment)."""
     subscriptions: dict[str, Subscription] = {}
     last_assignments: dict[str, tuple[TopicPartition, ...]] = {}
     for member in members:
@@ -45,7 +47,7 @@ def decode_members(
         subscriptions[member.member_id] = replace(
             subscription, group_instance_id=member.group_instance_id
         )
-        if member.last_assignment:
+        if read_last and member.last_assignment:
             try:
                 last_assignments[member.member_id] = decode_assignment(
                     member.last_assignment
@@ -61,22 +63,26 @@ def assign(
     assignor: PartitionAssignor,
     members: Sequence[JoinGroupResponseMember],
     topic_metadata: Mapping[str, int],
-    remembered: Mapping[str, Sequence[TopicPartition]] | None = None,
+    remembered: Mapping[str, bytes] | None = None,
 ) -> list[SyncGroupRequestAssignment]:
-    """Run the selected protocol's assignor and encode one assignment per member.
+    """Run the selected protocol's assignor and encode one assignment per member: the
+    assignor's `assign_encoded`, bytes straight from its fast path when it has one, with
+    the partitions another member still owns withheld (KIP-429, `assignors.handoffs`).
 
-    `remembered` (group.instance.id -> partitions) is what this leader assigned the last
-    time it led: used only when the coordinator sent no last assignments at all (a Kafka
-    broker has no such extension), so `static-sticky` stays sticky by instance id there as
-    long as the leader keeps leading; one leader's memory is one generation, never mixed
-    with the coordinator's.
+    Last assignments are decoded only for an assignor that reads them (static-sticky).
+    `remembered` (group.instance.id -> assignment bytes) is what this leader assigned the
+    last time it led: used only when the coordinator sent no last assignments at all (a
+    Kafka broker has no such extension), so `static-sticky` stays sticky by instance id
+    there as long as the leader keeps leading; one leader's memory is one generation, never
+    mixed with the coordinator's.
     """
-    subscriptions, last_assignments = decode_members(members)
-    if not last_assignments and remembered:
+    reads_last = assignor.reads_last_assignment
+    subscriptions, last_assignments = decode_members(members, read_last=reads_last)
+    if reads_last and not last_assignments and remembered:
         present = {m.group_instance_id for m in members if m.group_instance_id}
         last_assignments = {
-            instance: tuple(partitions)
-            for instance, partitions in remembered.items()
+            instance: decode_assignment(data).partitions
+            for instance, data in remembered.items()
             if instance in present
         }
     subscribed = {topic for subscription in subscriptions.values() for topic in subscription.topics}
@@ -87,80 +93,29 @@ def assign(
     if unknown:
         # As Kafka: a subscribed topic without metadata is simply not assigned (yet).
         logger.warning("no partition count known for subscribed topic(s) %s", ", ".join(unknown))
-    result = assignor.assign(
+    encoded = assignor.assign_encoded(
         partitions_per_topic,
         subscriptions,
         last_assignment_by_member=last_assignments or None,
+        version=ASSIGNMENT_VERSION,
+        defer_handoffs=True,
     )
-    result = defer_cooperative_handoffs(subscriptions, result)
+    nothing = encode_assignment(Assignment(partitions=()), version=ASSIGNMENT_VERSION)
     return [
-        SyncGroupRequestAssignment(
-            member_id=member_id,
-            assignment=encode_assignment(
-                result.get(member_id, Assignment(partitions=())), version=ASSIGNMENT_VERSION
-            ),
-        )
+        SyncGroupRequestAssignment(member_id=member_id, assignment=encoded.get(member_id, nothing))
         for member_id in subscriptions
     ]
 
 
 def assignments_by_instance(
     members: Sequence[JoinGroupResponseMember], assignments: Sequence[SyncGroupRequestAssignment]
-) -> dict[str, tuple[TopicPartition, ...]]:
-    """What a leader just assigned, by group.instance.id (static members only)."""
+) -> dict[str, bytes]:
+    """What a leader just assigned, by group.instance.id (static members only), as sent:
+    decoded only if a later `assign` reads it."""
     instance_of = {m.member_id: m.group_instance_id for m in members}
-    remembered: dict[str, tuple[TopicPartition, ...]] = {}
+    remembered: dict[str, bytes] = {}
     for assignment in assignments:
         instance = instance_of.get(assignment.member_id)
         if instance:
-            remembered[instance] = decode_assignment(assignment.assignment).partitions
+            remembered[instance] = assignment.assignment
     return remembered
-
-
-def current_owners(subscriptions: Mapping[str, Subscription]) -> dict[TopicPartition, str]:
-    """Who owns each claimed partition, by KIP-792: the claim with the highest generation
-    wins; a tie at the highest generation means nobody provably owns it."""
-    best: dict[TopicPartition, tuple[int, str | None]] = {}
-    for member_id, subscription in subscriptions.items():
-        for partition in subscription.owned_partitions:
-            previous = best.get(partition)
-            if previous is None or subscription.generation_id > previous[0]:
-                best[partition] = (subscription.generation_id, member_id)
-            elif subscription.generation_id == previous[0]:
-                best[partition] = (previous[0], None)
-    return {partition: owner for partition, (_, owner) in best.items() if owner is not None}
-
-
-def defer_cooperative_handoffs(
-    subscriptions: Mapping[str, Subscription], assignments: Mapping[str, Assignment]
-) -> dict[str, Assignment]:
-    """Never give a partition to one member while another still owns it (KIP-429).
-
-    A cooperative assignor already revokes first and assigns in the follow-up rebalance;
-    this is the leader's own check of that promise (Kafka's validateCooperativeAssignment)
-    made safe instead of fatal: the partition is withheld from its new owner now, its old
-    owner revokes it (it is not in its assignment), rejoins, and the follow-up rebalance
-    hands it over. Eager members claim nothing, so eager groups are unaffected.
-    """
-    owners = current_owners(subscriptions)
-    if not owners:
-        return dict(assignments)
-    safe: dict[str, Assignment] = {}
-    for member_id, assignment in assignments.items():
-        kept = tuple(
-            partition
-            for partition in assignment.partitions
-            if owners.get(partition, member_id) == member_id
-        )
-        if len(kept) != len(assignment.partitions):
-            withheld = sorted(set(assignment.partitions) - set(kept))
-            logger.warning(
-                "assignor moved %d owned partition(s) to %s in one rebalance; deferring them "
-                "to the follow-up rebalance: %s",
-                len(withheld),
-                member_id,
-                withheld[:10],
-            )
-            assignment = replace(assignment, partitions=kept)
-        safe[member_id] = assignment
-    return safe

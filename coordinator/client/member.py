@@ -128,7 +128,7 @@ class GroupMember:
         # them so the leader can tell a stale claim from a current one.
         self._owned_generation = NO_GENERATION
         # What this member assigned, by instance id, the last time it led (see leader.assign).
-        self._leader_memory: dict[str, tuple[TopicPartition, ...]] = {}
+        self._leader_memory: dict[str, bytes] = {}
         self._state = MemberState.UNJOINED
         self._error: CoordinatorError | None = None
 

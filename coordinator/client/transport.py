@@ -35,10 +35,6 @@ class RequestTooLargeError(CoordinatorError):
 class Transport(GroupApi, Protocol):
     """The member protocol (`GroupApi`) and what only a client needs."""
 
-    async def topic_metadata(self) -> dict[str, int]:
-        """Topic name -> partition count, as the leader needs it to assign."""
-        ...
-
     async def close(self) -> None:
         """Release what the transport opened itself (connections); idempotent."""
         ...

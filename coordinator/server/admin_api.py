@@ -114,7 +114,7 @@ async def set_topics(request: web.Request) -> web.Response:
         if problem:
             raise bad_request(problem)
     await context.coordinator.set_topic_metadata(body.topics)
-    return reply(TopicMetadata(topics=context.coordinator.topic_metadata()))
+    return reply(TopicMetadata(topics=await context.coordinator.topic_metadata()))
 
 
 async def get_journal(request: web.Request) -> web.Response:

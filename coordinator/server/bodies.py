@@ -2,6 +2,13 @@
 
 Everything a handler receives has been checked here, so bad input becomes a 400 before it
 can reach the coordinator (and its store) at all.
+
+A body is parsed once when it is plainly valid (`wire.decode_plain`: msgspec straight into
+the message's strict twin, which refuses everything the policies below would, and lets
+through nothing they would refuse). Anything else - malformed, out of bounds, 3.0 for an
+integer, a lone surrogate, a non-null `error` - is judged by the full path: Python's JSON
+parser under our number and text policies, then msgspec's strict conversion, whose answer
+(accepted, or which 400 and why) is the one the client gets.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from aiohttp import web
 from coordinator.errors import ErrorCode
 from coordinator.server.http_errors import ApiError, bad_request
 from coordinator.server.limits import INT_MAX, INT_MIN
-from coordinator.wire import WireError, from_json
+from coordinator.wire import WireError, decode_plain, from_json
 
 T = TypeVar("T")
 
@@ -78,6 +85,11 @@ def _check_text(text: str, where: str) -> None:
 
 
 async def read_json(request: web.Request, max_bytes: int, timeout_s: float | None = None) -> Any:
+    return parse_json(await read_body(request, max_bytes, timeout_s))
+
+
+async def read_body(request: web.Request, max_bytes: int, timeout_s: float | None = None) -> bytes:
+    """The raw body: at most `max_bytes` (413), within `timeout_s` (408), not empty (400)."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise too_large(max_bytes)
@@ -92,7 +104,7 @@ async def read_json(request: web.Request, max_bytes: int, timeout_s: float | Non
         ) from None
     if not raw:
         raise bad_request("request body is empty; a JSON object is required")
-    return parse_json(raw)
+    return raw
 
 
 async def _read_at_most(request: web.Request, max_bytes: int) -> bytes:
@@ -111,7 +123,11 @@ async def read_message(
     request: web.Request, cls: type[T], max_bytes: int, timeout_s: float | None = None
 ) -> T:
     """The body as `cls`, decoded with the wire mapping (unknown/missing fields refused)."""
-    data = await read_json(request, max_bytes, timeout_s)
+    raw = await read_body(request, max_bytes, timeout_s)
+    message = decode_plain(cls, raw)
+    if message is not None:
+        return message
+    data = parse_json(raw)
     try:
         return from_json(cls, data)
     except WireError as error:

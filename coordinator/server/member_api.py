@@ -44,7 +44,7 @@ async def read_group_message(request: web.Request, cls: type[M]) -> tuple[Server
     limit = group_body_limit(
         context.max_body_bytes,
         context.coordinator.group_size(path_group),
-        context.coordinator.topic_metadata(),
+        await context.coordinator.topic_metadata(),
     )
     message = await read_message(request, cls, limit, context.body_timeout_s)
     if message.group_id != path_group:
@@ -130,6 +130,6 @@ async def fetch_offsets(request: web.Request) -> web.Response:
     return reply(response)
 
 
-async def get_topics(request: web.Request) -> web.Response:
+async def topic_metadata(request: web.Request) -> web.Response:
     context = context_of(request)
-    return reply(TopicMetadata(topics=context.coordinator.topic_metadata()))
+    return reply(TopicMetadata(topics=await context.coordinator.topic_metadata()))

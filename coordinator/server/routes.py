@@ -133,7 +133,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "getTopics",
         "GET",
         "/v1/topics",
-        member_api.get_topics,
+        member_api.topic_metadata,
         Access.AUTHENTICATED,
         "Topic metadata: topic name -> partition count (leaders need it to assign)",
         _MEMBER,

@@ -90,11 +90,11 @@ class EmbeddedBackend:
 
     async def topic_partitions(self, wanted: dict[str, int | None]) -> dict[str, int]:
         counts = {topic: count for topic, count in wanted.items() if count is not None}
-        raised = topics_to_raise(self.coordinator.topic_metadata(), counts)
+        raised = topics_to_raise(await self.coordinator.topic_metadata(), counts)
         if raised:
             # Each change rebalances the groups consuming the topic (docs/coordinator.md).
             await self.coordinator.set_topic_metadata(raised)
-        known = self.coordinator.topic_metadata()
+        known = await self.coordinator.topic_metadata()
         return {topic: known[topic] for topic in counts if topic in known}
 
     async def forget(self, group_id: str) -> ErrorCode:

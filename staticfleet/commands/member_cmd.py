@@ -51,7 +51,7 @@ from coordinator.messages import (
     SyncGroupResponse,
 )
 from coordinator.protocol import TopicPartition
-from coordinator.standby import Promoted
+from coordinator.standby import Promoted, StandbyHeartbeatRequest, StandbyHeartbeatResponse
 from staticfleet.source import PartitionReader, SyntheticReader, SyntheticSource, wall_clock_ms
 
 logger = logging.getLogger("staticfleet.member")
@@ -625,6 +625,9 @@ class ClusterTopicMetadata:
 
     async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         return await self._transport.fetch_offsets(request)
+
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        return await self._transport.standby_heartbeat(request)
 
     async def close(self) -> None:
         await self._transport.close()

@@ -62,11 +62,10 @@ class EmbeddedTarget:
         if not self._started:
             await self.coordinator.start()
             self._started = True
-        missing = {t: n for t, n in topics.items() if t not in self.coordinator.topic_metadata()}
+        known = await self.coordinator.topic_metadata()
+        missing = {t: n for t, n in topics.items() if t not in known}
         if missing:
-            await self.coordinator.set_topic_metadata(
-                {**self.coordinator.topic_metadata(), **missing}
-            )
+            await self.coordinator.set_topic_metadata({**known, **missing})
 
     async def describe(self, group_id: str) -> DescribedGroup:
         (described,) = await self.coordinator.describe_groups([group_id])

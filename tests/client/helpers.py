@@ -32,6 +32,7 @@ from coordinator.messages import (
     SyncGroupResponse,
 )
 from coordinator.protocol import TopicPartition
+from coordinator.standby import StandbyHeartbeatRequest, StandbyHeartbeatResponse
 
 GROUP = "fleet"
 TOPIC = "events"
@@ -197,6 +198,10 @@ class FaultyTransport:
     async def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         self._reach("fetch")
         return await self.inner.fetch_offsets(request)
+
+    async def standby_heartbeat(self, request: StandbyHeartbeatRequest) -> StandbyHeartbeatResponse:
+        self._reach("standby")
+        return await self.inner.standby_heartbeat(request)
 
     async def topic_metadata(self) -> dict[str, int]:
         self._reach("metadata")

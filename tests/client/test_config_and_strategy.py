@@ -7,8 +7,8 @@ import argparse
 import pytest
 
 from coordinator.assignors import RebalanceProtocol, get_assignor
+from coordinator.assignors.handoffs import current_owners, defer_cooperative_handoffs
 from coordinator.client import ConfigurationError, MemberConfig
-from coordinator.client.leader import current_owners, defer_cooperative_handoffs
 from coordinator.client.strategy import build_strategy, highest_common_protocol
 from coordinator.protocol import (
     Assignment,

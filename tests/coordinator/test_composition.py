@@ -23,7 +23,7 @@ from coordinator.journal import JournalKind
 from coordinator.membership import MembershipManager
 from coordinator.messages import HeartbeatRequest
 from coordinator.records import StoreBatch
-from coordinator.runtime import CoordinatorContext
+from coordinator.runtime import CoordinatorContext, CoordinatorResult
 from coordinator.timers import heartbeat_key, sync_key
 from tests.coordinator.harness import GROUP, INITIAL_DELAY_MS, REBALANCE_MS, join_request
 
@@ -88,11 +88,11 @@ async def test_write_runs_the_decision_under_the_lock_and_persists_once() -> Non
     group = ClassicGroup(GROUP)
     context.groups[GROUP] = group
 
-    def decide() -> str:
+    def decide() -> CoordinatorResult[str]:
         assert group.lock.locked()
         context.journal(group, JournalKind.GROUP_EMPTY, None)
         context.journal(group, JournalKind.STABLE, None)
-        return "answer"
+        return context.result(group, "answer")
 
     assert await context.write(group, decide) == "answer"
     assert not group.lock.locked()
@@ -124,3 +124,42 @@ async def test_a_commit_is_served_only_once_written() -> None:
     assert [p.error_code for p in done.partitions] == [ErrorCode.NONE]
     assert await fetched() == 7
     await coordinator.close()
+
+
+async def test_then_runs_after_the_write_and_failed_answers_instead() -> None:
+    """Kafka's appendFuture: `then` runs under the lock once the records are written (its own
+    records are written next); `failed` undoes and answers when the write failed."""
+    store = CountingStore()
+    await store.open()
+    context = CoordinatorContext(CoordinatorConfig(), ManualClock(), store)
+    group = ClassicGroup(GROUP)
+    context.groups[GROUP] = group
+
+    def decide() -> CoordinatorResult[str]:
+        context.journal(group, JournalKind.GROUP_EMPTY, None)
+
+        def then() -> CoordinatorResult[str]:
+            assert group.lock.locked() and store.writes == 1
+            context.journal(group, JournalKind.STABLE, None)
+            return context.result(group, "written")
+
+        return context.result(group, "decided", then=then)
+
+    assert await context.write(group, decide) == "written"
+    assert store.writes == 2
+    rows = await store.journal_rows(GROUP, 0, None)
+    assert [(row.seq, row.kind) for row in rows] == [(1, "group_empty"), (2, "stable")]
+
+    def decide_and_fail() -> CoordinatorResult[str]:
+        context.journal(group, JournalKind.GROUP_EMPTY, None)
+
+        def failed(error: StoreError) -> CoordinatorResult[str]:
+            assert group.lock.locked()
+            return CoordinatorResult(f"not written: {error}")
+
+        return context.result(group, "decided", then=lambda: CoordinatorResult("no"), failed=failed)
+
+    store.fail_next = True
+    assert await context.write(group, decide_and_fail) == "not written: disk full"
+    assert len(await store.journal_rows(GROUP, 0, None)) == 2
+    await store.close()

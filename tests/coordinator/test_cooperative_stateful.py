@@ -166,7 +166,7 @@ class CooperativeFleet(RuleBasedStateMachine):
                     group_instance_id=entry.group_instance_id,
                 )
             # As a real leader: the coordinator's metadata as it is now.
-            metadata = self.coordinator.topic_metadata()
+            metadata = self.run(self.coordinator.topic_metadata())
             result = get_assignor(ASSIGNOR).assign(metadata, subscriptions)
             assignments = [
                 SyncGroupRequestAssignment(member_id, encode_assignment(assignment))
@@ -424,7 +424,7 @@ class CooperativeFleet(RuleBasedStateMachine):
             raise AssertionError("the group did not converge once traffic stopped")
         owned = [p for m in self.members.values() for p in m.owned]
         assert len(owned) == len(set(owned)), "a partition has two owners at the end"
-        metadata = self.coordinator.topic_metadata()
+        metadata = self.run(self.coordinator.topic_metadata())
         assert metadata[TOPIC] == self.partitions
         subscribed = {topic for m in self.members.values() for topic in m.topics}
         expected = {TopicPartition(t, p) for t in subscribed for p in range(metadata[t])}

@@ -135,7 +135,7 @@ async def test_partition_count_change_of_a_subscribed_topic_rebalances_the_group
     assert len(leader.members) == 2
     assert not leader.skip_assignment
     # The leader assigns with what the coordinator now knows.
-    assert harness.coordinator.topic_metadata() == {TOPIC: after}
+    assert await harness.coordinator.topic_metadata() == {TOPIC: after}
 
 
 async def test_metadata_change_during_completing_rebalance_starts_over(harness: Harness) -> None:

@@ -49,9 +49,10 @@ async def test_raising_partitions_in_the_spec_gets_every_new_partition_owned_in_
 
         await cluster.update_spec("orders", {"topics": [{"name": TOPIC, "partitions": 9}]})
 
-        await cluster.eventually(
-            lambda: cluster.coordinator.topic_metadata().get(TOPIC) == 9, what="metadata raised"
-        )
+        async def raised() -> bool:
+            return (await cluster.coordinator.topic_metadata()).get(TOPIC) == 9
+
+        await cluster.eventually(raised, what="metadata raised")
         await cluster.eventually(lambda: owned_once(cluster, 9), what="9 partitions owned")
         await cluster.passes(3)  # later passes find the metadata current: nothing more
         events = await cluster.journal("orders", since)
@@ -89,5 +90,5 @@ async def test_two_groups_naming_one_topic_with_different_counts_do_not_flip_it(
 
         await cluster.passes(6)
 
-        assert cluster.coordinator.topic_metadata()[TOPIC] == 6
+        assert (await cluster.coordinator.topic_metadata())[TOPIC] == 6
         assert await cluster.journal("orders", since) == []

@@ -79,7 +79,7 @@ async def test_member_token_cannot_use_admin_routes(server: Server) -> None:
         assert reply.body["error_code"] == AUTH_FAILED
         reply = await server.call(method, path, body, token=ADMIN_TOKEN)
         assert reply.status == 200, (method, path, reply.text)
-    assert server.coordinator.topic_metadata() == {"t": 1}
+    assert await server.coordinator.topic_metadata() == {"t": 1}
 
 
 async def test_member_may_leave_only_itself(server: Server) -> None:

@@ -89,7 +89,7 @@ async def test_bad_admin_inputs(server: Server) -> None:
     ]
     for body in bodies:
         _assert_error(await server.call("PUT", "/v1/topics", body), 400)
-    assert server.coordinator.topic_metadata() == {}
+    assert await server.coordinator.topic_metadata() == {}
     for query in ("since=-1", "since=abc", "limit=0", "limit=100000", "since=1_0", "since=%201"):
         _assert_error(await server.call("GET", f"/v1/journal?{query}"), 400)
 

@@ -37,7 +37,7 @@ async def test_server_managed_coordinator_is_started_and_closed(tmp_path: Path) 
     app = create_app(coordinator, TEST_AUTH, initial_topics={"orders": 6})
     async with serving(app) as server, aiohttp.ClientSession() as http:
         assert coordinator.is_ready
-        assert coordinator.topic_metadata() == {"orders": 6}
+        assert await coordinator.topic_metadata() == {"orders": 6}
         async with http.get(server.url + "/healthz") as response:
             assert await response.json() == {"status": "ok"}
     assert not coordinator.is_ready

@@ -138,10 +138,13 @@ CASES: dict[str, Callable[[Side], bytes]] = {
     "generation as text": lambda s: _post(HB_PATH, _heartbeat(s, generation_id="1")),
     "unknown field": lambda s: _post(HB_PATH, _heartbeat(s, extra=1)),
     "error field": lambda s: _post(HB_PATH, _heartbeat(s, error="NONE")),
+    "error field past 64 bits": lambda s: _post(HB_PATH, _heartbeat(s, error=2**70)),
+    "error field null": lambda s: _post(HB_PATH, _heartbeat(s, error=None)),
     "missing member id": lambda s: _post(
         HB_PATH, json.dumps({"group_id": GROUP_A, "generation_id": 1}).encode()
     ),
     "lone surrogate": lambda s: _post(HB_PATH, _heartbeat(s).replace(b'"i-1"', b'"i-\\ud800"')),
+    "invalid utf-8": lambda s: _post(HB_PATH, _heartbeat(s).replace(b'"i-1"', b'"i-\xff"')),
     "duplicate key": lambda s: _post(HB_PATH, _heartbeat(s)[:-1] + b', "member_id": "nobody"}'),
     "empty body": lambda s: _post(HB_PATH, b""),
     "connection close": lambda s: _post(HB_PATH, _heartbeat(s), extra="Connection: close\r\n"),
