@@ -123,10 +123,10 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     siblings = await op.observed.member_pods(op.kube, namespace, name)
     view = CoordinatorView.from_described(await describe(op.backend(spec), spec.group_id))
     await ensure_adopted_table(op, namespace, name, spec, siblings, view)
-    # Free the slots of pods gone since the last reconcile pass first: a replacement created
-    # right after its predecessor was deleted must get the freed slot (and with it the
-    # instance id, so it rejoins without a rebalance), not a new one.
-    live = [member for member in members_of(siblings) if not member.deleting]
+    # Free the slots of pods gone (or finished) since the last reconcile pass first: a
+    # replacement created right after its predecessor was deleted must get the freed slot
+    # (and with it the instance id, so it rejoins without a rebalance), not a new one.
+    live = [member for member in members_of(siblings) if member.live]
     now = op.clock()
     async with op.allocator.locked(group_key(namespace, name), spec.instance_id_prefix) as table:
         release_vanished(op, table, {member.pod_uid for member in live}, now)
