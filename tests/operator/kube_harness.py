@@ -313,8 +313,8 @@ class Kubelet:
 
     async def exit(self, name: str, code: int = 1) -> None:
         """The pod's container exits for good (restartPolicy Never, as Spark makes its
-        executors; a Spark executor exits 1 when its driver disappears): the member stops
-        without a LeaveGroup, and the pod stays, in phase Failed (Succeeded for code 0)."""
+        executors, which exit when their driver disappears): the member stops without a
+        LeaveGroup, and the pod stays, in phase Succeeded (code 0) or Failed."""
         pods = await self.kube.list_pods(NAMESPACE, {})
         [pod] = [p for p in pods if p["metadata"]["name"] == name]
         key = pod["metadata"]["annotations"][POD_KEY_ANNOTATION]

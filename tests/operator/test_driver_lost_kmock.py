@@ -1,9 +1,10 @@
 """The real Kopf operator against kmock: adopted executors whose Spark driver is gone (killed
-with SIGKILL, in client mode). Each executor exits (1, "driver disassociated") and, as Spark
-makes its executor pods `restartPolicy: Never` with no owner in client mode, its pod stays
-Failed until someone deletes it. A finished pod never runs again, so its slot goes vacant
-as a deleted pod's does: the members leave in one batch after the grace period (not at the
-session timeout), and a resubmitted job's executors take the same instance ids."""
+with SIGKILL, in client mode). Each executor exits ("Driver … disassociated!": 0 with Spark 4,
+1 with Spark 3) and, as Spark makes its executor pods `restartPolicy: Never` with no owner in
+client mode, its pod stays Succeeded or Failed until someone deletes it (e2e scenario 9d). A
+finished pod never runs again, so its slot goes vacant as a deleted pod's does: the members
+leave in one batch after the grace period (not at the session timeout), and a resubmitted
+job's executors take the same instance ids."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ async def test_failed_executor_pods_leave_in_one_batch_and_their_ids_are_reused(
         # group's lock keeps one pass from seeing only some of them finished.)
         async with cluster.operator.lock(NAMESPACE, "spark"):
             for index in range(3):
-                await cluster.kubelet.exit(f"exec-{index}", code=1)
+                await cluster.kubelet.exit(f"exec-{index}", code=0)  # as Spark 4 exits
             exited_at = time.monotonic()
 
         async def all_left() -> list[Any] | None:
@@ -54,8 +55,10 @@ async def test_failed_executor_pods_leave_in_one_batch_and_their_ids_are_reused(
         assert cluster.metric("staticfleet_operator_batch_leaves_total", **SPARK) == 1
         assert cluster.metric("staticfleet_operator_batch_leave_members_total", **SPARK) == 3
 
-        # The pods are still there, Failed: nothing deletes them, and none holds a slot.
-        assert await _phases(cluster) == {f"exec-{i}": "Failed" for i in range(3)}
+        # The pods are still there, Succeeded: nothing deletes them, and none holds a slot
+        # (once the pass that sent the LeaveGroup has recorded it).
+        await cluster.passes(2)
+        assert await _phases(cluster) == {f"exec-{i}": "Succeeded" for i in range(3)}
         held, vacant, retiring = _slots(cluster)
         assert not held and not vacant and not retiring
         status = (await cluster.get_group("spark")).get("status") or {}
@@ -72,7 +75,13 @@ async def test_failed_executor_pods_leave_in_one_batch_and_their_ids_are_reused(
 async def test_a_restarted_operator_gives_a_finished_pods_slot_to_a_new_executor() -> None:
     async with running_cluster(webhook=True) as cluster:
         await _start_executors(cluster, 2, grace_seconds=1)
-        await cluster.kubelet.exit("exec-0", code=1)
+        await cluster.kubelet.exit("exec-0", code=1)  # as Spark 3 exits: Failed
+
+        async def seen_finished() -> bool:  # the operator's pod index shows it Failed
+            held, _, _ = _slots(cluster)
+            return 0 not in held
+
+        await cluster.eventually(seen_finished, what="slot 0 released")
         # The slot table is rebuilt from the pods after a restart: the Failed pod's
         # annotation must not claim its slot back.
         cluster.forget_operator_memory()
