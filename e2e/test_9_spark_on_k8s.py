@@ -7,8 +7,9 @@ pod as a `KubernetesExecutorBackend` JVM whose one long-running task is a static
 - a deleted executor pod: the driver asks for a replacement, which gets the freed id and
   rejoins as the same static member (same generation, no rebalance);
 - fewer executors (`SparkContext.killExecutors`): one batch LeaveGroup naming exactly them;
-- the driver stopped (SIGTERM): its executors exit; once their finished pods are deleted the
-  operator retires the remaining members with one batch LeaveGroup after the grace period;
+- the driver stopped (SIGTERM): its executors exit; their finished pods (left Succeeded)
+  hold no slot, and the operator retires the remaining members with one batch LeaveGroup
+  after the grace period (a driver killed with SIGKILL: scenario 9d);
 - no partition owned by two member processes at once (their own logs), nor given to two
   members in one generation (the journal).
 """
@@ -16,6 +17,7 @@ pod as a `KubernetesExecutorBackend` JVM whose one long-running task is a static
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -23,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -154,41 +157,51 @@ def overlaps(logs: list[MemberLog]) -> list[Any]:
     return ownership_overlaps(closed, int(time.time() * 1000))
 
 
-def test_spark_driver_on_the_api_server_keeps_its_executors_static_members(
-    cluster: Cluster, operator_release: None, record: Record, tmp_path: Path
-) -> None:
-    driver_dir = tmp_path
+@contextlib.contextmanager
+def submitted_driver(
+    cluster: Cluster, ns: str, driver_dir: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """spark-submit of `e2e/spark_driver.py` in its own process group (the driver JVM and
+    its Python), logging to `driver_dir/driver.log`; yields it and its control directory.
+    Whatever is left of it is SIGKILLed at the end, and the log's tail printed."""
     control = driver_dir / "control"
     control.mkdir()
     server, auth = client_credentials(cluster.kubeconfig, driver_dir)
+    # fabric8 (Spark's Kubernetes client) reads a client key as RSA unless told
+    # (kubernetes.certs.client.key.algo); Spark has no conf for it, and e2e/certs.py
+    # makes EC keys.
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "KUBERNETES_CERTS_CLIENT_KEY_ALGO": "EC",
+    }
+    env.pop("SPARK_HOME", None)
+    log = (driver_dir / "driver.log").open("ab")
+    driver = subprocess.Popen(
+        submit_command(server, auth, ns, control),
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield driver, control
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+        log.close()
+        print((driver_dir / "driver.log").read_text()[-6000:])
+
+
+def test_spark_driver_on_the_api_server_keeps_its_executors_static_members(
+    cluster: Cluster, operator_release: None, record: Record, tmp_path: Path
+) -> None:
     with namespace(cluster, "e2e-spark-k8s") as ns:
         apply(cluster, ns, consumer_group())
-        # fabric8 (Spark's Kubernetes client) reads a client key as RSA unless told
-        # (kubernetes.certs.client.key.algo); Spark has no conf for it, and e2e/certs.py
-        # makes EC keys.
-        env = {
-            **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
-            "KUBERNETES_CERTS_CLIENT_KEY_ALGO": "EC",
-        }
-        env.pop("SPARK_HOME", None)
-        log = (driver_dir / "driver.log").open("ab")
-        driver = subprocess.Popen(
-            submit_command(server, auth, ns, control),
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
+        with submitted_driver(cluster, ns, tmp_path) as (driver, control):
             _scenario(cluster, ns, control, driver, record)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait(timeout=30)
-            log.close()
-            print((driver_dir / "driver.log").read_text()[-6000:])
 
 
 def _scenario(
@@ -254,14 +267,14 @@ def _scenario(
     assert rows_of(journal, "member_removed", since_ms) == []
     record("scale_down_leave_after_ms", left[0]["ts_ms"] - since_ms)
 
-    # 3. The driver stops (SIGTERM, as `kill` or a stopped job would): it deletes its
-    # executor pods; the two members left go in one LeaveGroup after the grace period.
+    # 3. The driver stops (SIGTERM, as `kill` or a stopped job would): its executors exit;
+    # the two members left go in one LeaveGroup after the grace period.
     since_ms = int(time.time() * 1000)
     os.killpg(driver.pid, signal.SIGTERM)
     driver.wait(timeout=120)
     # Seen here: the stopping driver asks each executor to shut down, and they exit 0, but
-    # their pods stay (Succeeded) - a finished pod still holds its slot, so a user (or, in
-    # cluster mode, the garbage collector following the driver pod) deletes them.
+    # their pods may stay (Succeeded; in client mode nothing else deletes them). A finished
+    # pod never runs again, so its slot is vacant as a deleted pod's: nobody deletes them.
     wait_for(
         "the executors to exit",
         lambda: all(
@@ -270,7 +283,6 @@ def _scenario(
         ),
         timeout_s=120,
     )
-    cluster.kubectl("-n", ns, "delete", "pods", "-l", "spark-role=executor", "--wait=true")
     remaining = {f"{GROUP}-0", f"{GROUP}-1"}
 
     def left_since() -> list[dict[str, Any]]:

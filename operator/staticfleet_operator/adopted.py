@@ -54,10 +54,10 @@ async def admit(
     """A slot for the pod `pod_key` (the one it holds, else the lowest free one) and its
     protocol. `siblings`: the group's pods as the indices show them."""
     await ensure_table(op, key, spec, siblings, view)
-    # Free the slots of pods gone since the last reconcile pass first: a replacement created
-    # right after its predecessor was deleted must get the freed slot (and with it the
-    # instance id, so it rejoins without a rebalance), not a new one.
-    live = [m for m in members_of(siblings) if not m.deleting]
+    # Free the slots of pods gone (or finished) since the last reconcile pass first: a
+    # replacement created right after its predecessor was deleted must get the freed slot
+    # (and with it the instance id, so it rejoins without a rebalance), not a new one.
+    live = [m for m in members_of(siblings) if m.live]
     now = op.clock()
     async with op.allocator.locked(key, spec.instance_id_prefix) as table:
         release_vanished(op, table, {member.pod_uid for member in live}, now)
@@ -82,7 +82,7 @@ async def settle_slots(
     called only for instance ids the coordinator lists). Returns the instance ids that left
     and the slots in use (held, vacant and retiring)."""
     await ensure_table(op, key, spec, pods, view)
-    live_keys = {m.pod_uid for m in members_of(pods) if not m.deleting}
+    live_keys = {m.pod_uid for m in members_of(pods) if m.live}
     now = op.clock()
     async with op.allocator.locked(key, spec.instance_id_prefix) as table:
         release_vanished(op, table, live_keys, now)
@@ -137,7 +137,7 @@ async def ensure_table(
     claims = []
     for pod in pods:
         member = member_pod(pod)
-        if member is None or member.deleting:
+        if member is None or not member.live:
             continue
         created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp")) or now
         claims.append(SlotClaim(member.pod_uid, member.pod_name, member.slot, created))

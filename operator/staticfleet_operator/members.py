@@ -220,6 +220,12 @@ def is_deleting(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def is_finished(pod: Mapping[str, Any]) -> bool:
+    """Phase Succeeded or Failed: terminal in Kubernetes (every container has stopped and
+    none is restarted), so no process of the pod holds its member identity any more."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 def pod_slot(pod: Mapping[str, Any]) -> int | None:
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(SLOT_ANNOTATION)
     try:
@@ -249,6 +255,7 @@ def member_pod(pod: Mapping[str, Any]) -> MemberPod | None:
         ready=is_ready(pod),
         deleting=is_deleting(pod),
         pod_uid=annotations.get(POD_KEY_ANNOTATION) or str(metadata.get("uid", "")),
+        finished=is_finished(pod),
     )
 
 

@@ -607,7 +607,10 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     pods = await op.observed.member_pods(op.kube, namespace, name)
-    members = members_of(pods)
+    # A finished pod (Succeeded/Failed: a Spark executor whose driver went away) never runs
+    # again, so it is no member pod: its slot goes vacant as a deleted pod's does, for a
+    # replacement to take or to retire after the grace period.
+    members = [member for member in members_of(pods) if not member.finished]
     backend = op.backend(spec)
     described = await describe(backend, spec.group_id)
     view = group_view(op, spec, described, members)

@@ -264,6 +264,8 @@ class Kubelet:
     refused: set[str] = field(default_factory=set)
     # Set: each member gets the listener this makes from its pod name (ownership checks).
     listener_for: Callable[[str], RebalanceListener] | None = None
+    # Pod keys whose container exited for good (`exit`): never started again.
+    exited: set[str] = field(default_factory=set)
 
     async def run(self) -> None:
         while True:
@@ -289,6 +291,11 @@ class Kubelet:
                 # Graceful termination: the container stops, then the pod object goes.
                 await self._stop(key)
                 await self._release(pod["metadata"]["name"])
+            elif key in self.exited or (pod.get("status") or {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
+                await self._stop(key)  # a finished pod never runs again (`exit`)
             elif key not in self.members:
                 if pod["metadata"]["name"] in self.refused:
                     self.waiting.add(pod["metadata"]["name"])
@@ -303,6 +310,25 @@ class Kubelet:
         for key in list(self.members):
             if key not in seen:
                 await self._stop(key)
+
+    async def exit(self, name: str, code: int = 1) -> None:
+        """The pod's container exits for good (restartPolicy Never, as Spark makes its
+        executors, which exit when their driver disappears): the member stops without a
+        LeaveGroup, and the pod stays, in phase Succeeded (code 0) or Failed."""
+        pods = await self.kube.list_pods(NAMESPACE, {})
+        [pod] = [p for p in pods if p["metadata"]["name"] == name]
+        key = pod["metadata"]["annotations"][POD_KEY_ANNOTATION]
+        self.exited.add(key)  # before anything: a `sync` under way must not restart it
+        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+        finished = {
+            "phase": "Succeeded" if code == 0 else "Failed",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "executor", "ready": False, "state": {"terminated": terminated}}
+            ],
+        }
+        await self._stop(key)
+        await self.kube.patch_pod_status(NAMESPACE, name, finished)
 
     async def _stop(self, key: str) -> None:
         member = self.members.pop(key, None)

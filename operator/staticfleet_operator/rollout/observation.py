@@ -26,9 +26,17 @@ class MemberPod:
     deleting: bool = False
     # Lets an adapter replace exactly this pod: a replacement may reuse the name.
     pod_uid: str = ""
+    # Phase Succeeded or Failed: its containers are done and the pod never runs again (a
+    # Spark executor whose driver is gone exits; its pod stays until someone deletes it).
+    finished: bool = False
 
     def created_with(self, protocol: RebalanceProtocolSetting, template_hash: str) -> bool:
         return self.protocol is protocol and self.template_hash == template_hash
+
+    @property
+    def live(self) -> bool:
+        """Neither being deleted nor finished: the pod runs (or will) and holds its slot."""
+        return not self.deleting and not self.finished
 
     @property
     def label(self) -> str:
