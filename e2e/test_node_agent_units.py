@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from e2e.kube_client import resource_path
 from e2e.node_agent import (
     container_argv,
     exit_code_of,
@@ -173,12 +172,6 @@ def test_exit_codes_and_kept_env() -> None:
     assert exit_code_of(-15) == 143
     kept = kept_environment({"PATH": "/bin", "HOME": "/h", "PYTHONPATH": "x", "SECRET": "s"})
     assert kept == {"PATH": "/bin", "HOME": "/h", "PYTHONPATH": "x"}
-
-
-def test_resource_paths() -> None:
-    assert resource_path("v1", "pods", "ns", "p", "status") == "/api/v1/namespaces/ns/pods/p/status"
-    assert resource_path("apps/v1", "deployments") == "/apis/apps/v1/deployments"
-    assert resource_path("v1", "nodes", None, "n") == "/api/v1/nodes/n"
 
 
 EXECUTOR_ENV = {
