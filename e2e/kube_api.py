@@ -22,7 +22,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +168,7 @@ async def watch_pods(
     namespace: str | None = None,
     label_selector: str | None = None,
     timeout_seconds: int = 300,
-) -> AsyncIterator[WatchEvent]:
+) -> AsyncGenerator[WatchEvent, None]:
     """``(type, pod)`` for every pod of `namespace` (None: all), forever: first the listed ones as
     ADDED, then the watch's events. The watch resumes from the last resourceVersion when the
     server ends the stream; on 410 Gone (that version expired) it lists again, and yields
