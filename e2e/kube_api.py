@@ -48,6 +48,8 @@ WatchEvent = tuple[str, JsonObject]
 RAW: dict[str, Any] = {"_preload_content": False}
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+# A request's bound (the library sets none); generous: the benchmark's bursts load the server.
+TIMEOUT_SECONDS = 120.0
 
 
 class Kube:
@@ -90,7 +92,8 @@ class Kube:
 async def answer(request: Awaitable[Any]) -> JsonObject:
     """The JSON answer of a call made with `**RAW`; a refusal raises a typed `KubeError`."""
     try:
-        return await read_json(await request)
+        async with asyncio.timeout(TIMEOUT_SECONDS):
+            return await read_json(await request)
     except ApiException as error:
         raise error_of(error) from error
 

@@ -23,6 +23,7 @@ module adds is only what the library does not do for an operator run by Kopf:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import itertools
@@ -55,6 +56,9 @@ log = logging.getLogger("staticfleet.operator.kube")
 MERGE_PATCH = "application/merge-patch+json"
 # Who the API server's audit log says made a request (Kopf's own requests say "kopf/…").
 USER_AGENT = "staticfleet-operator"
+# A request's bound, answer read included (the library sets none): a hung request must fail
+# the pass that made it (which is then retried), not hold its group's lock for ever.
+REQUEST_TIMEOUT_SECONDS = 60.0
 
 JsonObject = dict[str, Any]
 T = TypeVar("T")
@@ -153,8 +157,16 @@ _instances = itertools.count()
 class KubeApi:
     """The Kubernetes calls the operator makes, over the credentials in a Kopf vault."""
 
-    def __init__(self, vault: Vault, *, user_agent: str = USER_AGENT, relogin: bool = True):
+    def __init__(
+        self,
+        vault: Vault,
+        *,
+        user_agent: str = USER_AGENT,
+        relogin: bool = True,
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
+    ) -> None:
         self._vault = vault
+        self._timeout = timeout
         self._relogin = relogin
         self._owns_vault = False
         # One client per credentials and per KubeApi (close() closes this one's only); the
@@ -188,11 +200,13 @@ class KubeApi:
 
     async def call(self, request: Callable[[ApiClient], Awaitable[T]]) -> T:
         """`request` with the client for the current credentials. A 401 makes Kopf log in
-        again (the vault is shared with Kopf's watches) and the request is tried once more."""
+        again (the vault is shared with Kopf's watches) and the request is tried once more.
+        Raises `TimeoutError` when it takes longer than the API's timeout."""
         retried = False
         async for key, info, client in self._vault.extended(self._client, self._purpose):
             try:
-                return await request(client)
+                async with asyncio.timeout(self._timeout):
+                    return await request(client)
             except ApiException as error:
                 if error.status != 401 or retried or not self._relogin:
                     raise error_of(error) from error

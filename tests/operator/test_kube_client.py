@@ -155,6 +155,19 @@ async def test_api_errors_are_typed() -> None:
             await kube.close()
 
 
+async def test_a_hung_request_times_out() -> None:
+    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+        declare_resources(emulator)
+        info = kopf.ConnectionInfo(server=str(server.url).rstrip("/"))
+        kube = KubeApi(Vault({"fixed": info}), relogin=False, timeout=0.2)
+        try:
+            with pytest.raises(TimeoutError):
+                await kube.call(lambda client: asyncio.sleep(30))
+            assert await kube.get_group(NAMESPACE, "absent") is None  # the next one works
+        finally:
+            await kube.close()
+
+
 def _certificate() -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test")])
