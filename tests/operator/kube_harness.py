@@ -562,6 +562,8 @@ class Cluster:
         return fresh
 
     retired: list[Operator] = field(default_factory=list)
+    # The tokens Kopf's login handler handed out, in order (`running_cluster(tokens=True)`).
+    tokens: list[str] = field(default_factory=list)
 
     # --- objects ---------------------------------------------------------------------------
 
@@ -704,9 +706,12 @@ async def running_cluster(
     http_members: bool = False,
     java_logs: Path | None = None,
     journal: Path | None = None,
+    tokens: bool = False,
 ) -> AsyncIterator[Cluster]:
     """kmock + embedded coordinator + the real Kopf operator + the fake kubelet. With
-    `http_members` the coordinator serves HTTP and members join over it with their token."""
+    `http_members` the coordinator serves HTTP and members join over it with their token.
+    With `tokens`, each login of Kopf's gets a new bearer token (`Cluster.tokens`), as a
+    rotated service-account token file would give it."""
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         declare_resources(emulator)
         url = str(server.url).rstrip("/")
@@ -741,9 +746,14 @@ async def running_cluster(
         registry = kopf.OperatorRegistry()
         handlers.register(registry, interval=interval, webhook=webhook)
 
+        handed_out: list[str] = []
+
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
-            return emulator_login
+            if not tokens:
+                return emulator_login
+            handed_out.append(f"token-{len(handed_out) + 1}")
+            return dataclasses.replace(emulator_login, token=handed_out[-1])
 
         settings = kopf.OperatorSettings()
         settings.posting.enabled = False
@@ -781,6 +791,7 @@ async def running_cluster(
             memo,
             coordinator_server,
             vault,
+            tokens=handed_out,
         )
         try:
             await asyncio.wait_for(ready.wait(), 10)

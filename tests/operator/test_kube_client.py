@@ -35,7 +35,14 @@ from staticfleet_operator.kube import (
     Unauthorized,
     api_client,
 )
-from tests.operator.kube_harness import NAMESPACE, declare_resources, made_by
+from staticfleet_operator.members import POD_KEY_ANNOTATION
+from tests.operator.kube_harness import (
+    NAMESPACE,
+    declare_resources,
+    made_by,
+    managed_spec,
+    running_cluster,
+)
 
 
 @dataclass
@@ -115,6 +122,39 @@ async def test_a_401_makes_kopf_log_in_again_and_the_call_is_retried_once() -> N
         assert _ours(emulator)[3:] == ["Bearer token-2"]
         assert login.tokens == ["token-1", "token-2"]
         await kube.close()
+
+
+async def test_the_operator_logs_in_again_and_replaces_a_pod_after_its_token_expired() -> None:
+    """The whole operator: its passes hold `op.kube` across Kopf's re-login and go on."""
+    async with running_cluster(tokens=True) as cluster:
+        await cluster.create_group("orders", managed_spec(replicas=2))
+        await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
+        assert cluster.tokens == ["token-1"]
+        refused = "Bearer token-1"
+
+        def expired(request: kmock.Request) -> bool:
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            return made_by(request, USER_AGENT) and headers.get("authorization") == refused
+
+        cluster.emulator[expired] << 401
+        [victim] = [p for p in await cluster.pods("orders") if p["metadata"]["name"] == "orders-1"]
+        await cluster.kube.delete_pod(NAMESPACE, "orders-1")
+
+        def key(pod: dict[str, Any]) -> str:
+            return str(pod["metadata"]["annotations"][POD_KEY_ANNOTATION])
+
+        async def replaced() -> bool:
+            pods = await cluster.pods("orders")
+            return any(
+                p["metadata"]["name"] == "orders-1"
+                and key(p) != key(victim)
+                and not p["metadata"].get("deletionTimestamp")
+                for p in pods
+            )
+
+        await cluster.eventually(replaced, timeout=20, what="orders-1 recreated")
+        assert cluster.tokens == ["token-1", "token-2"]
+        assert _ours(cluster.emulator).count(refused) >= 1  # refused, then logged in again
 
 
 async def test_credentials_refused_again_after_the_re_login_raise_unauthorized() -> None:
