@@ -45,11 +45,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubernetes_asyncio.client import AdmissionregistrationV1Api
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.certs import serving_cert
 from e2e.controlplane import ControlPlane, free_ports, running_control_plane
-from e2e.kube_client import KubeClient, pod_path
+from e2e.kube_api import (
+    MERGE_PATCH,
+    RAW,
+    Kube,
+    answer,
+    bind_pod,
+    create_namespace,
+    items,
+    text,
+    watch_pods,
+)
+from staticfleet_operator.kube import NotFound
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKDIR = ROOT / "build" / "e2e" / "run-bench"
@@ -197,7 +209,7 @@ class Kubelet:
     """Binds every new pod of the namespace and marks it Running and Ready; records when
     each pod was first seen (for deletion -> replacement)."""
 
-    kube: KubeClient
+    kube: Kube
     running: set[str] = field(default_factory=set)
     seen: dict[str, float] = field(default_factory=dict)
     waiters: list[tuple[str, str, asyncio.Future[float]]] = field(default_factory=list)
@@ -205,8 +217,7 @@ class Kubelet:
 
     async def run(self) -> None:
         tasks: set[asyncio.Task[None]] = set()
-        path = pod_path(NAMESPACE)
-        async for kind, pod in self.kube.watch(path, timeout_seconds=600):
+        async for kind, pod in watch_pods(self.kube, namespace=NAMESPACE, timeout_seconds=600):
             metadata = pod.get("metadata") or {}
             name = str(metadata.get("name"))
             if kind == "DELETED":
@@ -238,13 +249,14 @@ class Kubelet:
         async with self._limit:
             try:
                 if not (pod.get("spec") or {}).get("nodeName"):
-                    await self.kube.bind_pod(NAMESPACE, name, NODE)
+                    await bind_pod(self.kube, NAMESPACE, name, NODE, None)
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 ready = {"type": "Ready", "status": "True", "lastTransitionTime": now}
-                await self.kube.patch_pod_status(
-                    NAMESPACE,
-                    name,
-                    {"phase": "Running", "startTime": now, "conditions": [ready]},
+                status = {"phase": "Running", "startTime": now, "conditions": [ready]}
+                await answer(
+                    self.kube.core.patch_namespaced_pod_status(
+                        name, NAMESPACE, {"status": status}, _content_type=MERGE_PATCH, **RAW
+                    )
                 )
             except Exception:  # a pod deleted in between: nothing to start
                 self.running.discard(name)
@@ -336,8 +348,8 @@ class OperatorProcess:
 # --- the API server's metrics ---------------------------------------------------------------
 
 
-async def apiserver_metrics(kube: KubeClient) -> str:
-    return await kube.request_text("GET", "/metrics")
+async def apiserver_metrics(kube: Kube) -> str:
+    return await text(kube, "/metrics")
 
 
 def request_counts(text: str) -> dict[tuple[str, str], float]:
@@ -460,15 +472,14 @@ async def _measure(cp: ControlPlane, sizes: Sizes) -> dict[str, Any]:
         webhook_port,
         WORKDIR / "logs" / "operator.log",
     )
-    async with KubeClient.from_kubeconfig(cp.kubeconfig, timeout=120) as kube:
-        await kube.create_namespace(NAMESPACE)
-        await kube.create("/api/v1/nodes", node())
-        await kube.wait_for(
-            f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default", lambda _: True
-        )
-        await kube.create(
-            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-            webhook_configuration(webhook_port, certs[0].cert.read_bytes()),
+    async with await Kube.connect(cp.kubeconfig) as kube:
+        await create_namespace(kube, NAMESPACE)
+        await answer(kube.core.create_node(node(), **RAW))
+        await _service_account(kube)
+        await answer(
+            AdmissionregistrationV1Api(kube.client).create_mutating_webhook_configuration(
+                webhook_configuration(webhook_port, certs[0].cert.read_bytes()), **RAW
+            )
         )
         kubelet = Kubelet(kube)
         operator.start()
@@ -479,15 +490,32 @@ async def _measure(cp: ControlPlane, sizes: Sizes) -> dict[str, Any]:
             operator.stop()
 
 
+async def _service_account(kube: Kube) -> None:
+    """Until the controller manager has made the namespace's default ServiceAccount."""
+    while True:
+        try:
+            await answer(kube.core.read_namespaced_service_account("default", NAMESPACE, **RAW))
+            return
+        except NotFound:
+            await asyncio.sleep(0.5)
+
+
+async def _create_group(kube: Kube, body: dict[str, Any]) -> None:
+    await answer(
+        kube.custom.create_namespaced_custom_object(
+            "staticfleet.dev", "v1alpha1", NAMESPACE, "consumergroups", body, **RAW
+        )
+    )
+
+
 async def _scenario(
-    kube: KubeClient, kubelet: Kubelet, operator: OperatorProcess, sizes: Sizes
+    kube: Kube, kubelet: Kubelet, operator: OperatorProcess, sizes: Sizes
 ) -> dict[str, Any]:
     n = sizes.groups
     await operator.wait_ready(120)
-    groups_path = f"/apis/staticfleet.dev/v1alpha1/namespaces/{NAMESPACE}/consumergroups"
     names = [f"g{i:04d}" for i in range(n)]
     started = time.monotonic()
-    await gather_limited([kube.create(groups_path, managed_group(name)) for name in names])
+    await gather_limited([_create_group(kube, managed_group(name)) for name in names])
     try:
         await wait_until(
             f"{n * REPLICAS} pods Running", lambda: len(kubelet.running) >= n * REPLICAS, 60 + n * 2
@@ -525,14 +553,20 @@ async def _scenario(
     rng = random.Random(14)
     for _ in range(sizes.deletions):
         group = rng.choice(names)
-        pods = await kube.list_pods(NAMESPACE, f"{GROUP_LABEL}={group}")
+        pods = await items(
+            kube.core.list_namespaced_pod(NAMESPACE, label_selector=f"{GROUP_LABEL}={group}", **RAW)
+        )
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         if not live:
             continue
         victim = rng.choice(live)["metadata"]
         future = kubelet.replacement_of(group, victim["uid"])
         deleted = time.monotonic()
-        await kube.delete(pod_path(NAMESPACE, victim["name"]), grace_period_seconds=0)
+        await answer(
+            kube.core.delete_namespaced_pod(
+                victim["name"], NAMESPACE, grace_period_seconds=0, **RAW
+            )
+        )
         try:
             replacement_s.append(await asyncio.wait_for(future, REPLACEMENT_WAIT_S) - deleted)
         except TimeoutError:  # counted at the cap: the percentiles are then lower bounds
@@ -541,7 +575,7 @@ async def _scenario(
         await asyncio.sleep(0.2)
 
     # Admission: pods the webhook stamps (an adopted group) against pods it never sees.
-    await kube.create(groups_path, adopted_group("adopted"))
+    await _create_group(kube, adopted_group("adopted"))
     await asyncio.sleep(3)
     # The histogram's growth over these admissions only (the fleet's own creations came
     # in a burst while the operator was busiest).
@@ -550,10 +584,12 @@ async def _scenario(
     unlabelled_s: list[float] = []
     for i in range(sizes.admissions):
         t = time.monotonic()
-        await kube.create(pod_path(NAMESPACE), plain_pod(f"adopted-{i}", {GROUP_LABEL: "adopted"}))
+        adopted = plain_pod(f"adopted-{i}", {GROUP_LABEL: "adopted"})
+        await answer(kube.core.create_namespaced_pod(NAMESPACE, adopted, **RAW))
         stamped_s.append(time.monotonic() - t)
         t = time.monotonic()
-        await kube.create(pod_path(NAMESPACE), plain_pod(f"plain-{i}", {"app": "plain"}))
+        plain = plain_pod(f"plain-{i}", {"app": "plain"})
+        await answer(kube.core.create_namespaced_pod(NAMESPACE, plain, **RAW))
         unlabelled_s.append(time.monotonic() - t)
     buckets_all = webhook_buckets(await apiserver_metrics(kube))
     buckets = {le: n - buckets_before.get(le, 0.0) for le, n in buckets_all.items()}

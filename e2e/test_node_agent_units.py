@@ -1,12 +1,16 @@
-"""The node agent's pure parts: no API server, no processes."""
+"""The node agent's pure parts: no API server, no processes; and its pod watch against
+kmock's Kubernetes emulator."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import kmock
 import pytest
+from kubernetes_asyncio.client import ApiClient, Configuration
 
-from e2e.kube_client import resource_path
+from e2e.kube_api import Kube, watch_pods
 from e2e.node_agent import (
     container_argv,
     exit_code_of,
@@ -175,12 +179,6 @@ def test_exit_codes_and_kept_env() -> None:
     assert kept == {"PATH": "/bin", "HOME": "/h", "PYTHONPATH": "x"}
 
 
-def test_resource_paths() -> None:
-    assert resource_path("v1", "pods", "ns", "p", "status") == "/api/v1/namespaces/ns/pods/p/status"
-    assert resource_path("apps/v1", "deployments") == "/apis/apps/v1/deployments"
-    assert resource_path("v1", "nodes", None, "n") == "/api/v1/nodes/n"
-
-
 EXECUTOR_ENV = {
     "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.0.0.1:7078",
     "SPARK_EXECUTOR_ID": "3",
@@ -243,3 +241,44 @@ def test_spark_executor_containers_are_recognised_by_their_arg_and_env() -> None
     env = executor_environment({"PYSPARK_PYTHON": "/p"}, spark_home=Path("/s"), python=Path("/v"))
     # The pod's own env wins over what the image would set.
     assert env == {"SPARK_HOME": "/s", "PYSPARK_PYTHON": "/p"}
+
+
+def _pod(name: str) -> dict[str, Any]:
+    spec = {"containers": [{"name": "c", "image": "i"}]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+async def test_the_pod_watch_relists_when_its_resource_version_expired() -> None:
+    """A 410 Gone (the watch's resourceVersion expired) makes the watch list again and
+    report what changed meanwhile, so the node agent's view of its pods stays complete."""
+    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+        emulator.resources["v1/pods"] = kmock.ResourceInfo(
+            kind="Pod", singular="pod", namespaced=True, verbs={"list", "watch", "create", "delete"}
+        )
+        expired = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
+        # The library sends watch=True (kube-apiserver takes it; kmock's emulator does not
+        # see a watch in it, so the test serves the watch's answer itself).
+        watching = emulator[lambda r: str(r.params.get("watch", "")).lower() == "true"]
+        watching[:1] << {"type": "ERROR", "object": expired}
+        kube = Kube(ApiClient(Configuration(host=str(server.url).rstrip("/"))))
+        pods = "/api/v1/namespaces/ns/pods"
+        try:
+            for name in ("a", "b"):
+                await kube.client.call_api(pods, "POST", body=_pod(name), auth_settings=[])
+            events = watch_pods(kube, timeout_seconds=5)
+            first = [await anext(events), await anext(events)]
+            assert sorted((kind, p["metadata"]["name"]) for kind, p in first) == [
+                ("ADDED", "a"),
+                ("ADDED", "b"),
+            ]
+            # Meanwhile (before the watch starts): a goes, c comes.
+            await kube.client.call_api(f"{pods}/a", "DELETE", auth_settings=[])
+            await kube.client.call_api(pods, "POST", body=_pod("c"), auth_settings=[])
+            after = [await anext(events), await anext(events)]
+            assert sorted((kind, p["metadata"]["name"]) for kind, p in after) == [
+                ("ADDED", "c"),
+                ("DELETED", "a"),
+            ]
+            await events.aclose()
+        finally:
+            await kube.close()

@@ -19,13 +19,16 @@ from typing import IO, Any
 
 import aiohttp
 
-from e2e.kube_client import (
+from e2e.kube_api import (
+    MERGE_PATCH,
+    RAW,
+    STRATEGIC_PATCH,
     JsonObject,
-    KubeClient,
+    Kube,
     KubeError,
-    node_path,
-    pod_path,
-    resource_path,
+    answer,
+    bind_pod,
+    watch_pods,
 )
 from e2e.node_agent.container import _signal_group
 from e2e.node_agent.errors import ConfigError
@@ -39,6 +42,7 @@ from e2e.node_agent.spec import (
     now_micro,
     probe_port,
 )
+from staticfleet_operator.kube import Conflict, Invalid, NotFound
 
 log = logging.getLogger("e2e.node_agent")
 
@@ -53,7 +57,7 @@ class NodeAgent:
 
     def __init__(
         self,
-        kube: KubeClient,
+        kube: Kube,
         workdir: Path,
         *,
         node_name: str = "e2e-node",
@@ -178,13 +182,12 @@ class NodeAgent:
             "spec": {},
         }
         try:
-            node = await self.kube.create(node_path(), body)
+            node = await answer(self.kube.core.create_node(body, **RAW))
             log.info("registered node %s", self.node_name)
-        except KubeError as e:
-            if not e.conflict:
-                raise
-            node = await self.kube.patch(
-                node_path(self.node_name), {"metadata": {"labels": self.labels}}
+        except Conflict:
+            patch = {"metadata": {"labels": self.labels}}
+            node = await answer(
+                self.kube.core.patch_node(self.node_name, patch, _content_type=MERGE_PATCH, **RAW)
             )
         self._node_uid = str(node["metadata"]["uid"])
         await self.update_node_status()
@@ -214,8 +217,10 @@ class NodeAgent:
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
             "nodeInfo": self._node_info(),
         }
-        await self.kube.patch(
-            node_path(self.node_name, "status"), {"status": status}, patch_type="strategic"
+        await answer(
+            self.kube.core.patch_node_status(
+                self.node_name, {"status": status}, _content_type=STRATEGIC_PATCH, **RAW
+            )
         )
 
     def _transition_time(self, condition: Mapping[str, Any], now: str) -> str:
@@ -240,17 +245,22 @@ class NodeAgent:
         }
 
     async def renew_lease(self) -> None:
-        path = resource_path("coordination.k8s.io/v1", "leases", LEASE_NAMESPACE, self.node_name)
         spec = {
             "holderIdentity": self.node_name,
             "leaseDurationSeconds": LEASE_DURATION_S,
             "renewTime": now_micro(),
         }
         try:
-            await self.kube.patch(path, {"spec": spec})
-        except KubeError as e:
-            if not e.not_found:
-                raise
+            await answer(
+                self.kube.coordination.patch_namespaced_lease(
+                    self.node_name,
+                    LEASE_NAMESPACE,
+                    {"spec": spec},
+                    _content_type=MERGE_PATCH,
+                    **RAW,
+                )
+            )
+        except NotFound:
             meta: JsonObject = {"name": self.node_name, "namespace": LEASE_NAMESPACE}
             if self._node_uid:
                 meta["ownerReferences"] = [
@@ -267,8 +277,8 @@ class NodeAgent:
                 "metadata": meta,
                 "spec": spec,
             }
-            await self.kube.create(
-                resource_path("coordination.k8s.io/v1", "leases", LEASE_NAMESPACE), lease
+            await answer(
+                self.kube.coordination.create_namespaced_lease(LEASE_NAMESPACE, lease, **RAW)
             )
 
     # ----------------------------------------------------------------- pods
@@ -276,7 +286,7 @@ class NodeAgent:
     async def _watch_pods(self) -> None:
         while True:
             try:
-                async for kind, pod in self.kube.watch(pod_path()):
+                async for kind, pod in watch_pods(self.kube):
                     self._on_event(kind, pod)
             except asyncio.CancelledError:
                 raise
@@ -351,8 +361,8 @@ class NodeAgent:
         try:
             await _forever(
                 f"bind pod {_pod_key(pod)}",
-                lambda: self.kube.bind_pod(meta["namespace"], meta["name"], self.node_name, uid),
-                give_up=lambda e: isinstance(e, KubeError) and e.status in (404, 409, 422),
+                lambda: bind_pod(self.kube, meta["namespace"], meta["name"], self.node_name, uid),
+                give_up=lambda e: isinstance(e, NotFound | Conflict | Invalid),
             )
             log.info("bound pod %s to %s", _pod_key(pod), self.node_name)
         finally:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from e2e.kube_client import KubeClient
+from e2e.kube_api import Kube
 from e2e.node_agent.agent import NodeAgent
 
 
@@ -32,7 +32,7 @@ async def amain(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with KubeClient.from_kubeconfig(args.kubeconfig) as kube:
+    async with await Kube.connect(args.kubeconfig) as kube:
         agent = NodeAgent(kube, args.workdir, node_name=args.node_name, node_ip=args.node_ip)
         await agent.run(stop)
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from e2e.kube_client import JsonObject
+from e2e.kube_api import JsonObject
 from e2e.node_agent.errors import ConfigError, VolumeError
 from e2e.node_agent.spec import exit_code_of, now_iso, now_micro
 

@@ -17,13 +17,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import yaml
 
-from e2e.kube_client import (
-    JsonObject,
-    KubeError,
-    config_map_path,
-    pod_path,
-    secret_path,
-)
+from e2e.kube_api import RAW, STRATEGIC_PATCH, JsonObject, KubeError, answer
 from e2e.node_agent.container import ContainerRunner, ContainerStatus, _signal_group
 from e2e.node_agent.errors import ConfigError
 from e2e.node_agent.spark import executor_argv, executor_environment, is_executor_container
@@ -43,6 +37,7 @@ from e2e.node_agent.spec import (
     unrunnable_message,
 )
 from e2e.node_agent.volumes import PodVolumes, _write_atomic
+from staticfleet_operator.kube import Conflict, NotFound
 
 if TYPE_CHECKING:
     from e2e.node_agent.agent import NodeAgent
@@ -253,14 +248,17 @@ class PodWorker(PodVolumes):
         await self._report_once()
         while True:
             try:
-                await self.agent.kube.delete(
-                    pod_path(self.namespace, self.name), grace_period_seconds=0, uid=self.uid
+                options = {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}}
+                await answer(
+                    self.agent.kube.core.delete_namespaced_pod(
+                        self.name, self.namespace, body=options, **RAW
+                    )
                 )
                 log.info("pod %s: deletion finished", self.key)
                 return
+            except (NotFound, Conflict):
+                return
             except KubeError as e:
-                if e.status in (404, 409):
-                    return
                 log.warning("pod %s: delete failed (%s); retrying", self.key, e)
             except (aiohttp.ClientError, TimeoutError, OSError) as e:
                 log.warning("pod %s: delete failed (%s); retrying", self.key, e)
@@ -322,10 +320,10 @@ class PodWorker(PodVolumes):
     def _write_kubeconfig(self, sa_dir: Path) -> Path:
         """The pod ServiceAccount's credentials as a kubeconfig: Kopf's in-cluster login reads
         a fixed path that does not exist here, so it falls back to ``KUBECONFIG``."""
-        cfg = self.agent.kube.config
-        cluster: JsonObject = {"server": cfg.server}
-        if cfg.ca_pem:
-            cluster["certificate-authority-data"] = base64.b64encode(cfg.ca_pem).decode()
+        cluster: JsonObject = {"server": self.agent.kube.server}
+        ca_pem = self.agent.kube.ca_pem()
+        if ca_pem:
+            cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
         doc = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -431,17 +429,16 @@ class PodWorker(PodVolumes):
     ) -> JsonObject | None:
         key = f"{kind}/{name}"
         if key not in cache:
-            path = (
-                secret_path(self.namespace, name)
-                if kind == "secret"
-                else config_map_path(self.namespace, name)
+            core = self.agent.kube.core
+            read = (
+                core.read_namespaced_secret if kind == "secret" else core.read_namespaced_config_map
             )
             try:
-                cache[key] = await self.agent.kube.get(path)
-            except KubeError as e:
-                if not e.not_found:
-                    raise ConfigError(f"cannot read {kind} {name}: {e}") from e
+                cache[key] = await answer(read(name, self.namespace, **RAW))
+            except NotFound:
                 cache[key] = None
+            except KubeError as e:
+                raise ConfigError(f"cannot read {kind} {name}: {e}") from e
         if cache[key] is None and not optional:
             raise ConfigError(f'{kind} "{name}" not found')
         return cache[key]
@@ -465,14 +462,18 @@ class PodWorker(PodVolumes):
         if status == self._last_report:
             return True
         try:
-            await self.agent.kube.patch(
-                pod_path(self.namespace, self.name, "status"),
-                {"metadata": {"uid": self.uid}, "status": status},
-                patch_type="strategic",
+            await answer(
+                self.agent.kube.core.patch_namespaced_pod_status(
+                    self.name,
+                    self.namespace,
+                    {"metadata": {"uid": self.uid}, "status": status},
+                    _content_type=STRATEGIC_PATCH,
+                    **RAW,
+                )
             )
+        except (NotFound, Conflict):
+            return True  # gone (or a successor with the same name): nothing to report
         except KubeError as e:
-            if e.not_found or e.conflict:
-                return True  # gone (or a successor with the same name): nothing to report
             log.warning("pod %s: status update failed: %s", self.key, e)
             return False
         except (aiohttp.ClientError, TimeoutError, OSError) as e:

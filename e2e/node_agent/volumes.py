@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from e2e.kube_client import JsonObject, KubeError, config_map_path, secret_path
+from e2e.kube_api import RAW, JsonObject, KubeError, answer, request_token
 from e2e.node_agent.errors import VolumeError
 from e2e.node_agent.spec import field_ref
+from staticfleet_operator.kube import NotFound
 
 if TYPE_CHECKING:
     from e2e.node_agent.agent import NodeAgent
@@ -72,7 +73,7 @@ class PodVolumes:
 
     async def _secret_files(self, source: JsonObject) -> dict[str, bytes]:
         name = str(source.get("secretName") or source.get("name"))
-        secret = await self._fetch(secret_path(self.namespace, name), bool(source.get("optional")))
+        secret = await self._fetch("secret", name, bool(source.get("optional")))
         if secret is None:
             return {}
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
@@ -80,7 +81,7 @@ class PodVolumes:
 
     async def _config_map_files(self, source: JsonObject) -> dict[str, bytes]:
         name = str(source["name"])
-        cm = await self._fetch(config_map_path(self.namespace, name), bool(source.get("optional")))
+        cm = await self._fetch("configmap", name, bool(source.get("optional")))
         if cm is None:
             return {}
         data = {k: str(v).encode() for k, v in (cm.get("data") or {}).items()}
@@ -116,7 +117,8 @@ class PodVolumes:
         sa = str(self.pod["spec"].get("serviceAccountName") or "default")
         audience = source.get("audience")
         try:
-            token, _ = await self.agent.kube.request_token(
+            token, _ = await request_token(
+                self.agent.kube,
                 self.namespace,
                 sa,
                 audiences=[str(audience)] if audience else None,
@@ -127,17 +129,17 @@ class PodVolumes:
             raise VolumeError(f"cannot get a token for serviceaccount {sa}: {e}") from e
         return token
 
-    async def _fetch(self, path: str, optional: bool) -> JsonObject | None:
+    async def _fetch(self, kind: str, name: str, optional: bool) -> JsonObject | None:
+        core = self.agent.kube.core
+        read = core.read_namespaced_secret if kind == "secret" else core.read_namespaced_config_map
         try:
-            return await self.agent.kube.get(path)
-        except KubeError as e:
-            if e.not_found and optional:
+            return await answer(read(name, self.namespace, **RAW))
+        except NotFound as e:
+            if optional:
                 return None
-            if e.not_found:
-                raise VolumeError(
-                    f"{path.rsplit('/', 2)[-2][:-1]} {path.rsplit('/', 1)[-1]!r} not found"
-                ) from e
-            raise VolumeError(f"cannot read {path}: {e}") from e
+            raise VolumeError(f"{kind} {name!r} not found") from e
+        except KubeError as e:
+            raise VolumeError(f"cannot read {kind} {self.namespace}/{name}: {e}") from e
 
 
 def _select_items(data: Mapping[str, bytes], items: Any, what: str) -> dict[str, bytes]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import kopf
+from kopf._cogs.structs.credentials import Vault
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
 from coordinator.server import (
@@ -138,10 +139,13 @@ async def run_operator(
     log.info(
         "coordinator listening on %s; members are told %s", server.url, options.coordinator_url
     )
+    # Kopf's credentials, shared by its watches and the operator's own calls: a 401 on
+    # either makes Kopf run the login handlers again, and both use the new credentials.
+    vault = Vault()
     # Per-group member tokens (from Secrets) are registered with the server at runtime.
     operator = Operator(
         coordinator,
-        KubeApi("http://not-logged-in"),
+        KubeApi(vault),
         options.coordinator_url,
         authenticator=authenticator_of(app),
         # The server's registry: its /metrics shows the operator's series too.
@@ -173,8 +177,7 @@ async def run_operator(
         nonlocal watcher, lister
         info = credentials or _default_login(**kwargs)
         if info is not None:
-            await operator.kube.close()
-            operator.kube = KubeApi.from_credentials(info)
+            # Kopf puts `info` in the vault, where `operator.kube` finds it on every call.
             if lister is None:
                 lister = asyncio.create_task(
                     expect_groups(
@@ -211,6 +214,7 @@ async def run_operator(
                 f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
             ),
             memo=kopf.Memo(operator=operator),
+            vault=vault,
             stop_flag=stop_flag,
             ready_flag=ready_flag,
         )
@@ -225,7 +229,7 @@ async def run_operator(
         await server.stop()
         await coordinator.close()
         await operator.kafka.close()
-        await operator.kube.close()
+        await operator.kube.close()  # closed with Kopf's vault already; again is harmless
 
 
 def _default_login(**kwargs: Any) -> kopf.ConnectionInfo | None:

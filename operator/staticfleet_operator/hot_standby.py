@@ -31,7 +31,7 @@ from coordinator import ErrorCode
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, PromotionStatus
-from staticfleet_operator.kube import KubeError
+from staticfleet_operator.kube import NotFound
 from staticfleet_operator.members import (
     INSTANCE_ID_ANNOTATION,
     POD_KEY_ANNOTATION,
@@ -259,11 +259,10 @@ async def _promote_one(
                 namespace, name, record.standby, promoted_patch(record.slot, record.instance_id)
             )
             relabeled = True
-        except KubeError as error:
-            if error.status != 404:
-                raise
+        except NotFound:
             # The standby's pod is gone since: the slot gets a plain replacement, whose
             # static rejoin fences the member id the standby was given.
+            pass
     if relabeled:
         op.metrics.promoted(
             namespace, name, (op.clock() - (record.started_at or now)).total_seconds()

@@ -1,102 +1,240 @@
-"""A small Kubernetes API adapter: the few calls the operator makes, over aiohttp.
+"""The operator's Kubernetes API calls: typed helpers over kubernetes_asyncio.
 
-Plain REST (list/get/create/delete pods, get/create member token Secrets, patch the
-ConsumerGroup's status, post Events), so it behaves the same against a real API server and
-kmock's emulator. Label selectors are sent to the server *and* applied to the answer: a
-server that ignores them (an emulator) cannot hand the operator someone else's pods.
+kubernetes_asyncio (the async sibling of the `kubernetes` package, generated from the API's
+OpenAPI document) builds every request: paths, query parameters, headers, TLS. What this
+module adds is only what the library does not do for an operator run by Kopf:
 
-Every write is appended to `actions` (verb, kind, name, detail) for logs and tests.
+- Credentials from Kopf. Every call takes the client for the current credentials from
+  Kopf's vault (the store Kopf's own watches use, filled by the `@kopf.on.login` handlers);
+  the vault keeps one `ApiClient` per credentials and closes it when they are replaced. A
+  401 invalidates the credentials, which makes Kopf run the login handlers again, and the
+  call is retried once with the new ones. Nothing holds a client across a re-login: there
+  is no client to hold, only `KubeApi`, which asks the vault on every call.
+- Credentials stay in memory; certificate data Python's `ssl` can only load from files is
+  written to a private temporary directory for the moment the SSL context is built, and
+  deleted with it (as Kopf's own `ConnectionInfo.as_ssl_context` does).
+- One exception hierarchy: `KubeError` and its kinds (`NotFound`, `Conflict`, ...), raised
+  instead of the library's `ApiException` with a status integer.
+- Bodies are plain dicts, as Kopf hands them to the handlers: answers are read as JSON
+  rather than deserialized into the library's models (and converted back).
+- Label selectors are sent to the server *and* applied to the answer: a server that ignores
+  them (an emulator) cannot hand the operator someone else's pods.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
+import itertools
 import json
 import logging
-import ssl
+import os
 import tempfile
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import aiohttp
+import kopf
+from kopf._cogs.structs.credentials import KubeContext, Vault
+from kubernetes_asyncio.client import (
+    ApiClient,
+    ApiException,
+    Configuration,
+    CoreV1Api,
+    CustomObjectsApi,
+)
 
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
-
-if TYPE_CHECKING:
-    from kopf import ConnectionInfo
 
 log = logging.getLogger("staticfleet.operator.kube")
 
 MERGE_PATCH = "application/merge-patch+json"
+# Who the API server's audit log says made a request (Kopf's own requests say "kopf/…").
+USER_AGENT = "staticfleet-operator"
+# A request's bound, answer read included (the library sets none): a hung request must fail
+# the pass that made it (which is then retried), not hold its group's lock for ever.
+REQUEST_TIMEOUT_SECONDS = 60.0
+
+JsonObject = dict[str, Any]
+T = TypeVar("T")
+
+
+# --- errors -----------------------------------------------------------------------------------
 
 
 class KubeError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
+    """The API server refused a request (its HTTP status, reason and message)."""
+
+    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+        super().__init__(f"HTTP {status} {reason}: {message}".strip())
         self.status = status
+        self.reason = reason
+        self.message = message
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
-    verb: str
-    kind: str
-    name: str
-    detail: Mapping[str, str] = field(default_factory=dict)
+class Unauthorized(KubeError):
+    """401: the credentials were refused (after one re-login)."""
 
 
-def label_selector(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+class Forbidden(KubeError):
+    """403: RBAC does not allow it."""
+
+
+class NotFound(KubeError):
+    """404: no such object (or resource)."""
+
+
+class Conflict(KubeError):
+    """409: it exists already, or a precondition (uid, resourceVersion) failed."""
+
+
+class Invalid(KubeError):
+    """422: the object was refused by validation."""
+
+
+_KINDS: dict[int, type[KubeError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    422: Invalid,
+}
+
+
+def error_of(error: ApiException) -> KubeError:
+    """The typed error for a refused request (the message from the API's Status body)."""
+    status = int(error.status or 0)
+    message = str(error.body or "")[:500]
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        message = str(json.loads(error.body).get("message") or message)
+    return _KINDS.get(status, KubeError)(status, str(error.reason or ""), message)
+
+
+# --- clients from Kopf's credentials ----------------------------------------------------------
+
+
+def api_client(info: KubeContext, *, user_agent: str = USER_AGENT) -> ApiClient:
+    """A kubernetes_asyncio client for what a Kopf login handler returned."""
+    if not isinstance(info, kopf.ConnectionInfo):
+        raise TypeError(f"unsupported credentials for kubernetes_asyncio: {type(info).__name__}")
+    config = Configuration(host=info.server.rstrip("/"))
+    config.verify_ssl = not info.insecure
+    config.proxy = info.proxy_url
+    # The library builds its SSL context from files once, in ApiClient(); inline data is
+    # written to a private directory for that moment only.
+    with tempfile.TemporaryDirectory(prefix="staticfleet-kube-") as scratch:
+        config.ssl_ca_cert = _file(scratch, "ca.pem", info.ca_path, info.ca_data)
+        config.cert_file = _file(scratch, "cert.pem", info.certificate_path, info.certificate_data)
+        config.key_file = _file(scratch, "key.pem", info.private_key_path, info.private_key_data)
+        client = ApiClient(config)
+    for name, value in info.as_http_headers().items():  # bearer token or basic auth
+        client.set_default_header(name, value)
+    client.user_agent = user_agent
+    return client
+
+
+def _file(scratch: str, name: str, path: Any, data: str | bytes | None) -> str | None:
+    if path:
+        return os.fsdecode(path)
+    if not data:
+        return None
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    if not raw.lstrip().startswith(b"-----"):
+        raw = base64.b64decode(raw)
+    target = Path(scratch) / name
+    target.write_bytes(raw)
+    return str(target)
+
+
+_instances = itertools.count()
 
 
 class KubeApi:
+    """The Kubernetes calls the operator makes, over the credentials in a Kopf vault."""
+
     def __init__(
         self,
-        server: str,
+        vault: Vault,
         *,
-        headers: Mapping[str, str] | None = None,
-        ssl_context: ssl.SSLContext | bool | None = None,
+        user_agent: str = USER_AGENT,
+        relogin: bool = True,
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
     ) -> None:
-        self._server = server.rstrip("/")
-        self._headers = dict(headers or {})
-        self._ssl = ssl_context
-        self._session: aiohttp.ClientSession | None = None
-        self.actions: list[Action] = []
+        self._vault = vault
+        self._timeout = timeout
+        self._relogin = relogin
+        self._owns_vault = False
+        # One client per credentials and per KubeApi (close() closes this one's only); the
+        # vault drops (and closes) a client when its credentials are replaced.
+        self._purpose = f"staticfleet-kube-{next(_instances)}"
+        self._clients: weakref.WeakSet[ApiClient] = weakref.WeakSet()
+        self._user_agent = user_agent
+        # Writes made (pods created/deleted/patched, Secrets created, Events posted): whether
+        # a pass acted. A count, not a log: it stays the same size however long it runs.
+        self.writes = 0
 
     @classmethod
-    def from_credentials(cls, info: ConnectionInfo) -> KubeApi:
-        """From what Kopf's login handlers return (service account or kubeconfig)."""
-        headers: dict[str, str] = {}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
-        context: ssl.SSLContext | bool | None = None
-        if info.server.startswith("https"):
-            if info.insecure:
-                context = False
-            else:
-                context = ssl.create_default_context(cafile=_path(info.ca_path, info.ca_data))
-                cert = _path(info.certificate_path, info.certificate_data)
-                key = _path(info.private_key_path, info.private_key_data)
-                if cert:
-                    context.load_cert_chain(cert, key)
-        return cls(info.server, headers=headers, ssl_context=context)
+    def connect(cls, info: kopf.ConnectionInfo, *, user_agent: str = USER_AGENT) -> KubeApi:
+        """A client with fixed credentials and no Kopf behind it (tools, tests): a 401 is
+        not retried, there is nobody to log in again."""
+        api = cls(Vault({"fixed": info}), user_agent=user_agent, relogin=False)
+        api._owns_vault = True
+        return api
+
+    def _client(self, info: KubeContext) -> ApiClient:
+        client = api_client(info, user_agent=self._user_agent)
+        self._clients.add(client)
+        return client
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the connections this API opened (Kopf closes its vault when it stops)."""
+        for client in list(self._clients):
+            await client.close()
+        if self._owns_vault:
+            await self._vault.close()
 
-    # --- pods ------------------------------------------------------------------------------
+    async def call(self, request: Callable[[ApiClient], Awaitable[T]]) -> T:
+        """`request` with the client for the current credentials. A 401 makes Kopf log in
+        again (the vault is shared with Kopf's watches) and the request is tried once more.
+        Raises `TimeoutError` when it takes longer than the API's timeout."""
+        retried = False
+        async for key, info, client in self._vault.extended(self._client, self._purpose):
+            try:
+                async with asyncio.timeout(self._timeout):
+                    return await request(client)
+            except ApiException as error:
+                if error.status != 401 or retried or not self._relogin:
+                    raise error_of(error) from error
+                retried = True
+                log.warning("the API server refused the credentials (401): logging in again")
+                try:
+                    await self._vault.invalidate(key, info, exc=error)
+                except kopf.LoginError as failed:
+                    raise error_of(error) from failed
+        raise Unauthorized(401, "Unauthorized", "no credentials")  # the vault ran dry
 
-    async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
-        body = await self._request(
-            "GET",
-            f"/api/v1/namespaces/{namespace}/pods",
-            params={"labelSelector": label_selector(labels)},
+    async def json(self, request: Callable[[ApiClient], Awaitable[Any]]) -> JsonObject:
+        """`call` for a request made with `_preload_content=False`: its JSON body."""
+
+        async def read(client: ApiClient) -> JsonObject:
+            return await read_json(await request(client))
+
+        return await self.call(read)
+
+    # --- pods ---------------------------------------------------------------------------------
+
+    async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[JsonObject]:
+        body = await self.json(
+            lambda c: CoreV1Api(c).list_namespaced_pod(
+                namespace, label_selector=label_selector(labels), _preload_content=False
+            )
         )
-        items: list[dict[str, Any]] = body.get("items") or []
+        items: list[JsonObject] = body.get("items") or []
         return [
             pod
             for pod in items
@@ -104,112 +242,141 @@ class KubeApi:
             and (pod.get("metadata") or {}).get("namespace", namespace) == namespace
         ]
 
-    async def create_pod(self, namespace: str, pod: Mapping[str, Any]) -> dict[str, Any]:
-        name = str(pod["metadata"]["name"])
-        annotations = pod["metadata"].get("annotations") or {}
-        self.actions.append(
-            Action("create", "Pod", name, {k: str(v) for k, v in annotations.items()})
+    async def create_pod(self, namespace: str, pod: Mapping[str, Any]) -> JsonObject:
+        self.writes += 1
+        return await self.json(
+            lambda c: CoreV1Api(c).create_namespaced_pod(
+                namespace, dict(pod), _preload_content=False
+            )
         )
-        return await self._request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
 
     async def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete a pod; False when it was already gone. With `uid`, only that incarnation."""
-        self.actions.append(Action("delete", "Pod", name))
-        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        self.writes += 1
+        options: JsonObject = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if uid:
-            body["preconditions"] = {"uid": uid}
+            options["preconditions"] = {"uid": uid}
         try:
-            await self._request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body=body)
-        except KubeError as error:
-            if error.status == 404:
-                return False
-            raise
+            await self.json(
+                lambda c: CoreV1Api(c).delete_namespaced_pod(
+                    name, namespace, body=options, _preload_content=False
+                )
+            )
+        except NotFound:
+            return False
         return True
 
-    async def patch_pod(
-        self, namespace: str, name: str, patch: Mapping[str, Any]
-    ) -> dict[str, Any]:
+    async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JsonObject:
         """A JSON merge patch of a pod (its labels and annotations: a promoted standby)."""
-        self.actions.append(Action("patch", "Pod", name))
-        return await self._request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{name}",
-            body=dict(patch),
-            content_type=MERGE_PATCH,
+        self.writes += 1
+        return await self.json(
+            lambda c: CoreV1Api(c).patch_namespaced_pod(
+                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
+            )
         )
 
     async def patch_pod_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        return await self._request(
-            "PATCH",
-            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
-            body={"status": status},
-            content_type=MERGE_PATCH,
+    ) -> JsonObject:
+        return await self.json(
+            lambda c: CoreV1Api(c).patch_namespaced_pod_status(
+                name,
+                namespace,
+                {"status": dict(status)},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+            )
         )
 
-    # --- secrets (member tokens) -----------------------------------------------------------
+    # --- secrets (member tokens) --------------------------------------------------------------
 
-    async def get_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_secret(self, namespace: str, name: str) -> JsonObject | None:
         try:
-            return await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
-        except KubeError as error:
-            if error.status == 404:
-                return None
-            raise
+            return await self.json(
+                lambda c: CoreV1Api(c).read_namespaced_secret(
+                    name, namespace, _preload_content=False
+                )
+            )
+        except NotFound:
+            return None
 
-    async def create_secret(self, namespace: str, secret: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a Secret; raises KubeError(409) when it exists. The action log names it
-        only (never its data)."""
-        self.actions.append(Action("create", "Secret", str(secret["metadata"]["name"])))
-        return await self._request("POST", f"/api/v1/namespaces/{namespace}/secrets", body=secret)
+    async def create_secret(self, namespace: str, secret: Mapping[str, Any]) -> JsonObject:
+        """Create a Secret; raises `Conflict` when it exists."""
+        self.writes += 1
+        return await self.json(
+            lambda c: CoreV1Api(c).create_namespaced_secret(
+                namespace, dict(secret), _preload_content=False
+            )
+        )
 
-    async def get_path(self, path: str) -> dict[str, Any] | None:
-        """Any object by its API path (None when it does not exist)."""
+    # --- custom objects -----------------------------------------------------------------------
+
+    async def get_custom_object(
+        self, group: str, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> JsonObject | None:
+        """A custom object (a ConsumerGroup, Kopf's peering object); None when absent."""
         try:
-            return await self._request("GET", path)
-        except KubeError as error:
-            if error.status == 404:
-                return None
-            raise
+            if namespace is None:
+                return await self.json(
+                    lambda c: CustomObjectsApi(c).get_cluster_custom_object(
+                        group, version, plural, name, _preload_content=False
+                    )
+                )
+            return await self.json(
+                lambda c: CustomObjectsApi(c).get_namespaced_custom_object(
+                    group, version, namespace, plural, name, _preload_content=False
+                )
+            )
+        except NotFound:
+            return None
 
-    # --- consumer groups ---------------------------------------------------------------------
-
-    def _group_path(self, namespace: str, name: str) -> str:
-        return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+    # --- consumer groups ----------------------------------------------------------------------
 
     async def list_group_keys(self, namespaces: Sequence[str]) -> list[tuple[str, str]]:
         """(namespace, name) of every ConsumerGroup in `namespaces` (none: all of them)."""
-        paths = [f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" for ns in namespaces] or [
-            f"/apis/{GROUP}/{VERSION}/{PLURAL}"
-        ]
+
+        def listing(namespace: str | None) -> Callable[[ApiClient], Awaitable[Any]]:
+            def request(client: ApiClient) -> Any:
+                api = CustomObjectsApi(client)
+                if namespace is None:
+                    return api.list_cluster_custom_object(
+                        GROUP, VERSION, PLURAL, _preload_content=False
+                    )
+                return api.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, _preload_content=False
+                )
+
+            return request
+
+        scopes: list[str | None] = [*namespaces] or [None]
+        bodies = [await self.json(listing(scope)) for scope in scopes]
         keys: list[tuple[str, str]] = []
-        for path in paths:
-            body = await self._request("GET", path)
+        for body in bodies:
             for item in body.get("items") or []:
                 metadata = item.get("metadata") or {}
                 keys.append((str(metadata.get("namespace")), str(metadata.get("name"))))
         return keys
 
-    async def get_group(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return await self._request("GET", self._group_path(namespace, name))
-        except KubeError as error:
-            if error.status == 404:
-                return None
-            raise
+    async def get_group(self, namespace: str, name: str) -> JsonObject | None:
+        return await self.get_custom_object(GROUP, VERSION, PLURAL, name, namespace)
 
     async def patch_group_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        return await self._request(
-            "PATCH",
-            self._group_path(namespace, name) + "/status",
-            body={"status": status},
-            content_type=MERGE_PATCH,
+    ) -> JsonObject:
+        return await self.json(
+            lambda c: CustomObjectsApi(c).patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                {"status": dict(status)},
+                _content_type=MERGE_PATCH,
+                _preload_content=False,
+            )
         )
 
-    # --- events ------------------------------------------------------------------------------
+    # --- events -------------------------------------------------------------------------------
 
     async def post_event(
         self, involved: Mapping[str, Any], reason: str, message: str, warning: bool = False
@@ -241,58 +408,48 @@ class KubeApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        self.actions.append(Action("event", "Event", reason, {"message": message}))
+        self.writes += 1
         try:
-            await self._request("POST", f"/api/v1/namespaces/{namespace}/events", body=event)
+            await self.json(
+                lambda c: CoreV1Api(c).create_namespaced_event(
+                    namespace, event, _preload_content=False
+                )
+            )
         except (KubeError, aiohttp.ClientError) as error:
             log.warning("could not post event %s: %s", reason, error)
 
-    # --- plumbing ----------------------------------------------------------------------------
 
-    async def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> dict[str, Any]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._headers)
-        headers = {"Content-Type": content_type} if body is not None else {}
-        data = json.dumps(body) if body is not None else None
-        async with self._session.request(
-            method,
-            self._server + path,
-            params=params,
-            data=data,
-            headers=headers,
-            ssl=self._ssl if self._ssl is not None else True,
-        ) as response:
-            text = await response.text()
-            if response.status >= 400:
-                raise KubeError(response.status, text[:500])
-            if not text:
-                return {}
-            result = json.loads(text)
-            return result if isinstance(result, dict) else {}
+async def read_json(response: Any) -> JsonObject:
+    """The JSON body of an answer to a `_preload_content=False` call. The library checks
+    the status only of answers it reads itself: a refusal raises its `ApiException` here."""
+    try:
+        if not 200 <= response.status <= 299:
+            refused = ApiException(status=response.status, reason=response.reason)
+            refused.body = (await response.read()).decode(errors="replace")
+            raise refused
+        body = await response.json(content_type=None)
+    finally:
+        response.release()
+    return body if isinstance(body, dict) else {}
+
+
+def label_selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
 def _labels_match(have: Mapping[str, str], want: Mapping[str, str]) -> bool:
     return all(have.get(key) == value for key, value in want.items())
 
 
-def _path(path: Any, data: Any) -> str | None:
-    """A file path for a path-or-inline-data credential (ssl needs files)."""
-    if path:
-        return str(path)
-    if not data:
-        return None
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    if not raw.lstrip().startswith(b"-----"):
-        raw = base64.b64decode(raw)
-    handle = tempfile.NamedTemporaryFile(delete=False, suffix=".pem")  # noqa: SIM115
-    with handle:
-        handle.write(raw)
-    return handle.name
+__all__ = [
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "KubeApi",
+    "KubeError",
+    "NotFound",
+    "Unauthorized",
+    "api_client",
+    "error_of",
+    "read_json",
+]

@@ -38,7 +38,7 @@ from staticfleet_operator.crd import (
 from staticfleet_operator.hot_standby import keep_standbys, promote_standbys, standbys_ready
 from staticfleet_operator.identity import SlotAllocator
 from staticfleet_operator.kafka_journal import RebalanceJournal
-from staticfleet_operator.kube import KubeApi, KubeError
+from staticfleet_operator.kube import Conflict, KubeApi
 from staticfleet_operator.members import (
     GROUP_LABEL,
     MemberSettings,
@@ -125,7 +125,7 @@ class Operator:
     group_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     # (namespace, Secret name) -> the groups whose member token it holds.
     secret_users: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=dict)
-    # Status patches written (with `kube.actions`: whether a pass acted).
+    # Status patches written (with `kube.writes`: whether a pass acted).
     status_writes: int = 0
     # Groups whose last pass waits on a clock (an adopted slot's grace period).
     timed: set[str] = field(default_factory=set)
@@ -167,9 +167,7 @@ class Operator:
         already (created by an earlier pass the watch has not shown yet) is left to the watch."""
         try:
             created = await self.kube.create_pod(namespace, pod)
-        except KubeError as error:
-            if error.status != 409:
-                raise
+        except Conflict:
             log.info("%s/%s: pod %s exists already", namespace, group, pod["metadata"]["name"])
             return None
         self.observed.pod_created(namespace, group, created)
@@ -221,12 +219,12 @@ async def reconcile_pass(op: Operator, namespace: str, name: str) -> bool:
     """A pass requested by an event (passes.py); True when the group wants another soon:
     the pass acted (its effects are to be observed), a rollout is under way, writes of its
     own are not yet in the watch, or it waits on a clock. A settled group waits for events."""
-    acted_before = (len(op.kube.actions), op.status_writes)
+    acted_before = (op.kube.writes, op.status_writes)
     done = await reconcile(op, namespace, name)
     if done == "gone":
         op.group_keys = {g: k for g, k in op.group_keys.items() if k != (namespace, name)}
         return False
-    if (len(op.kube.actions), op.status_writes) != acted_before:
+    if (op.kube.writes, op.status_writes) != acted_before:
         return True
     if op.observed.pending(namespace, name) or group_key(namespace, name) in op.timed:
         return True

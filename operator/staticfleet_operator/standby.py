@@ -23,7 +23,8 @@ from staticfleet_operator.kube import KubeApi, KubeError
 
 log = logging.getLogger("staticfleet.operator.standby")
 
-PEERING_GROUP = "kopf.dev/v1"
+PEERING_GROUP = "kopf.dev"
+PEERING_VERSION = "v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +61,22 @@ def is_active(status: Mapping[str, Any], identity: str, priority: int, now: date
     return not any(peer.priority >= priority for peer in live if peer.identity != identity)
 
 
-def peering_paths(name: str, namespaces: Sequence[str]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class PeeringObject:
+    plural: str
+    name: str
+    namespace: str | None = None  # None: cluster-wide
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.plural}.{PEERING_GROUP} {where}{self.name}"
+
+
+def peering_objects(name: str, namespaces: Sequence[str]) -> list[PeeringObject]:
     """The peering objects Kopf uses: one cluster-wide, or one per watched namespace."""
     if not namespaces:
-        return [f"/apis/{PEERING_GROUP}/clusterkopfpeerings/{name}"]
-    return [f"/apis/{PEERING_GROUP}/namespaces/{ns}/kopfpeerings/{name}" for ns in namespaces]
+        return [PeeringObject("clusterkopfpeerings", name)]
+    return [PeeringObject("kopfpeerings", name, ns) for ns in namespaces]
 
 
 @dataclass(slots=True)
@@ -91,18 +103,26 @@ async def watch_peering(
     """Poll the peering object(s) until cancelled; the gate is open while this replica is
     active in every one of them. An unreadable object closes the gate (fail safe: a
     replica that cannot tell stops taking members)."""
-    paths = peering_paths(name, namespaces)
+    objects = peering_objects(name, namespaces)
     while True:
         try:
             active = True
-            for path in paths:
+            for peering in objects:
                 # Bounded: a request that hangs must close the gate, not freeze it open.
                 async with asyncio.timeout(max(interval, 5.0)):
-                    body = await kube().get_path(path)
+                    body = await kube().get_custom_object(
+                        PEERING_GROUP,
+                        PEERING_VERSION,
+                        peering.plural,
+                        peering.name,
+                        peering.namespace,
+                    )
                 status = (body or {}).get("status") or {}
                 active = active and is_active(status, identity, priority, clock())
         except (TimeoutError, KubeError, aiohttp.ClientError) as error:
-            log.warning("cannot read the peering object(s) %s: %s", paths, error)
+            log.warning(
+                "cannot read the peering object(s) %s: %s", ", ".join(map(str, objects)), error
+            )
             active = False
         if active != gate.active:
             log.info("this replica is now %s", "active" if active else "standing by")

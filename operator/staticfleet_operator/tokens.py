@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
-from staticfleet_operator.kube import KubeApi, KubeError
+from staticfleet_operator.kube import Conflict, KubeApi
 
 if TYPE_CHECKING:
     from staticfleet_operator.observed import Observed
@@ -118,9 +118,7 @@ async def read_member_token(
             )
             if observed is not None:
                 observed.secret_created(secret)
-        except KubeError as error:
-            if error.status != 409:
-                raise
+        except Conflict:
             # Another pass (or replica) created it first: use theirs.
             secret = await kube.get_secret(namespace, name)
         else:

@@ -7,6 +7,9 @@ deleted, its member stops (a static member sends no LeaveGroup, as a killed pod 
 It also plays the API server's bookkeeping kmock leaves out: `metadata.generation` bumps on
 spec changes, and uid/creationTimestamp on creation.
 
+What the operator wrote, in order, is read from the emulator's own record of the requests it
+received (`Cluster.actions`): the operator keeps no log of its own.
+
 Like a real kubelet it resolves `valueFrom.secretKeyRef` env from the pod's namespace (a
 missing Secret or key: the container does not start, and the next pass tries again). With
 `running_cluster(http_members=True)` the embedded coordinator also serves HTTP (admin token
@@ -36,6 +39,8 @@ import aiohttp
 import jsonpatch
 import kmock
 import kopf
+from kopf._cogs.structs.credentials import Vault
+from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from coordinator import CoordinatorConfig, GroupCoordinator, JournalEvent, MemoryStore, SystemClock
 from coordinator.client import (
@@ -55,7 +60,7 @@ from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from staticfleet_operator.kafka_journal import RebalanceJournal
-from staticfleet_operator.kube import KubeApi, KubeError
+from staticfleet_operator.kube import USER_AGENT, KubeApi
 from staticfleet_operator.members import GROUP_LABEL, POD_KEY_ANNOTATION
 from staticfleet_operator.reconcile import Operator
 from staticfleet_operator.webhook import WEBHOOK_PATH
@@ -150,16 +155,11 @@ async def resolve_env(kube: KubeApi, pod: Mapping[str, Any]) -> dict[str, str] |
         if ref is None:
             values[entry["name"]] = entry.get("value", "")
             continue
-        try:
-            secret = await kube._request(
-                "GET", f"/api/v1/namespaces/{namespace}/secrets/{ref['name']}"
-            )
-        except KubeError as error:
-            if error.status == 404 and not ref.get("optional"):
-                return None
-            if error.status == 404:
-                continue
-            raise
+        secret = await kube.get_secret(namespace, ref["name"])
+        if secret is None and not ref.get("optional"):
+            return None
+        if secret is None:
+            continue
         raw = (secret.get("data") or {}).get(ref["key"])
         if raw is None:
             if ref.get("optional"):
@@ -339,12 +339,7 @@ class Kubelet:
             await transport.close()
 
     async def _release(self, name: str) -> None:
-        await self.kube._request(
-            "PATCH",
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
-            body={"metadata": {"finalizers": None}},
-            content_type="application/merge-patch+json",
-        )
+        await self.kube.patch_pod(NAMESPACE, name, {"metadata": {"finalizers": None}})
 
     async def _start(self, key: str, pod: Mapping[str, Any]) -> None:
         resolved = await resolve_env(self.kube, pod)
@@ -424,11 +419,8 @@ class Kubelet:
 
     async def _hold(self, pod: Mapping[str, Any]) -> None:
         """Hold the pod object until its "container" has stopped, as a real kubelet does."""
-        await self.kube._request(
-            "PATCH",
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}",
-            body={"metadata": {"finalizers": [KUBELET_FINALIZER]}},
-            content_type="application/merge-patch+json",
+        await self.kube.patch_pod(
+            NAMESPACE, pod["metadata"]["name"], {"metadata": {"finalizers": [KUBELET_FINALIZER]}}
         )
 
     async def _ready(self, pod: Mapping[str, Any]) -> None:
@@ -501,25 +493,81 @@ class Kubelet:
         self.transports.clear()
 
 
+@dataclass(frozen=True, slots=True)
+class Action:
+    """A write the operator made, as the API server received it."""
+
+    verb: str  # create | delete | patch | event
+    kind: str
+    name: str  # an Event's: its reason
+    detail: Mapping[str, str] = field(default_factory=dict)
+
+
+def action_of(request: kmock.Request) -> Action | None:
+    """The operator's write a request to the emulator was (None: a read, or not a write
+    `Action` names: status patches are read back from the objects instead)."""
+    plural = request.resource.plural if request.resource is not None else None
+    data = request.data if isinstance(request.data, Mapping) else {}
+    metadata = data.get("metadata") or {}
+    method = str(request.method.value).upper() if request.method is not None else ""
+    if plural == "events" and method == "POST":
+        message = str(data.get("message"))
+        return Action("event", "Event", str(data.get("reason")), {"message": message})
+    if plural == "pods" and method == "POST":
+        annotations = metadata.get("annotations") or {}
+        return Action("create", "Pod", str(metadata.get("name")), {**annotations})
+    if plural == "pods" and method == "DELETE":
+        return Action("delete", "Pod", str(request.name))
+    if plural == "pods" and method == "PATCH" and not request.subresource:
+        return Action("patch", "Pod", str(request.name))
+    if plural == "secrets" and method == "POST":
+        return Action("create", "Secret", str(metadata.get("name")))
+    return None
+
+
+def made_by(request: kmock.Request, user_agent: str) -> bool:
+    headers = {key.lower(): value for key, value in request.headers.items()}
+    return str(headers.get("user-agent", "")).startswith(user_agent)
+
+
 @dataclass
 class Cluster:
     emulator: kmock.KubernetesEmulator
-    kube: KubeApi  # the test's own client (the operator has another, so its log is clean)
+    kube: KubeApi  # the test's own client (its requests are not the operator's actions)
     operator: Operator
     coordinator: GroupCoordinator
     kubelet: Kubelet
     webhook_url: str = ""
     memo: kopf.Memo | None = None
     server: RunningServer | None = None  # the coordinator's HTTP server (http_members)
+    vault: Vault | None = None  # Kopf's credentials, which the operator's client uses too
+
+    def actions(self) -> list[Action]:
+        """Every write the operator made so far, in the order the emulator received them."""
+        found = (action_of(r) for r in list(self.emulator) if made_by(r, USER_AGENT))
+        return [action for action in found if action is not None]
+
+    async def events(self) -> list[dict[str, Any]]:
+        body = await self.kube.json(
+            lambda c: CoreV1Api(c).list_namespaced_event(NAMESPACE, _preload_content=False)
+        )
+        return list(body.get("items") or [])
+
+    async def secrets(self) -> list[dict[str, Any]]:
+        body = await self.kube.json(
+            lambda c: CoreV1Api(c).list_namespaced_secret(NAMESPACE, _preload_content=False)
+        )
+        return list(body.get("items") or [])
 
     def forget_operator_memory(self) -> Operator:
         """What an operator restart loses: everything the `Operator` holds in memory (slot
         tables, locks, admissions, its API client). Kopf keeps running; the handlers pick
         the fresh one up from the memo on their next call."""
         assert self.memo is not None
+        assert self.vault is not None
         fresh = Operator(
             self.coordinator,
-            KubeApi(self.operator.kube._server),
+            KubeApi(self.vault),
             coordinator_url=self.operator.coordinator_url,
             authenticator=self.operator.authenticator,
         )
@@ -540,13 +588,17 @@ class Cluster:
         return fresh
 
     retired: list[Operator] = field(default_factory=list)
+    # The tokens Kopf's login handler handed out, in order (`running_cluster(tokens=True)`).
+    tokens: list[str] = field(default_factory=list)
 
     # --- objects ---------------------------------------------------------------------------
 
     async def create_group(self, name: str, spec: Mapping[str, Any]) -> None:
         body = consumer_group(name, spec)
-        await self.kube._request(
-            "POST", f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}", body=body
+        await self.kube.json(
+            lambda c: CustomObjectsApi(c).create_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, body, _preload_content=False
+            )
         )
 
     async def get_group(self, name: str) -> dict[str, Any]:
@@ -557,16 +609,25 @@ class Cluster:
     async def update_spec(self, name: str, changes: Mapping[str, Any]) -> None:
         body = await self.get_group(name)
         generation = int(body["metadata"].get("generation", 1)) + 1
-        await self.kube._request(
-            "PATCH",
-            f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}",
-            body={"metadata": {"generation": generation}, "spec": dict(changes)},
-            content_type="application/merge-patch+json",
+        patch = {"metadata": {"generation": generation}, "spec": dict(changes)}
+        await self.kube.json(
+            lambda c: CustomObjectsApi(c).patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                NAMESPACE,
+                PLURAL,
+                name,
+                patch,
+                _content_type="application/merge-patch+json",
+                _preload_content=False,
+            )
         )
 
     async def delete_group(self, name: str) -> None:
-        await self.kube._request(
-            "DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL}/{name}", body={}
+        await self.kube.json(
+            lambda c: CustomObjectsApi(c).delete_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, PLURAL, name, _preload_content=False
+            )
         )
 
     async def admit_and_create(self, pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -671,9 +732,12 @@ async def running_cluster(
     http_members: bool = False,
     java_logs: Path | None = None,
     journal: Path | None = None,
+    tokens: bool = False,
 ) -> AsyncIterator[Cluster]:
     """kmock + embedded coordinator + the real Kopf operator + the fake kubelet. With
-    `http_members` the coordinator serves HTTP and members join over it with their token."""
+    `http_members` the coordinator serves HTTP and members join over it with their token.
+    With `tokens`, each login of Kopf's gets a new bearer token (`Cluster.tokens`), as a
+    rotated service-account token file would give it."""
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         declare_resources(emulator)
         url = str(server.url).rstrip("/")
@@ -681,9 +745,17 @@ async def running_cluster(
             CoordinatorConfig(group_initial_rebalance_delay_ms=50), SystemClock(), MemoryStore()
         )
         await coordinator.start()
-        operator = Operator(coordinator, KubeApi(url), coordinator_url="http://coordinator:9092")
-        test_kube = KubeApi(url)
-        kubelet = Kubelet(KubeApi(url), coordinator, java_logs=java_logs)
+        # The operator's client uses Kopf's credentials (the login handler below); the test's
+        # and the kubelet's have their own, and another User-Agent: not the operator's actions.
+        vault = Vault()
+        operator = Operator(coordinator, KubeApi(vault), coordinator_url="http://coordinator:9092")
+        emulator_login = kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE)
+        test_kube = KubeApi.connect(emulator_login, user_agent="staticfleet-tests")
+        kubelet = Kubelet(
+            KubeApi.connect(emulator_login, user_agent="staticfleet-tests-kubelet"),
+            coordinator,
+            java_logs=java_logs,
+        )
         if journal is not None:
             operator.journal = RebalanceJournal(journal)
         coordinator_server: RunningServer | None = None
@@ -700,9 +772,14 @@ async def running_cluster(
         registry = kopf.OperatorRegistry()
         handlers.register(registry, interval=interval, webhook=webhook)
 
+        handed_out: list[str] = []
+
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE)
+            if not tokens:
+                return emulator_login
+            handed_out.append(f"token-{len(handed_out) + 1}")
+            return dataclasses.replace(emulator_login, token=handed_out[-1])
 
         settings = kopf.OperatorSettings()
         settings.posting.enabled = False
@@ -724,6 +801,7 @@ async def running_cluster(
                 standalone=True,
                 namespaces=[NAMESPACE],
                 memo=memo,
+                vault=vault,
                 stop_flag=stop,
                 ready_flag=ready,
             )
@@ -738,6 +816,8 @@ async def running_cluster(
             webhook_url,
             memo,
             coordinator_server,
+            vault,
+            tokens=handed_out,
         )
         try:
             await asyncio.wait_for(ready.wait(), 10)

@@ -58,7 +58,7 @@ async def test_adopted_pods_gone_past_the_grace_period_leave_in_one_batch_and_fr
         # when it runs out, so only the operator's LeaveGroup can remove them that soon.
         await _start_executors(cluster, 4, grace_seconds=1)
         since = await _last_seq(cluster, "spark-job")
-        actions_before = len(cluster.operator.kube.actions)
+        actions_before = len(cluster.actions())
 
         # Spark releases two executors at once. Holding the group's lock keeps a pass from
         # seeing only one of them gone (each slot's grace period runs from when its pod was
@@ -87,7 +87,7 @@ async def test_adopted_pods_gone_past_the_grace_period_leave_in_one_batch_and_fr
         await cluster.passes(5)
         events = await cluster.journal("spark-job", since)
         assert [e.kind for e in events].count("member_left") == 2
-        actions = cluster.operator.kube.actions[actions_before:]
+        actions = cluster.actions()[actions_before:]
         left_events = [a for a in actions if a.verb == "event" and a.name == "MembersLeft"]
         assert len(left_events) == 1
         assert "spark-job-1, spark-job-2" in left_events[0].detail["message"]
@@ -111,7 +111,7 @@ async def test_a_replacement_within_the_grace_period_takes_the_slot_and_nobody_l
     async with running_cluster(webhook=True) as cluster:
         await _start_executors(cluster, 3, grace_seconds=grace)
         since = await _last_seq(cluster, "spark-job")
-        actions_before = len(cluster.operator.kube.actions)
+        actions_before = len(cluster.actions())
 
         await cluster.kube.delete_pod(NAMESPACE, "exec-1")
         gone_at = time.monotonic()
@@ -146,7 +146,7 @@ async def test_a_replacement_within_the_grace_period_takes_the_slot_and_nobody_l
         ]
         assert {e.group_instance_id for e in rejoined} == {"spark-job-1"}
         assert "member_joined" not in kinds
-        actions = cluster.operator.kube.actions[actions_before:]
+        actions = cluster.actions()[actions_before:]
         assert not [a for a in actions if a.verb == "event" and a.name == "MembersLeft"]
         assert cluster.metric("staticfleet_operator_batch_leaves_total", **SPARK) == 0
         held, vacant, retiring = _slots(cluster)
@@ -169,7 +169,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         stuck = next(f"orders-{s}" for s in range(3) if f"orders-{s}" != leader)
         cluster.kubelet.refused.add(stuck)  # its replacement's container never starts
         started_before = len(cluster.kubelet.history)
-        actions_before = len(cluster.operator.kube.actions)
+        actions_before = len(cluster.actions())
 
         await cluster.update_spec("orders", {"rebalance": {"protocol": "cooperative"}})
         bounced_at = time.monotonic()
@@ -188,7 +188,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         assert status["rollout"]["blocker"] == "PodNotReady"
         assert stuck in cluster.kubelet.waiting
         # A Warning Event, posted to the API.
-        events = await cluster.kube._request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
+        events = {"items": await cluster.events()}
         pause_events = [e for e in events["items"] if e.get("reason") in PAUSE_REASONS]
         assert pause_events and {e["type"] for e in pause_events} == {"Warning"}
         assert {e["involvedObject"]["name"] for e in pause_events} == {"orders"}
@@ -199,9 +199,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
 
         # Not skipped: while paused nobody else is bounced, however many passes run.
         await cluster.passes(10)
-        deletes = [
-            a.name for a in cluster.operator.kube.actions[actions_before:] if a.verb == "delete"
-        ]
+        deletes = [a.name for a in cluster.actions()[actions_before:] if a.verb == "delete"]
         assert deletes == [stuck]
         assert cluster.kubelet.history[started_before:] == []
         others = [p for p in await cluster.pods("orders") if p["metadata"]["name"] != stuck]
@@ -210,7 +208,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         assert cluster.metric(bounces, **ORDERS, phase="Bounce1") == 1
         assert (await _status(cluster, "orders"))["rollout"]["phase"] == "Paused"
         # One Event for the pause, however many passes repeated it.
-        events = await cluster.kube._request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
+        events = {"items": await cluster.events()}
         assert [e for e in events["items"] if e.get("reason") in PAUSE_REASONS] == pause_events
 
         # The member recovers: the rollout resumes where it stopped and completes.
@@ -233,7 +231,7 @@ async def test_a_member_that_does_not_come_back_pauses_the_rollout_until_it_reco
         assert cluster.metric("staticfleet_operator_rollout_paused", **ORDERS) == 0
         assert cluster.metric(bounces, **ORDERS, phase="Bounce1") == 3
         assert cluster.metric(bounces, **ORDERS, phase="Bounce2") == 3
-        events = await cluster.kube._request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
+        events = {"items": await cluster.events()}
         # Every pause was about that member. (While it rejoins, its wait is still past the
         # timeout, so a changed blocker -- PodNotReady -> MemberNotListed -- may post one
         # more pause Event before the rollout moves on.)

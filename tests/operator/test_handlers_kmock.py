@@ -67,7 +67,7 @@ async def test_scale_down_sends_one_batch_leave_then_scale_up_sends_none() -> No
         await cluster.create_group("orders", managed_spec(replicas=4))
         await cluster.eventually(lambda: cluster.group_settled("orders", 4), what="4 Stable")
         since = max(e.seq for e in await cluster.journal("orders"))
-        actions_before = len(cluster.operator.kube.actions)
+        actions_before = len(cluster.actions())
 
         await cluster.update_spec("orders", {"replicas": 2})
         body = await cluster.eventually(
@@ -84,7 +84,7 @@ async def test_scale_down_sends_one_batch_leave_then_scale_up_sends_none() -> No
         assert [e.kind for e in after].count("rebalance_started") == 1
         assert after[0].kind == "rebalance_started"
         # The pods went first; the leave came once they were gone.
-        actions = cluster.operator.kube.actions[actions_before:]
+        actions = cluster.actions()[actions_before:]
         deletes = [a.name for a in actions if a.verb == "delete"]
         assert sorted(deletes) == ["orders-2", "orders-3"]
         left_events = [a for a in actions if a.verb == "event" and a.name == "MembersLeft"]
@@ -124,7 +124,7 @@ async def test_protocol_change_walks_both_bounces_one_member_at_a_time_leader_la
         await cluster.create_group("orders", managed_spec(replicas=3))
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
         started_before = len(cluster.kubelet.history)
-        actions_before = len(cluster.operator.kube.actions)
+        actions_before = len(cluster.actions())
         [described] = await cluster.coordinator.describe_groups(["orders"])
         leader = next(
             m.group_instance_id for m in described.members if m.member_id == described.leader
@@ -153,7 +153,7 @@ async def test_protocol_change_walks_both_bounces_one_member_at_a_time_leader_la
         # One member at a time: every delete is followed by that pod's re-creation.
         steps = [
             (a.verb, a.name)
-            for a in cluster.operator.kube.actions[actions_before:]
+            for a in cluster.actions()[actions_before:]
             if a.verb in ("delete", "create")
         ]
         assert len(steps) == 12
@@ -204,7 +204,7 @@ async def test_invalid_spec_is_reported_and_nothing_is_created() -> None:
         assert "set exactly one of replicas" in both["message"]
         zero = await cluster.eventually(lambda: degraded("zero"), what="Degraded on zero")
         assert "partitions" in zero["message"]
-        assert not [a for a in cluster.operator.kube.actions if a.verb == "create"]
+        assert not [a for a in cluster.actions() if a.verb == "create"]
         assert await cluster.pods("both") == []
 
 

@@ -93,7 +93,7 @@ async def test_a_deleted_member_is_taken_over_by_a_standby_without_a_rebalance()
         assert status["lastPromotion"]["instanceId"] == "orders-1"
         assert status["lastPromotion"]["standby"] == "orders-standby-0"
         assert status.get("promotions", []) == []
-        events = [a.name for a in cluster.operator.kube.actions if a.verb == "event"]
+        events = [a.name for a in cluster.actions() if a.verb == "event"]
         assert "StandbyPromoted" in events
         labels = {"namespace": "default", "group": "orders", "result": "promoted"}
         assert cluster.metric("staticfleet_operator_standby_promotions_total", **labels) == 1

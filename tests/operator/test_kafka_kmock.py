@@ -64,8 +64,7 @@ def our_members(cluster: Cluster) -> list[GroupMember]:
 
 
 async def events(cluster: Cluster, reason: str) -> list[dict[str, Any]]:
-    answer = await cluster.kube._request("GET", "/api/v1/namespaces/default/events")
-    return [e for e in answer.get("items", []) if e.get("reason") == reason]
+    return [e for e in await cluster.events() if e.get("reason") == reason]
 
 
 def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -291,5 +290,4 @@ async def test_adopted_executors_on_kafka_get_ids_from_the_webhook(
         await cluster.eventually(joined, timeout=60, what="both executors on the broker")
         await cluster.eventually(lambda: cluster.group_settled("spark", 2), timeout=30)
         # No member token Secret for a group on a Kafka cluster.
-        secrets = await cluster.kube._request("GET", "/api/v1/namespaces/default/secrets")
-        assert secrets.get("items", []) == []
+        assert await cluster.secrets() == []

@@ -91,12 +91,8 @@ async def test_managed_group_token_secret_members_join_over_http_and_delete_unre
         await cluster.eventually(registered, what="token registered again after restart")
         again = await _secret(cluster, "orders-member-token")
         assert again is not None and _token_of(again) == token
-        creates = [
-            a
-            for op in [*cluster.retired, cluster.operator]
-            for a in op.kube.actions
-            if a.verb == "create" and a.kind == "Secret"
-        ]
+        # Every operator's writes (the restarted one's too: same User-Agent).
+        creates = [a for a in cluster.actions() if a.verb == "create" and a.kind == "Secret"]
         assert [a.name for a in creates] == ["orders-member-token"]
 
         # Deleting the group unregisters its token.
@@ -130,7 +126,7 @@ async def test_token_secret_ref_uses_the_users_secret() -> None:
                 "secretKeyRef": {"name": "fleet-token", "key": "member"}
             }
         assert await _secret(cluster, "orders-member-token") is None
-        assert not [a for a in cluster.operator.kube.actions if a.kind == "Secret"]
+        assert not [a for a in cluster.actions() if a.kind == "Secret"]
         assert await _heartbeat_status(cluster, "orders", user_token) == 200
         assert await _heartbeat_status(cluster, "orders", "not-the-users-token") == 403
         # The user's Secret is theirs: untouched (no ownerReference added).
@@ -147,7 +143,7 @@ async def test_a_missing_user_secret_holds_members_back_until_it_exists() -> Non
             return "orders-0" in cluster.kubelet.waiting
 
         await cluster.eventually(waiting, what="the pod waits for its Secret")
-        events = [a for a in cluster.operator.kube.actions if a.verb == "event"]
+        events = [a for a in cluster.actions() if a.verb == "event"]
         assert [a.name for a in events].count("MemberTokenUnavailable") == 1
         await cluster.kube.create_secret(
             NAMESPACE,

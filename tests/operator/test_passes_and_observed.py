@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import kopf
+
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.observed import OVERLAY_SECONDS, Observed
 from staticfleet_operator.passes import Passes
@@ -114,7 +116,7 @@ def _observed(pods: dict[Any, list[Any]], groups: dict[Any, list[Any]] | None = 
     return observed
 
 
-KUBE = KubeApi("http://never-called")
+KUBE = KubeApi.connect(kopf.ConnectionInfo(server="http://never-called"))
 
 
 async def test_a_created_pod_is_listed_until_the_index_shows_it() -> None:

@@ -37,7 +37,7 @@ async def test_pre_registered_scale_up_is_exactly_one_rebalance() -> None:
         kinds = await _scale_up_with_stragglers(cluster)
         assert kinds.count("generation_started") == 1, kinds
         assert kinds.count("member_joined") == 3
-        events = [a for a in cluster.operator.kube.actions if a.verb == "event"]
+        events = [a for a in cluster.actions() if a.verb == "event"]
         assert "ExpectingMembers" in [a.name for a in events]
         # Fulfilled in a Stable group: the registration is cleared on a later pass.
         await cluster.eventually(

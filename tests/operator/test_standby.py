@@ -7,16 +7,19 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 from aiohttp.test_utils import TestClient, TestServer
+from kopf._cogs.structs.credentials import Vault
 
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
 from coordinator.server import AuthConfig, add_readiness_gate, create_app
 from staticfleet_operator.app import default_priority
-from staticfleet_operator.kube import KubeApi, KubeError
+from staticfleet_operator.kube import Forbidden, KubeApi
 from staticfleet_operator.standby import (
+    PeeringObject,
     StandbyGate,
     is_active,
-    peering_paths,
+    peering_objects,
     peers_of,
     watch_peering,
 )
@@ -55,23 +58,27 @@ def test_unreadable_entries_are_skipped() -> None:
 
 
 def test_peering_objects_cluster_wide_or_per_namespace() -> None:
-    assert peering_paths("p", []) == ["/apis/kopf.dev/v1/clusterkopfpeerings/p"]
-    assert peering_paths("p", ["a", "b"]) == [
-        "/apis/kopf.dev/v1/namespaces/a/kopfpeerings/p",
-        "/apis/kopf.dev/v1/namespaces/b/kopfpeerings/p",
+    assert peering_objects("p", []) == [PeeringObject("clusterkopfpeerings", "p")]
+    assert peering_objects("p", ["a", "b"]) == [
+        PeeringObject("kopfpeerings", "p", "a"),
+        PeeringObject("kopfpeerings", "p", "b"),
     ]
 
 
 class FakePeeringApi(KubeApi):
-    """Answers get_path from a dict; a missing path raises as an unreachable server would."""
+    """Answers from a dict by plural/namespace/name; a missing one raises as a server that
+    refuses would."""
 
     def __init__(self, objects: dict[str, Any]) -> None:
-        super().__init__("http://unused")
+        super().__init__(Vault({"unused": kopf.ConnectionInfo(server="http://unused")}))
         self.objects = objects
 
-    async def get_path(self, path: str) -> dict[str, Any] | None:
+    async def get_custom_object(
+        self, group: str, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        path = f"{plural}/{namespace or ''}/{name}"
         if path not in self.objects:
-            raise KubeError(403, "forbidden")
+            raise Forbidden(403, "Forbidden", "forbidden")
         body: dict[str, Any] = self.objects[path]
         return body
 
@@ -85,7 +92,7 @@ async def _until(predicate: Any) -> None:
 
 
 async def test_the_poller_opens_and_closes_the_gate() -> None:
-    path = "/apis/kopf.dev/v1/clusterkopfpeerings/p"
+    path = "clusterkopfpeerings//p"
     api = FakePeeringApi({path: {"status": {"me": entry(10)}}})
     gate = StandbyGate()
     task = asyncio.create_task(

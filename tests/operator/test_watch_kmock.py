@@ -1,9 +1,10 @@
 """Watch, don't poll: a settled fleet costs the API server nothing beyond the watches, a
 deleted pod is replaced on its event, and the webhook answers from the indices.
 
-The operator's own API client is counted (Kopf's watches go through Kopf's client and are
-not). The harness's requeue interval is 0.1 s: a polling operator would make dozens of
-requests in each quiet window below.
+The operator's own API client is counted, from the emulator's record of the requests it
+received (Kopf's watches go through Kopf's client, another User-Agent, and are not). The
+harness's requeue interval is 0.1 s: a polling operator would make dozens of requests in
+each quiet window below.
 """
 
 from __future__ import annotations
@@ -14,29 +15,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from staticfleet_operator.kube import USER_AGENT
 from staticfleet_operator.members import INSTANCE_ID_ANNOTATION, POD_KEY_ANNOTATION
-from staticfleet_operator.reconcile import Operator
-from tests.operator.kube_harness import NAMESPACE, Cluster, managed_spec, running_cluster
+from tests.operator.kube_harness import NAMESPACE, Cluster, made_by, managed_spec, running_cluster
 from tests.operator.test_handlers_kmock import adopted_spec, executor
 
 QUIET_SECONDS = 2.0
 
 
 @contextmanager
-def counted(op: Operator) -> Iterator[list[tuple[str, str]]]:
-    """Every request the operator's API client makes while inside."""
+def counted(cluster: Cluster) -> Iterator[list[tuple[str, str]]]:
+    """Every request the operator's API client made while inside (filled on leaving)."""
     seen: list[tuple[str, str]] = []
-    original = op.kube._request
-
-    async def counting(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        seen.append((method, path))
-        return await original(method, path, **kwargs)
-
-    op.kube._request = counting  # type: ignore[method-assign]
+    before = len(list(cluster.emulator))
     try:
         yield seen
     finally:
-        op.kube._request = original  # type: ignore[method-assign]
+        seen.extend(
+            (str(request.method.value), request.url.path)
+            for request in list(cluster.emulator)[before:]
+            if made_by(request, USER_AGENT)
+        )
 
 
 async def _quiet(cluster: Cluster) -> None:
@@ -55,7 +54,7 @@ async def test_a_settled_group_makes_no_api_request() -> None:
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
         await _quiet(cluster)
         passes_before = cluster.passes_done()
-        with counted(cluster.operator) as requests:
+        with counted(cluster) as requests:
             await asyncio.sleep(QUIET_SECONDS)
         assert requests == []
         # Nor do passes run on a clock: at the harness's 0.1 s interval a poller would run
@@ -98,7 +97,7 @@ async def test_the_webhook_answers_from_the_indices() -> None:
         )
         await cluster.admit_and_create(executor("exec-0"))  # its token Secret exists now
         await _quiet(cluster)
-        with counted(cluster.operator) as requests:
+        with counted(cluster) as requests:
             admitted = await cluster.admit_and_create(executor("exec-1"))
         assert admitted["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] == "spark-job-1"
         # The admission itself asked the API server nothing (a pass its pod's event asked
