@@ -115,7 +115,7 @@ async def test_a_pending_registration_waits_for_its_deadline_without_polling() -
         registered = asyncio.get_running_loop().time()
         await asyncio.sleep(1.0)  # the scale-up's own passes and their events are done
         passes_before = cluster.passes_done()
-        with counted(cluster.operator) as requests:
+        with counted(cluster) as requests:
             await asyncio.sleep(2.0)
         assert requests == []
         assert cluster.passes_done() - passes_before <= 3
