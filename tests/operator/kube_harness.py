@@ -774,8 +774,9 @@ async def running_cluster(
 
         handed_out: list[str] = []
 
+        # async: Kopf runs a sync handler in its thread pool, a hop the re-login need not take.
         @kopf.on.login(registry=registry)
-        def login(**_: Any) -> kopf.ConnectionInfo:
+        async def login(**_: Any) -> kopf.ConnectionInfo:
             if not tokens:
                 return emulator_login
             handed_out.append(f"token-{len(handed_out) + 1}")
