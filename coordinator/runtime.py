@@ -169,11 +169,14 @@ class CoordinatorContext:
         if batch is None or batch.is_empty():
             return
         # Number journal rows right before the write is queued: the store applies writes in
-        # order, so a reader polling with since_seq never sees a gap fill in later.
+        # order, so a reader polling with since_seq never sees a gap fill in later. The rows
+        # of one write share one timestamp, its first row's (as the records of one batch
+        # share one in Kafka): a batch LeaveGroup's rows read as the one request they were.
         numbered = []
+        stamp = batch.journal[0].ts_ms if batch.journal else 0
         for event in batch.journal:
             self.journal_seq += 1
-            numbered.append(dataclasses.replace(event, seq=self.journal_seq))
+            numbered.append(dataclasses.replace(event, seq=self.journal_seq, ts_ms=stamp))
         batch.journal = numbered
         try:
             await self.store.write(batch)

@@ -14,7 +14,7 @@ from coordinator import (
     OffsetCommitRequest,
     OffsetFetchRequest,
 )
-from coordinator.clock import settle
+from coordinator.clock import ManualClock, settle
 from tests.coordinator.harness import GROUP, Harness, join_request
 
 
@@ -212,3 +212,30 @@ async def test_journal_records_every_change_in_order(harness: Harness) -> None:
     assert len({r.seq for r in rows}) == len(rows)
     since = await harness.coordinator.journal_rows(GROUP, since_seq=rows[2].seq)
     assert since == rows[3:]
+
+
+class _TickingClock(ManualClock):
+    """Every reading is a millisecond later: rows stamped one by one would all differ."""
+
+    def now_ms(self) -> int:
+        self._now_ms += 1
+        return super().now_ms()
+
+
+async def test_the_rows_of_one_batch_leave_share_one_timestamp() -> None:
+    harness = await Harness(clock=_TickingClock()).start()
+    try:
+        await harness.form_group(["i-0", "i-1", "i-2", "i-3"])
+        before = len(await harness.coordinator.journal_rows(GROUP))
+        await harness.coordinator.leave_group(
+            LeaveGroupRequest(GROUP, [MemberIdentity("", "i-2"), MemberIdentity("", "i-3")])
+        )
+        rows = (await harness.coordinator.journal_rows(GROUP))[before:]
+        left = [r for r in rows if r.kind == "member_left"]
+        assert sorted(r.group_instance_id or "" for r in left) == ["i-2", "i-3"]
+        # One request, one write: every row it journaled (both leaves and the rebalance they
+        # started) carries one timestamp, as the records of one batch do in Kafka.
+        assert "rebalance_started" in [r.kind for r in rows]
+        assert len({r.ts_ms for r in rows}) == 1, rows
+    finally:
+        await harness.coordinator.close()
