@@ -35,6 +35,7 @@ from coordinator.server import (
     start_server,
 )
 from coordinator.server.context import CONTEXT
+from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S, freeze_periodically
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from staticfleet_operator import handlers, index_readiness
 from staticfleet_operator.kafka_journal import RebalanceJournal
@@ -73,6 +74,11 @@ class OperatorOptions:
     # Where rebalances of Kafka-coordinated groups, seen by describe, are journaled (JSON
     # lines per group id, the analytics' input); none: not recorded.
     kafka_journal_dir: Path | None = None
+    # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
+    # and Secret in Kopf's indices, and a full collection over them paused its one event
+    # loop — webhook, passes and the embedded coordinator's heartbeats — for 0.3-1 s at
+    # 1,000 groups. 0: never freeze.
+    gc_freeze_interval: float = DEFAULT_FREEZE_INTERVAL_S
 
 
 def kopf_settings(options: OperatorOptions) -> kopf.OperatorSettings:
@@ -173,6 +179,11 @@ async def run_operator(
     # Not ready before every existing group's member token is registered again (readiness.py).
     add_readiness_gate(app, operator.tokens_gate)
     lister: asyncio.Task[None] | None = None
+    freezer = (
+        asyncio.create_task(freeze_periodically(options.gc_freeze_interval), name="gc-freeze")
+        if options.gc_freeze_interval > 0
+        else None
+    )
 
     @kopf.on.login(registry=registry)
     async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -223,7 +234,7 @@ async def run_operator(
     finally:
         if operator.passes is not None:
             await operator.passes.close()
-        for task in (watcher, lister):
+        for task in (watcher, lister, freezer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

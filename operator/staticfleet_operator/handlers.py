@@ -6,12 +6,13 @@ one process gets its own set. The shared `Operator` arrives through Kopf's `memo
 Watch, don't poll: three Kopf indices (ConsumerGroups, member pods by group, Opaque Secrets)
 are what a pass and the webhook read (`observed.py`); a watch event on a group or on one of
 its pods requests a pass for the group (`passes.py`), and so does its coordinator's journal;
-a slow timer per group is the safety net. Kopf fills the indices before it calls any
+a slow resync, spread over all groups, is the safety net. Kopf fills the indices before it calls any
 handler, so the first passes already see every pod.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -42,17 +43,17 @@ def register(
 
     @kopf.index(GROUP, VERSION, PLURAL, id="consumer_groups", registry=registry)
     def consumer_groups(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-        return {(namespace or "default", name): dict(body)}
+        return {(namespace or "default", name): indexed(body)}
 
     @kopf.index("pods", id="member_pods", labels={GROUP_LABEL: kopf.PRESENT}, registry=registry)
     def member_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
-        return {(namespace or "default", labels[GROUP_LABEL]): dict(body)}
+        return {(namespace or "default", labels[GROUP_LABEL]): indexed(body)}
 
     # Token Secrets are named by the group (`<group>-member-token` or spec.tokenSecretRef),
     # so every Opaque Secret of the watched namespaces is indexed: its data only.
     @kopf.index("secrets", id="token_secrets", when=_opaque, registry=registry)
     def token_secrets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-        kept = {"metadata": dict(body.get("metadata") or {}), "data": body.get("data") or {}}
+        kept = indexed({"metadata": body.get("metadata") or {}, "data": body.get("data") or {}})
         return {(namespace or "default", name): kept}
 
     def passes(memo: Any, kwargs: dict[str, Any]) -> Passes:
@@ -64,7 +65,7 @@ def register(
                 kwargs["consumer_groups"], kwargs["member_pods"], kwargs["token_secrets"]
             )
         if op.passes is None:
-            op.passes = start_passes(op, interval)
+            op.passes = start_passes(op, interval, resync)
         return op.passes
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
@@ -89,11 +90,6 @@ def register(
         runner = passes(memo, kwargs)
         for key in _operator(memo).secret_users.get((namespace or "default", name), ()):
             runner.request(*key)
-
-    @kopf.timer(GROUP, VERSION, PLURAL, interval=resync, registry=registry)
-    async def resync_group(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
-        """The safety net: a pass even if no event said anything changed."""
-        passes(memo, kwargs).request(namespace or "default", name)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def delete_group(
@@ -125,10 +121,12 @@ def register(
 WEBHOOK_ID = "staticfleet-mutate-pod"
 
 
-def start_passes(op: Operator, interval: float) -> Passes:
+def start_passes(op: Operator, interval: float, resync: float = DEFAULT_RESYNC_SECONDS) -> Passes:
     """The operator's pass runner; its coordinator's journal requests passes too (a member
-    joined, left, a rebalance ended: nothing the API server would tell)."""
+    joined, left, a rebalance ended: nothing the API server would tell), and the resync
+    asks for every indexed group once per `resync` seconds."""
     runner = Passes(lambda ns, name: reconcile_pass(op, ns, name), interval)
+    runner.resync(lambda: list(op.observed.groups or {}), resync)
 
     def journaled(event: JournalEvent) -> None:
         key = op.group_keys.get(event.group_id)
@@ -150,6 +148,17 @@ async def stamp_member_pod(
     patch.metadata["labels"] = mutation.labels
     patch.metadata["annotations"] = mutation.annotations
     patch.spec["containers"] = mutation.spec.get("containers", [])
+
+
+def indexed(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What an index keeps of an object: all of it but metadata.managedFields (the API
+    server's field-ownership bookkeeping, which nothing here reads). With thousands of pods
+    that is a large share of the objects the garbage collector scans and of the RSS."""
+    kept = dict(body)
+    metadata = kept.get("metadata")
+    if isinstance(metadata, Mapping) and "managedFields" in metadata:
+        kept["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return kept
 
 
 def _opaque(body: kopf.Body, **_: Any) -> bool:

@@ -2,7 +2,9 @@
 
 A pass is requested by a watch event on the group or on one of its pods, by the group's
 coordinator (a journal entry: a member joined, left, a rebalance ended), by the webhook's
-admission of a pod, and by a slow resync timer (the safety net). Requests for a group
+admission of a pod, and by the resync (the safety net: every group once per period, spread
+evenly over it — not Kopf's per-object timers, which fired for all groups of a restart within
+the same second and logged a line for each). Requests for a group
 coalesce: at most one pass runs per group, and requests arriving meanwhile make one more
 pass after it. A pass that is not done — it acted, a rollout is under way, an adopted slot
 waits out its grace period — asks for another after `requeue_seconds` (the only clock a
@@ -15,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("staticfleet.operator.passes")
@@ -40,6 +42,7 @@ class Passes:
     _timers: dict[Key, asyncio.TimerHandle] = field(default_factory=dict)
     _failures: dict[Key, int] = field(default_factory=dict)
     _limit: asyncio.Semaphore | None = None
+    _resync: asyncio.Task[None] | None = None
     stopped: bool = False
 
     def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
@@ -65,6 +68,27 @@ class Passes:
         self._dirty.add(key)
         if key not in self._tasks:
             self._tasks[key] = asyncio.create_task(self._passes(key), name=f"pass {key}")
+
+    def resync(self, groups: Callable[[], Iterable[Key]], period_s: float) -> None:
+        """Start the safety net: each of `groups()` gets a pass once per `period_s`, one
+        request every `period_s / len(groups)`, so a thousand groups make a steady trickle
+        rather than a burst that stalls the webhook. The list is read again every round (a
+        new group is also requested by its own event)."""
+        if period_s <= 0:
+            raise ValueError("period_s must be positive")
+        if self._resync is None and not self.stopped:
+            self._resync = asyncio.create_task(self._sweep(groups, period_s), name="resync")
+
+    async def _sweep(self, groups: Callable[[], Iterable[Key]], period_s: float) -> None:
+        while True:
+            keys = sorted(set(groups()))
+            if not keys:
+                await asyncio.sleep(period_s)
+                continue
+            step = period_s / len(keys)
+            for key in keys:
+                await asyncio.sleep(step)
+                self.request(*key)
 
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -92,6 +116,9 @@ class Passes:
         self._timers.clear()
         self._dirty.clear()
         tasks = list(self._tasks.values())
+        if self._resync is not None:
+            tasks.append(self._resync)
+            self._resync = None
         for task in tasks:
             task.cancel()
         return tasks

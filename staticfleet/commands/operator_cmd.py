@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S
+
 log = logging.getLogger("staticfleet.operator")
 
 # Accepted by earlier versions, now without meaning: each ConsumerGroup has its own member
@@ -87,6 +89,13 @@ def register(subparsers: Any) -> None:
         help="seconds between safety-net passes of every ConsumerGroup (default: %(default)s)",
     )
     run.add_argument(
+        "--gc-freeze-interval",
+        type=float,
+        default=DEFAULT_FREEZE_INTERVAL_S,
+        help="seconds between gc.freeze() calls, which keep garbage-collection pauses short "
+        "with many groups and pods; 0: never (default: %(default)s)",
+    )
+    run.add_argument(
         "--insecure",
         action="store_true",
         help="serve the coordinator without authentication (local use only)",
@@ -124,6 +133,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         interval=args.interval,
         resync=args.resync,
         max_body_bytes=args.max_body_bytes,
+        gc_freeze_interval=args.gc_freeze_interval,
     )
 
 

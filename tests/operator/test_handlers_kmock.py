@@ -342,6 +342,12 @@ def test_operator_run_cli_takes_the_charts_flags() -> None:
     assert options.coordinator_url == "http://sf-coordinator.ops.svc:9092"
     assert options.webhook_port == 9443 and str(options.webhook_key) == "/certs/tls.key"
     assert options.peering == "ops-sf" and options.health_port == 8080
+    # The coordinator server's garbage-collection policy, under the same flag name.
+    from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S
+
+    assert options.gc_freeze_interval == DEFAULT_FREEZE_INTERVAL_S
+    never = build_parser().parse_args(["operator", "run", "--gc-freeze-interval", "0"])
+    assert options_from_args(never).gc_freeze_interval == 0
 
     from staticfleet_operator.app import kopf_settings
 
@@ -353,6 +359,7 @@ def test_operator_run_cli_takes_the_charts_flags() -> None:
 async def test_operator_process_serves_coordinator_health_and_reconciles() -> None:
     import asyncio
     import base64
+    import gc
 
     import aiohttp
     import kmock
@@ -442,9 +449,12 @@ async def test_operator_process_serves_coordinator_health_and_reconciles() -> No
                 assert samples[("staticfleet_operator_group_members", desired)] == 1
                 assert ("staticfleet_join_latency_seconds_count", ()) in samples  # the server's
             assert env_of(pods[0])[member_env.COORDINATOR_URL] == "http://members-see-this:9092"
+            # The garbage-collection policy of `coordinator serve` runs here too.
+            assert gc.get_freeze_count() > 0
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)
+            gc.unfreeze()  # this is a test process: give the rest of the suite its collector
 
 
 def test_rollout_state_survives_the_trip_through_status() -> None:

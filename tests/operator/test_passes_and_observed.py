@@ -4,6 +4,7 @@ writes on Kopf's indices (read your writes)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import kopf
@@ -96,6 +97,38 @@ async def test_of_two_delayed_requests_the_sooner_wins() -> None:
     await asyncio.sleep(0.3)
     assert len(calls) == 2
     await runner.close()
+
+
+async def test_the_resync_spreads_every_group_over_its_period() -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    calls: dict[str, list[float]] = {}
+
+    async def run(namespace: str, name: str) -> bool:
+        calls.setdefault(name, []).append(loop.time() - started)
+        return False
+
+    groups = {(NS, "a"), (NS, "b"), (NS, "c"), (NS, "d")}
+    runner = Passes(run, requeue_seconds=60)
+    runner.resync(lambda: groups, period_s=2.0)  # one request every 0.5 s
+    await asyncio.sleep(0.75)
+    # Spread, not a burst: a sleep never ends early, so at most one group has had its pass.
+    assert sum(len(times) for times in calls.values()) <= 1
+    for _ in range(500):
+        if len(calls) == 4:
+            break
+        await asyncio.sleep(0.01)
+    assert sorted(calls) == ["a", "b", "c", "d"]
+    firsts = sorted(times[0] for times in calls.values())
+    assert all(later - earlier >= 0.45 for earlier, later in itertools.pairwise(firsts))
+    # The list is read again each round: a group gone is no longer asked for.
+    groups.discard((NS, "a"))
+    before = len(calls["a"])
+    await asyncio.sleep(2.2)
+    assert len(calls["a"]) <= before + 1  # at most the request already under way
+    assert len(calls["b"]) >= 2
+    await runner.close()
+    assert runner._resync is None
 
 
 class Clock:

@@ -105,6 +105,7 @@ async def test_after_a_restart_ready_only_once_member_tokens_are_registered() ->
             coordinator_host="127.0.0.1",
             coordinator_port=port,
             interval=0.2,
+            gc_freeze_interval=0,  # a test process: its collector stays as it is
         )
         settings = kopf.OperatorSettings()
         settings.scanning.disabled = True
