@@ -18,8 +18,14 @@ Figures:
 - admission: `apiserver_admission_webhook_admission_duration_seconds` for the operator's
   webhook, and timed creates of pods of an adopted group (stamped by the webhook) against
   timed creates of unlabelled pods (the webhook not called);
+- the webhook alone: AdmissionReviews POSTed straight to it, as the API server sends them
+  (the API server's histogram has no bucket between 25 and 100 ms);
 - the operator's RSS, and the time from its restart until /readyz answers 200 (every
   group's member token registered again, i.e. every group reconciled once).
+
+The harness holds the 6 N pods too: it freezes its own collector as the operator does
+(coordinator/server/gc_policy.py), or its own full collections (0.4-0.6 s) would be timed
+as the operator's latency.
 
     python -m bench.run --only operator_scale            # N = 1,000
     python -m bench.operator_scale --groups 100 --label baseline-main
@@ -35,19 +41,23 @@ import json
 import os
 import random
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio.client import AdmissionregistrationV1Api
 from prometheus_client.parser import text_string_to_metric_families
 
+from coordinator.server.gc_policy import freeze_periodically
 from e2e.certs import serving_cert
 from e2e.controlplane import ControlPlane, free_ports, running_control_plane
 from e2e.kube_api import (
@@ -86,10 +96,13 @@ class Sizes:
     admissions: int
     settle_seconds: float
     restart_wait_seconds: float = 900.0
+    direct_admissions: int = 500
 
 
 FULL = Sizes(groups=1000, idle_seconds=60, deletions=50, admissions=50, settle_seconds=20)
-QUICK = Sizes(groups=5, idle_seconds=10, deletions=5, admissions=5, settle_seconds=5)
+QUICK = Sizes(
+    groups=5, idle_seconds=10, deletions=5, admissions=5, settle_seconds=5, direct_admissions=20
+)
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -457,8 +470,51 @@ async def wait_until(what: str, predicate: Any, timeout_s: float) -> float:
 
 
 async def measure(sizes: Sizes) -> dict[str, Any]:
-    with control_plane() as cp:
-        return await _measure(cp, sizes)
+    freezer = asyncio.create_task(freeze_periodically())
+    try:
+        with control_plane() as cp:
+            return await _measure(cp, sizes)
+    finally:
+        freezer.cancel()
+
+
+def admission_review(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod CREATE as the API server asks a mutating webhook about it."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": pod["metadata"]["name"],
+            "namespace": NAMESPACE,
+            "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": pod,
+            "dryRun": False,
+        },
+    }
+
+
+async def direct_admissions(url: str, ca: Path, count: int) -> list[float]:
+    """`count` AdmissionReviews for pods of the adopted group, one after another, each
+    timed from send to the webhook's answer (which must allow and patch)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    timings: list[float] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
+        for i in range(count):
+            review = admission_review(plain_pod(f"direct-{i}", {GROUP_LABEL: "adopted"}))
+            started = time.monotonic()
+            async with session.post(url, json=review) as response:
+                answer_ = await response.json()
+            timings.append(time.monotonic() - started)
+            verdict = answer_["response"]
+            if not verdict.get("allowed") or not verdict.get("patch"):
+                raise AssertionError(f"the webhook did not stamp the pod: {verdict}")
+    return timings
 
 
 async def _measure(cp: ControlPlane, sizes: Sizes) -> dict[str, Any]:
@@ -485,7 +541,7 @@ async def _measure(cp: ControlPlane, sizes: Sizes) -> dict[str, Any]:
         operator.start()
         try:
             async with background(kubelet.run()):
-                return await _scenario(kube, kubelet, operator, sizes)
+                return await _scenario(kube, kubelet, operator, sizes, certs[0].cert)
         finally:
             operator.stop()
 
@@ -522,7 +578,7 @@ async def _create_group(kube: Kube, body: dict[str, Any]) -> None:
 
 
 async def _scenario(
-    kube: Kube, kubelet: Kubelet, operator: OperatorProcess, sizes: Sizes
+    kube: Kube, kubelet: Kubelet, operator: OperatorProcess, sizes: Sizes, ca: Path
 ) -> dict[str, Any]:
     n = sizes.groups
     await operator.wait_ready(120)
@@ -616,6 +672,12 @@ async def _scenario(
         unlabelled_s.append(time.monotonic() - t)
     buckets_all = webhook_buckets(await apiserver_metrics(kube))
     buckets = {le: n - buckets_before.get(le, 0.0) for le, n in buckets_all.items()}
+    # The webhook alone (no API server in between), with the fleet idle.
+    direct_s = await direct_admissions(
+        f"https://127.0.0.1:{operator.webhook_port}/staticfleet-mutate-pod",
+        ca,
+        sizes.direct_admissions,
+    )
 
     # Restart: from the new process's start until /readyz (every group reconciled once).
     rss = operator.rss_mib()
@@ -649,6 +711,7 @@ async def _scenario(
         "webhook_admission_seconds_p50_bucket": bucket_quantile(buckets, 0.5),
         "webhook_admission_seconds_p99_bucket": bucket_quantile(buckets, 0.99),
         "webhook_admissions": max(buckets.values()) if buckets else 0,
+        "webhook_direct": summary_ms(direct_s),
         "operator_rss_mib_idle": rss_before_idle,
         "operator_rss_mib": rss,
         "restart_to_ready_seconds": (

@@ -35,7 +35,11 @@ from coordinator.server import (
     start_server,
 )
 from coordinator.server.context import CONTEXT
-from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S, freeze_periodically
+from coordinator.server.gc_policy import (
+    DEFAULT_FREEZE_INTERVAL_S,
+    DEFAULT_FULL_INTERVAL_S,
+    freeze_periodically,
+)
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from staticfleet_operator import handlers, index_readiness
 from staticfleet_operator.kafka_journal import RebalanceJournal
@@ -77,8 +81,10 @@ class OperatorOptions:
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
     # and Secret in Kopf's indices, and a full collection over them paused its one event
     # loop — webhook, passes and the embedded coordinator's heartbeats — for 0.3-1 s at
-    # 1,000 groups. 0: never freeze.
+    # 1,000 groups. 0: never freeze. Kopf's per-object workers may die in reference cycles
+    # after being frozen: a full collection every `gc_full_interval` s reclaims them.
     gc_freeze_interval: float = DEFAULT_FREEZE_INTERVAL_S
+    gc_full_interval: float = DEFAULT_FULL_INTERVAL_S
 
 
 def kopf_settings(options: OperatorOptions) -> kopf.OperatorSettings:
@@ -180,7 +186,10 @@ async def run_operator(
     add_readiness_gate(app, operator.tokens_gate)
     lister: asyncio.Task[None] | None = None
     freezer = (
-        asyncio.create_task(freeze_periodically(options.gc_freeze_interval), name="gc-freeze")
+        asyncio.create_task(
+            freeze_periodically(options.gc_freeze_interval, options.gc_full_interval),
+            name="gc-freeze",
+        )
         if options.gc_freeze_interval > 0
         else None
     )

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S
+from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S, DEFAULT_FULL_INTERVAL_S
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -96,6 +96,13 @@ def register(subparsers: Any) -> None:
         "with many groups and pods; 0: never (default: %(default)s)",
     )
     run.add_argument(
+        "--gc-full-interval",
+        type=float,
+        default=DEFAULT_FULL_INTERVAL_S,
+        help="seconds between full garbage collections, which reclaim what died after being "
+        "frozen (one pause of about 1 s at 1,000 groups) (default: %(default)s)",
+    )
+    run.add_argument(
         "--insecure",
         action="store_true",
         help="serve the coordinator without authentication (local use only)",
@@ -134,6 +141,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         resync=args.resync,
         max_body_bytes=args.max_body_bytes,
         gc_freeze_interval=args.gc_freeze_interval,
+        gc_full_interval=args.gc_full_interval,
     )
 
 

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from coordinator.server.gc_policy import freeze_now, freeze_periodically
+from coordinator.server.gc_policy import collect_all, freeze_now, freeze_periodically
 
 
 class _Node:
@@ -51,3 +51,42 @@ async def test_freeze_periodically_freezes_at_once_and_again() -> None:
 async def test_the_interval_must_be_positive() -> None:
     with pytest.raises(ValueError):
         await freeze_periodically(0)
+
+
+async def test_a_full_collection_reclaims_cycles_that_died_frozen() -> None:
+    gc.unfreeze()
+    try:
+        cycle = _Node()
+        cycle.partner = cycle
+        gone = weakref.ref(cycle)
+        freeze_now()  # alive when frozen ...
+        del cycle  # ... and garbage since: no automatic collection ever sees it
+        gc.collect()
+        assert gone() is not None
+        assert collect_all() >= 1
+        assert gone() is None
+        assert gc.get_freeze_count() > 0  # frozen again after
+    finally:
+        gc.unfreeze()
+
+
+async def test_freeze_periodically_collects_fully_every_full_interval() -> None:
+    gc.unfreeze()
+    task = asyncio.create_task(freeze_periodically(0.01, full_interval_s=0.05))
+    try:
+        await asyncio.sleep(0.02)
+        cycle = _Node()
+        cycle.partner = cycle
+        gone = weakref.ref(cycle)
+        await asyncio.sleep(0.02)  # frozen alive
+        del cycle
+        for _ in range(100):
+            if gone() is None:
+                break
+            await asyncio.sleep(0.01)
+        assert gone() is None
+    finally:
+        task.cancel()
+        gc.unfreeze()
+    with pytest.raises(ValueError):
+        await freeze_periodically(1, full_interval_s=0)
