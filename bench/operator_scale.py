@@ -47,7 +47,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +63,7 @@ from e2e.kube_api import (
     MERGE_PATCH,
     RAW,
     Kube,
+    admission_review,
     answer,
     bind_pod,
     create_namespace,
@@ -478,27 +478,6 @@ async def measure(sizes: Sizes) -> dict[str, Any]:
         freezer.cancel()
 
 
-def admission_review(pod: dict[str, Any]) -> dict[str, Any]:
-    """A pod CREATE as the API server asks a mutating webhook about it."""
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": str(uuid.uuid4()),
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": pod["metadata"]["name"],
-            "namespace": NAMESPACE,
-            "operation": "CREATE",
-            "userInfo": {"username": "bench"},
-            "object": pod,
-            "dryRun": False,
-        },
-    }
-
-
 async def direct_admissions(url: str, ca: Path, count: int) -> list[float]:
     """`count` AdmissionReviews for pods of the adopted group, one after another, each
     timed from send to the webhook's answer (which must allow and patch)."""
@@ -506,7 +485,8 @@ async def direct_admissions(url: str, ca: Path, count: int) -> list[float]:
     timings: list[float] = []
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
         for i in range(count):
-            review = admission_review(plain_pod(f"direct-{i}", {GROUP_LABEL: "adopted"}))
+            pod = plain_pod(f"direct-{i}", {GROUP_LABEL: "adopted"})
+            review = admission_review(pod, NAMESPACE, "bench")
             started = time.monotonic()
             async with session.post(url, json=review) as response:
                 answer_ = await response.json()

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import logging
 import os
+import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -273,3 +274,29 @@ __all__ = [
     "text",
     "watch_pods",
 ]
+
+
+def admission_review(
+    pod: Mapping[str, Any], namespace: str, username: str = "e2e"
+) -> dict[str, Any]:
+    """The AdmissionReview the API server sends a mutating webhook for a pod CREATE (for
+    callers that play the API server: kmock tests, the webhook's own timing in bench)."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "name": pod["metadata"]["name"],
+            "userInfo": {"username": username},
+            "object": dict(pod),
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }

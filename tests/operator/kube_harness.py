@@ -56,6 +56,7 @@ from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.standby import wait_for_promotion
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
+from e2e.kube_api import admission_review
 from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -633,25 +634,7 @@ class Cluster:
     async def admit_and_create(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Play the API server's admission chain: send the pod to the operator's mutating
         webhook (an AdmissionReview, as the API server does), apply its JSONPatch, create."""
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE",
-                "namespace": NAMESPACE,
-                "name": pod["metadata"]["name"],
-                "userInfo": {"username": "system:serviceaccount:spark:driver"},
-                "object": dict(pod),
-                "oldObject": None,
-                "dryRun": False,
-                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-            },
-        }
+        review = admission_review(pod, NAMESPACE, "system:serviceaccount:spark:driver")
         async with aiohttp.ClientSession() as session:
             url = f"{self.webhook_url}{WEBHOOK_PATH}"
             async with session.post(url, json=review) as response:
