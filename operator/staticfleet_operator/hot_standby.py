@@ -45,7 +45,7 @@ from staticfleet_operator.members import (
     pod_slot,
     template_hash,
 )
-from staticfleet_operator.promotion import ActiveSlot, PodHealth, Promotion, Standby
+from staticfleet_operator.promotion import ActiveSlot, PodHealth, Standby
 from staticfleet_operator.promotion import decide_promotions as decide
 from staticfleet_operator.status import read_status
 
@@ -188,10 +188,6 @@ def active_slots(
     return slots
 
 
-def in_flight(status_promotions: Sequence[PromotionStatus]) -> list[Promotion]:
-    return [Promotion(p.standby, p.slot, p.instance_id, p.rule) for p in status_promotions]
-
-
 async def promote_standbys(
     op: Operator,
     body: Mapping[str, Any],
@@ -205,7 +201,7 @@ async def promote_standbys(
     if not standbys_enabled(spec):
         return None
     previous = read_status(body)
-    recorded = in_flight(previous.promotions)
+    recorded = previous.promotions
     if rollout_active and not recorded:
         return None  # a rollout deletes pods on purpose: its own replacements take over
     ready = set(op.coordinator.standbys(spec.group_id).standby_ids)
@@ -215,16 +211,10 @@ async def promote_standbys(
     if not decisions:
         return None
     now = op.clock()
-    started = {p.slot: p.started_at for p in previous.promotions}
     status = previous.model_copy(deep=True)
+    # Recorded ones keep when they started; new ones start now.
     status.promotions = [
-        PromotionStatus(
-            standby=d.standby,
-            slot=d.slot,
-            instance_id=d.instance_id,
-            rule=d.rule,
-            started_at=started.get(d.slot) or now,
-        )
+        d if d.started_at is not None else d.model_copy(update={"started_at": now})
         for d in decisions
     ]
     await op.write_status(body, status.to_patch())  # write-ahead, before anything is promoted

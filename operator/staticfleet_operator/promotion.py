@@ -16,6 +16,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from staticfleet_operator.crd import PromotionStatus
+
 
 class PodHealth(StrEnum):
     RUNNING = "running"  # the member's pod is alive (Ready or starting)
@@ -42,20 +44,13 @@ class Standby:
     ready: bool  # joined as a standby and heartbeating
 
 
-@dataclass(frozen=True, slots=True)
-class Promotion:
-    standby: str
-    slot: int
-    instance_id: str
-    rule: str  # why (for the Event and the log)
-
-
 def decide_promotions(
     slots: Sequence[ActiveSlot],
     standbys: Sequence[Standby],
-    in_flight: Collection[Promotion],
-) -> list[Promotion]:
-    """The promotions to start now, lowest slot first, at most one per slot and standby.
+    in_flight: Collection[PromotionStatus],
+) -> list[PromotionStatus]:
+    """The promotions to make now, lowest slot first, at most one per slot and standby: the
+    recorded ones (status.promotions) as they are, then new ones (not yet started).
 
     Rules (tests/operator/test_promotion.py names each):
     - in_flight_first: a recorded promotion is resumed as it was, and its slot and standby are
@@ -90,5 +85,9 @@ def decide_promotions(
             continue
         standby = free.pop(0)
         rule = "node_lost_too" if slot.health is PodHealth.NODE_LOST else f"pod_{slot.health}"
-        decisions.append(Promotion(standby.name, slot.slot, slot.instance_id, rule))
+        decisions.append(
+            PromotionStatus(
+                standby=standby.name, slot=slot.slot, instance_id=slot.instance_id, rule=rule
+            )
+        )
     return decisions

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from staticfleet_operator.crd import PromotionStatus
 from staticfleet_operator.promotion import (
     ActiveSlot,
     PodHealth,
-    Promotion,
     Standby,
     decide_promotions,
 )
@@ -62,7 +62,7 @@ def test_node_lost_too() -> None:
 
 
 def test_in_flight_first_is_resumed_and_blocks_its_slot_and_standby() -> None:
-    recorded = Promotion("s-0", 1, "orders-1", "pod_deleted")
+    recorded = PromotionStatus(standby="s-0", slot=1, instance_id="orders-1", rule="pod_deleted")
     slots = [_slot(1, PodHealth.DELETED), _slot(2, PodHealth.DELETED)]
     promotions = decide_promotions(slots, [_standby("s-0"), _standby("s-1")], [recorded])
     assert promotions[0] == recorded
