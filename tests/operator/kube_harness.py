@@ -58,7 +58,7 @@ from coordinator.client.standby import wait_for_promotion
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
 from e2e.kube_api import admission_review
 from staticfleet.kafka.java_peer import JavaPeer
-from staticfleet_operator import handlers
+from staticfleet_operator import handlers, index_readiness
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import USER_AGENT, KubeApi
@@ -651,6 +651,19 @@ class Cluster:
     async def pods(self, group: str) -> list[dict[str, Any]]:
         return await self.kube.list_pods(NAMESPACE, {GROUP_LABEL: group})
 
+    async def replaced(self, group: str, victim: Mapping[str, Any]) -> bool:
+        """A live pod of the victim's name, created after it (another pod key) is listed."""
+
+        def key(pod: Mapping[str, Any]) -> str:
+            return str(pod["metadata"]["annotations"][POD_KEY_ANNOTATION])
+
+        return any(
+            p["metadata"]["name"] == victim["metadata"]["name"]
+            and key(p) != key(victim)
+            and not p["metadata"].get("deletionTimestamp")
+            for p in await self.pods(group)
+        )
+
     async def journal(self, group_id: str, since: int = 0) -> list[JournalEvent]:
         return await self.coordinator.journal_rows(group_id, since)
 
@@ -752,6 +765,8 @@ async def running_cluster(
             operator.authenticator = authenticator_of(app)
             kubelet.server_url = coordinator_server.url
 
+        # As run_operator does: the same Kopf whichever test ran first in this process.
+        index_readiness.install()
         registry = kopf.OperatorRegistry()
         handlers.register(registry, interval=interval, webhook=webhook)
 

@@ -35,7 +35,6 @@ from staticfleet_operator.kube import (
     Unauthorized,
     api_client,
 )
-from staticfleet_operator.members import POD_KEY_ANNOTATION
 from tests.operator.kube_harness import (
     NAMESPACE,
     declare_resources,
@@ -140,19 +139,9 @@ async def test_the_operator_logs_in_again_and_replaces_a_pod_after_its_token_exp
         [victim] = [p for p in await cluster.pods("orders") if p["metadata"]["name"] == "orders-1"]
         await cluster.kube.delete_pod(NAMESPACE, "orders-1")
 
-        def key(pod: dict[str, Any]) -> str:
-            return str(pod["metadata"]["annotations"][POD_KEY_ANNOTATION])
-
-        async def replaced() -> bool:
-            pods = await cluster.pods("orders")
-            return any(
-                p["metadata"]["name"] == "orders-1"
-                and key(p) != key(victim)
-                and not p["metadata"].get("deletionTimestamp")
-                for p in pods
-            )
-
-        await cluster.eventually(replaced, timeout=20, what="orders-1 recreated")
+        await cluster.eventually(
+            lambda: cluster.replaced("orders", victim), timeout=20, what="orders-1 recreated"
+        )
         assert cluster.tokens == ["token-1", "token-2"]
         assert _ours(cluster.emulator).count(refused) >= 1  # refused, then logged in again
 

@@ -13,10 +13,9 @@ import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from staticfleet_operator.kube import USER_AGENT
-from staticfleet_operator.members import INSTANCE_ID_ANNOTATION, POD_KEY_ANNOTATION
+from staticfleet_operator.members import INSTANCE_ID_ANNOTATION
 from tests.operator.kube_harness import NAMESPACE, Cluster, made_by, managed_spec, running_cluster
 from tests.operator.test_handlers_kmock import adopted_spec, executor
 
@@ -72,20 +71,10 @@ async def test_a_deleted_pod_is_replaced_on_its_event() -> None:
         deleted = time.monotonic()
         await cluster.kube.delete_pod(NAMESPACE, "orders-1")
 
-        def key(pod: dict[str, Any]) -> str:
-            return str(pod["metadata"]["annotations"][POD_KEY_ANNOTATION])
-
-        async def replaced() -> bool:
-            pods = await cluster.pods("orders")
-            return any(
-                p["metadata"]["name"] == "orders-1"
-                and key(p) != key(victim)
-                and not p["metadata"].get("deletionTimestamp")
-                for p in pods
-            )
-
         # The requeue interval (an hour here) plays no part: the pod's events drive it.
-        await cluster.eventually(replaced, timeout=20, what="orders-1 recreated")
+        await cluster.eventually(
+            lambda: cluster.replaced("orders", victim), timeout=20, what="orders-1 recreated"
+        )
         assert time.monotonic() - deleted < 20
 
 
