@@ -82,7 +82,13 @@ def register(
     async def member_pod_changed(
         namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any
     ) -> None:
-        passes(memo, kwargs).request(namespace or "default", labels[GROUP_LABEL])
+        """A pod changed; or Kopf listed the pods (event type None: at start, and whenever a
+        watch could not resume), after which the index may keep pods that are gone."""
+        runner = passes(memo, kwargs)
+        if kwargs.get("type") is None:
+            op = _operator(memo)
+            runner.relisted(lambda: op.observed.stale_pods(op.kube))
+        runner.request(namespace or "default", labels[GROUP_LABEL])
 
     @kopf.on.event("secrets", when=_opaque, registry=registry)
     async def secret_changed(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:

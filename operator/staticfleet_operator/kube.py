@@ -228,7 +228,7 @@ class KubeApi:
 
     # --- pods ---------------------------------------------------------------------------------
 
-    async def list_pods(self, namespace: str, labels: Mapping[str, str]) -> list[JsonObject]:
+    async def list_pods(self, namespace: str, labels: Labels) -> list[JsonObject]:
         body = await self.json(
             lambda c: CoreV1Api(c).list_namespaced_pod(
                 namespace, label_selector=label_selector(labels), _preload_content=False
@@ -433,12 +433,21 @@ async def read_json(response: Any) -> JsonObject:
     return body if isinstance(body, dict) else {}
 
 
-def label_selector(labels: Mapping[str, str]) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+# A label wanted with this value: the object has the label, whatever its value.
+Labels = Mapping[str, str | None]
 
 
-def _labels_match(have: Mapping[str, str], want: Mapping[str, str]) -> bool:
-    return all(have.get(key) == value for key, value in want.items())
+def label_selector(labels: Labels) -> str:
+    """`key=value` for each label; `key` alone (exists) for a label wanted with None."""
+    return ",".join(
+        key if value is None else f"{key}={value}" for key, value in sorted(labels.items())
+    )
+
+
+def _labels_match(have: Mapping[str, str], want: Labels) -> bool:
+    return all(
+        key in have if value is None else have.get(key) == value for key, value in want.items()
+    )
 
 
 __all__ = [

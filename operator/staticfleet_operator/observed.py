@@ -13,6 +13,14 @@ deleted one is listed as terminating, a patched ConsumerGroup is read as patched
 Secret is found. An overlay entry goes once the index shows the write, or after
 `OVERLAY_SECONDS` (a write whose event was lost to a relist is visible by then).
 
+The other way round, an index can show a pod that is gone. Kopf lists again when a watch
+cannot resume (410 Gone: its resourceVersion is older than the API server still holds), and it
+indexes what the LIST returns, but it never drops an entry the LIST no longer shows: a DELETED
+event it did not see stays lost for the life of the process (client-go's informers compare a
+relist with their store; Kopf does not). A member pod deleted in that window would never be
+replaced. So after a relist `stale_pods` LISTs the member pods once per namespace and hides
+the entries the API server no longer has (`passes.py` runs it; `handlers.py` sees the relist).
+
 Without indices (a test driving `reconcile` directly) every read goes to the API.
 """
 
@@ -64,6 +72,8 @@ class Observed:
     _deleted_pods: dict[Key, dict[str, float]] = field(default_factory=dict)
     _patched_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
     _created_secrets: dict[Key, tuple[Body, float]] = field(default_factory=dict)
+    # Index entries of pods a LIST showed gone (Kopf keeps them): hidden while they last.
+    _stale_pods: dict[Key, dict[str, Body]] = field(default_factory=dict)
 
     @property
     def watching(self) -> bool:
@@ -96,8 +106,18 @@ class Observed:
             return await kube.list_pods(namespace, {GROUP_LABEL: group})
         key = (namespace, group)
         listed: dict[str, Body] = {}
+        stale = self._stale_pods.get(key, {})
+        shown_stale: set[str] = set()
         for pod in self.pods.get(key, ()):
-            listed[pod_identity(pod)] = dict(pod)
+            identity = pod_identity(pod)
+            if stale.get(identity) == pod:
+                shown_stale.add(identity)  # the same object the LIST no longer had
+                continue
+            listed[identity] = dict(pod)
+        for identity in set(stale) - shown_stale:
+            del stale[identity]  # Kopf dropped it, or it is another object now (a replacement)
+        if not stale:
+            self._stale_pods.pop(key, None)
         names = {str(_metadata(pod).get("name")) for pod in listed.values()}
         now = self.clock()
         created = self._created_pods.get(key, {})
@@ -142,6 +162,32 @@ class Observed:
             return created[0]
         self._created_secrets.pop(key, None)
         return None
+
+    async def stale_pods(self, kube: KubeApi) -> set[Key]:
+        """Member pods the index shows and a LIST does not: deleted while Kopf's watch was
+        down. From now on `member_pods` leaves them out; their groups are returned (each
+        wants a pass). One LIST per namespace with indexed pods.
+
+        Only entries indexed before the LIST was sent count: a pod created since may be
+        indexed already and missing from the answer, and it is not gone."""
+        if self.pods is None:
+            return set()
+        before: dict[Key, dict[str, Body]] = {}
+        for key in list(self.pods):
+            pods = {pod_identity(pod): dict(pod) for pod in self.pods.get(key) or ()}
+            if pods:
+                before[key] = pods
+        present: set[tuple[str, str]] = set()
+        for namespace in sorted({namespace for namespace, _ in before}):
+            for pod in await kube.list_pods(namespace, {GROUP_LABEL: None}):
+                present.add((namespace, pod_identity(pod)))
+        stale: set[Key] = set()
+        for key, pods in before.items():
+            for identity, body in pods.items():
+                if (key[0], identity) not in present:
+                    self._stale_pods.setdefault(key, {})[identity] = body
+                    stale.add(key)
+        return stale
 
     def pending(self, namespace: str, group: str) -> bool:
         """Writes of ours to the group's pods the watch has not shown yet."""

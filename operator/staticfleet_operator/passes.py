@@ -9,7 +9,9 @@ coalesce: at most one pass runs per group, and requests arriving meanwhile make 
 pass after it. A pass that is not done — it acted, a rollout is under way, an adopted slot
 waits out its grace period — asks for another after `requeue_seconds` (the only clock a
 settled fleet never sees). A pass may also ask for one at a known moment (a scale-up
-pre-registration's deadline) through `request(..., delay=...)`.
+pre-registration's deadline) through `request(..., delay=...)`. And after Kopf lists a
+watched kind again, `relisted` looks once for index entries the listing left behind
+(observed.py) and requests a pass for each group that has one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ Key = tuple[str, str]
 RETRY_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
 DEFAULT_CONCURRENCY = 16
+# A listing arrives as one event per object: the check waits for the burst to end.
+RELIST_SETTLE_SECONDS = 1.0
 
 
 @dataclass
@@ -43,6 +47,8 @@ class Passes:
     _failures: dict[Key, int] = field(default_factory=dict)
     _limit: asyncio.Semaphore | None = None
     _resync: asyncio.Task[None] | None = None
+    _relist: asyncio.Task[None] | None = None
+    _relisted: bool = False
     stopped: bool = False
 
     def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
@@ -90,6 +96,48 @@ class Passes:
                 await asyncio.sleep(step)
                 self.request(*key)
 
+    def relisted(
+        self,
+        stale: Callable[[], Awaitable[Iterable[Key]]],
+        settle_s: float = RELIST_SETTLE_SECONDS,
+    ) -> None:
+        """Kopf listed a watched kind again: `settle_s` later (most of the listing's events
+        are in), `stale()` names the groups whose index kept an object that is gone, and each
+        gets a pass. Listings seen meanwhile coalesce into one more check after this one."""
+        if self.stopped:
+            return
+        self._relisted = True
+        if self._relist is None:
+            self._relist = asyncio.create_task(self._check_relisted(stale, settle_s), name="relist")
+
+    async def _check_relisted(
+        self, stale: Callable[[], Awaitable[Iterable[Key]]], settle_s: float
+    ) -> None:
+        failures = 0
+        try:
+            while self._relisted:
+                await asyncio.sleep(settle_s)
+                self._relisted = False  # what lists from here on makes one more check
+                try:
+                    groups = sorted(await stale())
+                except Exception as error:
+                    failures += 1
+                    delay = min(RETRY_SECONDS * 2.0 ** (failures - 1), RETRY_MAX_SECONDS)
+                    log.warning("checking the index after a relist failed: %s", error)
+                    self._relisted = True
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
+                if groups:
+                    log.warning(
+                        "pods deleted while the watch was down were still indexed; passes for %s",
+                        ", ".join("/".join(key) for key in groups),
+                    )
+                for key in groups:
+                    self.request(*key)
+        finally:
+            self._relist = None
+
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         timer = self._timers.pop(key, None)
@@ -119,6 +167,8 @@ class Passes:
         if self._resync is not None:
             tasks.append(self._resync)
             self._resync = None
+        if self._relist is not None:
+            tasks.append(self._relist)
         for task in tasks:
             task.cancel()
         return tasks

@@ -531,6 +531,20 @@ def made_by(request: kmock.Request, user_agent: str) -> bool:
     return str(headers.get("user-agent", "")).startswith(user_agent)
 
 
+def kopf_watch(request: kmock.Request) -> bool:
+    """A watch Kopf opens (not the tests', the kubelet's or the operator's own client)."""
+    return request.params.get("watch") == "true" and str(
+        {k.lower(): v for k, v in request.headers.items()}.get("user-agent", "")
+    ).startswith("kopf/")
+
+
+# What an API server answers a watch whose resourceVersion it no longer holds: Kopf lists again.
+GONE = {
+    "type": "ERROR",
+    "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410},
+}
+
+
 @dataclass
 class Cluster:
     emulator: kmock.KubernetesEmulator
