@@ -7,7 +7,8 @@ Watch, don't poll: three Kopf indices (ConsumerGroups, member pods by group, Opa
 are what a pass and the webhook read (`observed.py`); a watch event on a group or on one of
 its pods requests a pass for the group (`passes.py`), and so does its coordinator's journal;
 a slow resync, spread over all groups, is the safety net. Kopf fills the indices before it calls any
-handler, so the first passes already see every pod.
+handler, so the first passes already see every pod; when it lists pods or Secrets again
+later (relists.py), one check finds what the listing left indexed although it is gone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import kopf
 
 from coordinator import JournalEvent
+from staticfleet_operator import relists
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
 from staticfleet_operator.members import GROUP_LABEL
 from staticfleet_operator.passes import Passes
@@ -82,13 +84,7 @@ def register(
     async def member_pod_changed(
         namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any
     ) -> None:
-        """A pod changed; or Kopf listed the pods (event type None: at start, and whenever a
-        watch could not resume), after which the index may keep pods that are gone."""
-        runner = passes(memo, kwargs)
-        if kwargs.get("type") is None:
-            op = _operator(memo)
-            runner.relisted(lambda: op.observed.stale_pods(op.kube))
-        runner.request(namespace or "default", labels[GROUP_LABEL])
+        passes(memo, kwargs).request(namespace or "default", labels[GROUP_LABEL])
 
     @kopf.on.event("secrets", when=_opaque, registry=registry)
     async def secret_changed(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
@@ -140,6 +136,18 @@ def start_passes(op: Operator, interval: float, resync: float = DEFAULT_RESYNC_S
             runner.request(*key)
 
     op.coordinator.add_journal_listener(journaled)
+
+    def listed(plural: str, namespace: str | None) -> bool:
+        """Kopf listed a kind again (its watch could not resume): its index may keep
+        objects that are gone (observed.py). Listings before the passes started are Kopf's
+        first, into empty indices: nothing to check."""
+        if plural == "pods":
+            runner.relisted(plural, lambda: op.observed.stale_pods(op.kube))
+        elif plural == "secrets":
+            runner.relisted(plural, lambda: _stale_secret_users(op))
+        return not runner.stopped
+
+    relists.add_listener(listed)
     return runner
 
 
@@ -165,6 +173,12 @@ def indexed(body: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(metadata, Mapping) and "managedFields" in metadata:
         kept["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
     return kept
+
+
+async def _stale_secret_users(op: Operator) -> set[tuple[str, str]]:
+    """The groups whose token Secret a relist left indexed although it is gone."""
+    gone = await op.observed.stale_secrets(op.kube)
+    return {group for key in gone for group in op.secret_users.get(key, ())}
 
 
 def _opaque(body: kopf.Body, **_: Any) -> bool:

@@ -300,6 +300,16 @@ class KubeApi:
         except NotFound:
             return None
 
+    async def list_opaque_secrets(self, namespace: str) -> list[JsonObject]:
+        """The namespace's Opaque Secrets (the kind that holds member tokens)."""
+        body = await self.json(
+            lambda c: CoreV1Api(c).list_namespaced_secret(
+                namespace, field_selector="type=Opaque", _preload_content=False
+            )
+        )
+        items: list[JsonObject] = body.get("items") or []
+        return [secret for secret in items if secret.get("type", "Opaque") == "Opaque"]
+
     async def create_secret(self, namespace: str, secret: Mapping[str, Any]) -> JsonObject:
         """Create a Secret; raises `Conflict` when it exists."""
         self.writes += 1

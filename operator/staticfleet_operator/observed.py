@@ -18,8 +18,9 @@ cannot resume (410 Gone: its resourceVersion is older than the API server still 
 indexes what the LIST returns, but it never drops an entry the LIST no longer shows: a DELETED
 event it did not see stays lost for the life of the process (client-go's informers compare a
 relist with their store; Kopf does not). A member pod deleted in that window would never be
-replaced. So after a relist `stale_pods` LISTs the member pods once per namespace and hides
-the entries the API server no longer has (`passes.py` runs it; `handlers.py` sees the relist).
+replaced; a token Secret, never created again. So after a relist `stale_pods` (and
+`stale_secrets`) LISTs once per namespace and hides the entries the API server no longer has
+(`relists.py` sees the relist, `passes.py` runs the check).
 
 Without indices (a test driving `reconcile` directly) every read goes to the API.
 """
@@ -72,8 +73,9 @@ class Observed:
     _deleted_pods: dict[Key, dict[str, float]] = field(default_factory=dict)
     _patched_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
     _created_secrets: dict[Key, tuple[Body, float]] = field(default_factory=dict)
-    # Index entries of pods a LIST showed gone (Kopf keeps them): hidden while they last.
+    # Index entries a LIST showed gone (Kopf keeps them): hidden while Kopf shows them.
     _stale_pods: dict[Key, dict[str, Body]] = field(default_factory=dict)
+    _stale_secrets: dict[Key, Body] = field(default_factory=dict)
 
     @property
     def watching(self) -> bool:
@@ -154,6 +156,12 @@ class Observed:
             return await kube.get_secret(namespace, name)
         key = (namespace, name)
         indexed = _first(self.secrets, key)
+        stale = self._stale_secrets.get(key)
+        if stale is not None:
+            if indexed == stale:
+                indexed = None  # the same object the LIST no longer had
+            else:
+                del self._stale_secrets[key]
         if indexed is not None:
             self._created_secrets.pop(key, None)
             return indexed
@@ -187,6 +195,25 @@ class Observed:
                 if (key[0], identity) not in present:
                     self._stale_pods.setdefault(key, {})[identity] = body
                     stale.add(key)
+        return stale
+
+    async def stale_secrets(self, kube: KubeApi) -> set[Key]:
+        """Opaque Secrets the index shows and a LIST does not (as `stale_pods`): hidden from
+        `secret` from now on; their (namespace, name) keys are returned."""
+        if self.secrets is None:
+            return set()
+        before: dict[Key, Body] = {}
+        for key in list(self.secrets):
+            body = _first(self.secrets, key)
+            if body is not None:
+                before[key] = body
+        present: set[Key] = set()
+        for namespace in sorted({namespace for namespace, _ in before}):
+            for secret in await kube.list_opaque_secrets(namespace):
+                present.add((namespace, str(_metadata(secret).get("name"))))
+        stale = set(before) - present
+        for key in stale:
+            self._stale_secrets[key] = before[key]
         return stale
 
     def pending(self, namespace: str, group: str) -> bool:

@@ -11,7 +11,7 @@ waits out its grace period — asks for another after `requeue_seconds` (the onl
 settled fleet never sees). A pass may also ask for one at a known moment (a scale-up
 pre-registration's deadline) through `request(..., delay=...)`. And after Kopf lists a
 watched kind again, `relisted` looks once for index entries the listing left behind
-(observed.py) and requests a pass for each group that has one.
+(observed.py) and requests a pass for each group they belong to.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ Key = tuple[str, str]
 RETRY_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
 DEFAULT_CONCURRENCY = 16
-# A listing arrives as one event per object: the check waits for the burst to end.
+# Kopf indexes a listing's objects in per-object workers, after the listing ends.
 RELIST_SETTLE_SECONDS = 1.0
 
 
@@ -47,8 +47,8 @@ class Passes:
     _failures: dict[Key, int] = field(default_factory=dict)
     _limit: asyncio.Semaphore | None = None
     _resync: asyncio.Task[None] | None = None
-    _relist: asyncio.Task[None] | None = None
-    _relisted: bool = False
+    _relists: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _relisted: set[str] = field(default_factory=set)
     stopped: bool = False
 
     def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
@@ -98,45 +98,49 @@ class Passes:
 
     def relisted(
         self,
+        kind: str,
         stale: Callable[[], Awaitable[Iterable[Key]]],
         settle_s: float = RELIST_SETTLE_SECONDS,
     ) -> None:
-        """Kopf listed a watched kind again: `settle_s` later (most of the listing's events
-        are in), `stale()` names the groups whose index kept an object that is gone, and each
-        gets a pass. Listings seen meanwhile coalesce into one more check after this one."""
+        """Kopf listed `kind` again: `settle_s` later (its workers have indexed what it
+        listed), `stale()` names the groups whose index kept an object of that kind that is
+        gone, and each gets a pass. Listings seen meanwhile make one more check after this."""
         if self.stopped:
             return
-        self._relisted = True
-        if self._relist is None:
-            self._relist = asyncio.create_task(self._check_relisted(stale, settle_s), name="relist")
+        self._relisted.add(kind)
+        if kind not in self._relists:
+            self._relists[kind] = asyncio.create_task(
+                self._check_relisted(kind, stale, settle_s), name=f"relist {kind}"
+            )
 
     async def _check_relisted(
-        self, stale: Callable[[], Awaitable[Iterable[Key]]], settle_s: float
+        self, kind: str, stale: Callable[[], Awaitable[Iterable[Key]]], settle_s: float
     ) -> None:
         failures = 0
         try:
-            while self._relisted:
+            while kind in self._relisted:
                 await asyncio.sleep(settle_s)
-                self._relisted = False  # what lists from here on makes one more check
+                self._relisted.discard(kind)  # what lists from here on makes one more check
                 try:
                     groups = sorted(await stale())
                 except Exception as error:
                     failures += 1
                     delay = min(RETRY_SECONDS * 2.0 ** (failures - 1), RETRY_MAX_SECONDS)
-                    log.warning("checking the index after a relist failed: %s", error)
-                    self._relisted = True
+                    log.warning("checking the %s index after a relist failed: %s", kind, error)
+                    self._relisted.add(kind)
                     await asyncio.sleep(delay)
                     continue
                 failures = 0
                 if groups:
                     log.warning(
-                        "pods deleted while the watch was down were still indexed; passes for %s",
+                        "%s deleted while the watch was down were still indexed; passes for %s",
+                        kind,
                         ", ".join("/".join(key) for key in groups),
                     )
                 for key in groups:
                     self.request(*key)
         finally:
-            self._relist = None
+            self._relists.pop(kind, None)
 
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -167,8 +171,7 @@ class Passes:
         if self._resync is not None:
             tasks.append(self._resync)
             self._resync = None
-        if self._relist is not None:
-            tasks.append(self._relist)
+        tasks.extend(self._relists.values())
         for task in tasks:
             task.cancel()
         return tasks
