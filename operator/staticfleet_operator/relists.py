@@ -16,10 +16,13 @@ fails if a Kopf upgrade stops it from working.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from kopf._cogs.clients import watching
+
+log = logging.getLogger("staticfleet.operator.relists")
 
 # (plural, namespace or None for cluster-wide) -> whether the listener stays registered.
 Listener = Callable[[str, str | None], bool]
@@ -32,7 +35,12 @@ async def _noticed_watch(*, resource: Any, namespace: Any, **kwargs: Any) -> Asy
     async for event in _ORIGINAL(resource=resource, namespace=namespace, **kwargs):
         if event is watching.Bookmark.LISTED:
             for listener in list(_listeners):
-                if not listener(str(resource.plural), namespace):
+                try:
+                    stays = listener(str(resource.plural), namespace)
+                except Exception:  # a listener's bug must not end Kopf's watch of the kind
+                    log.exception("a listener of Kopf's listings failed")
+                    continue
+                if not stays:
                     _listeners.remove(listener)
         yield event
 

@@ -291,6 +291,10 @@ async def test_the_end_of_each_listing_reaches_the_listeners_until_they_leave(
         heard.append(("once", namespace))
         return False
 
+    def fails(plural: str, namespace: str | None) -> bool:
+        raise RuntimeError("a listener's bug")
+
+    relists.add_listener(fails)  # logged; the stream and the other listeners go on
     relists.add_listener(stays)
     relists.add_listener(leaves)
     stream = relists._noticed_watch(resource=Resource("pods"), namespace="ns")
