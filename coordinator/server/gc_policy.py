@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import math
 from typing import Final
 
 DEFAULT_FREEZE_INTERVAL_S: Final = 0.5
@@ -61,11 +62,12 @@ async def freeze_periodically(
     if full_interval_s is not None and full_interval_s <= 0:
         raise ValueError("full_interval_s must be positive")
     loop = asyncio.get_running_loop()
-    next_full = None if full_interval_s is None else loop.time() + full_interval_s
+    full_every = math.inf if full_interval_s is None else full_interval_s
+    next_full = loop.time() + full_every
     while True:
-        if next_full is not None and full_interval_s is not None and loop.time() >= next_full:
+        if loop.time() >= next_full:
             collect_all()
-            next_full = loop.time() + full_interval_s
+            next_full = loop.time() + full_every
         else:
             freeze_now()
         await asyncio.sleep(interval_s)

@@ -33,6 +33,11 @@ DEFAULT_CONCURRENCY = 16
 RELIST_SETTLE_SECONDS = 1.0
 
 
+def retry_delay(failures: int) -> float:
+    """How long after its `failures`-th failure in a row a failed job is tried again."""
+    return min(RETRY_SECONDS * 2.0 ** (failures - 1), RETRY_MAX_SECONDS)
+
+
 @dataclass
 class Passes:
     """Runs `run(namespace, name)` per group on request; `run` answers whether the group
@@ -125,7 +130,7 @@ class Passes:
                     groups = sorted(await stale())
                 except Exception as error:
                     failures += 1
-                    delay = min(RETRY_SECONDS * 2.0 ** (failures - 1), RETRY_MAX_SECONDS)
+                    delay = retry_delay(failures)
                     log.warning("checking the %s index after a relist failed: %s", kind, error)
                     self._relisted.add(kind)
                     await asyncio.sleep(delay)
@@ -207,7 +212,7 @@ class Passes:
         except Exception as error:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
-            delay: float = min(RETRY_SECONDS * 2.0 ** (failures - 1), RETRY_MAX_SECONDS)
+            delay = retry_delay(failures)
             log.warning(
                 "%s/%s: pass failed (again in %.0f s): %s",
                 *key,

@@ -533,9 +533,7 @@ def made_by(request: kmock.Request, user_agent: str) -> bool:
 
 def kopf_watch(request: kmock.Request) -> bool:
     """A watch Kopf opens (not the tests', the kubelet's or the operator's own client)."""
-    return request.params.get("watch") == "true" and str(
-        {k.lower(): v for k, v in request.headers.items()}.get("user-agent", "")
-    ).startswith("kopf/")
+    return request.params.get("watch") == "true" and made_by(request, "kopf/")
 
 
 # What an API server answers a watch whose resourceVersion it no longer holds: Kopf lists again.
