@@ -41,7 +41,7 @@ from coordinator.server.gc_policy import (
     freeze_periodically,
 )
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
-from staticfleet_operator import handlers, index_readiness, relists
+from staticfleet_operator import handlers
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
@@ -133,10 +133,6 @@ async def run_operator(
 ) -> None:
     """Run until `stop_flag` is set (or Kopf stops on a signal). `credentials` bypasses the
     usual login (service account in a pod, else kubeconfig): tests point it at an emulator."""
-    # Kopf's startup wait for its indices is quadratic in the watched objects (index_readiness.py);
-    # Kopf tells no handler when it lists a kind again (relists.py).
-    index_readiness.install()
-    relists.install()
     coordinator = GroupCoordinator(
         CoordinatorConfig(group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms),
         SystemClock(),

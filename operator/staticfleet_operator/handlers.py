@@ -19,7 +19,7 @@ from typing import Any
 import kopf
 
 from coordinator import JournalEvent
-from staticfleet_operator import relists
+from staticfleet_operator import index_readiness, relists
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
 from staticfleet_operator.members import GROUP_LABEL
 from staticfleet_operator.passes import Passes
@@ -41,7 +41,13 @@ def register(
     webhook: bool = True,
 ) -> None:
     """Add the operator's handlers to `registry`. Without `webhook` the mutating handler is
-    left out (Kopf refuses admission handlers when no webhook server is configured)."""
+    left out (Kopf refuses admission handlers when no webhook server is configured).
+
+    The handlers rely on two mends to Kopf's internals, installed here (idempotent) so that
+    every operator built from them runs the same Kopf: its startup wait for its indices made
+    linear (index_readiness.py), and the end of each listing passed on (relists.py)."""
+    index_readiness.install()
+    relists.install()
 
     @kopf.index(GROUP, VERSION, PLURAL, id="consumer_groups", registry=registry)
     def consumer_groups(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:

@@ -46,7 +46,7 @@ async def _shared_wait_for(self: ToggleSet, state: bool, /) -> None:
 
 
 def install() -> None:
-    """Idempotent: the operator calls it before Kopf starts."""
+    """Idempotent: handlers.register calls it, before Kopf starts."""
     ToggleSet.wait_for = _shared_wait_for  # type: ignore[method-assign,assignment]
 
 

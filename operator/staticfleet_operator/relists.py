@@ -51,7 +51,7 @@ def add_listener(listener: Listener) -> None:
 
 
 def install() -> None:
-    """Idempotent: the operator calls it before Kopf starts."""
+    """Idempotent: handlers.register calls it, before Kopf starts."""
     watching.infinite_watch = _noticed_watch
 
 

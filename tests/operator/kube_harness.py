@@ -58,7 +58,7 @@ from coordinator.client.standby import wait_for_promotion
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
 from e2e.kube_api import admission_review
 from staticfleet.kafka.java_peer import JavaPeer
-from staticfleet_operator import handlers, index_readiness, relists
+from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import USER_AGENT, KubeApi
@@ -777,9 +777,7 @@ async def running_cluster(
             operator.authenticator = authenticator_of(app)
             kubelet.server_url = coordinator_server.url
 
-        # As run_operator does: the same Kopf whichever test ran first in this process.
-        index_readiness.install()
-        relists.install()
+        # register() mends Kopf as in run_operator, whichever test ran first in this process.
         registry = kopf.OperatorRegistry()
         handlers.register(registry, interval=interval, webhook=webhook)
 
