@@ -7,8 +7,14 @@ favour fast tests: no initial rebalance delay, a small minimum session timeout, 
 and few partitions for the internal topics, and a short broker session so a broker killed
 with SIGKILL is back within seconds on the same log directory.
 
-`python -m staticfleet.kafka.broker up` starts one for manual use and prints its bootstrap
-address; Ctrl-C stops it.
+`KafkaBroker(workdir, secured=True)` adds a SASL_SSL listener (SCRAM-SHA-512, SCRAM-SHA-256,
+PLAIN and OAUTHBEARER against a test OIDC provider, staticfleet/kafka/oidc.py) and an SSL
+listener that requires client certificates (staticfleet/kafka/pki.py), and the
+StandardAuthorizer; PLAINTEXT and the controller stay as they are and their principal,
+ANONYMOUS, is a super user (docs/kafka.md, "The secured test broker").
+
+`python -m staticfleet.kafka.broker up [--secured]` starts one for manual use and prints its
+bootstrap addresses; Ctrl-C stops it.
 """
 
 from __future__ import annotations
@@ -18,15 +24,26 @@ import base64
 import contextlib
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from staticfleet.processes import terminate
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._acl import AclBinding, AclBindingFilter
+
+    from staticfleet.kafka.oidc import OidcProvider
+    from staticfleet.kafka.pki import BrokerPki
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO_ROOT / "scripts" / "install-kafka.sh"
@@ -58,6 +75,28 @@ FAST_TEST_SETTINGS: Mapping[str, str] = {
 }
 
 
+Listener = Literal["PLAINTEXT", "SASL_SSL", "SSL"]
+SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+SASL_MECHANISMS = (*SCRAM_MECHANISMS, "PLAIN", "OAUTHBEARER")
+SCRAM_ITERATIONS = 4096
+# The users of a secured broker: SCRAM (both mechanisms) from format time, and PLAIN's fixed
+# users (PLAIN's are in the listener's JAAS configuration and cannot change while it runs).
+# `admin` is a super user; the others have no ACL until a test grants one.
+ADMIN_USER = "admin"
+DEFAULT_USERS: Mapping[str, str] = {
+    ADMIN_USER: "admin-secret",
+    "alice": "alice-secret",
+    "bob": "bob-secret",
+}
+# The OIDC client the broker's provider knows from the start: its tokens' `sub`, so the
+# principal on OAUTHBEARER is `User:oauth-client`.
+OIDC_CLIENT_ID = "oauth-client"
+OIDC_CLIENT_SECRET = "oauth-client-secret"
+# Kafka's DN of a client certificate is `CN=name` (RFC 2253); the principal is the CN.
+PRINCIPAL_MAPPING_RULES = "RULE:^CN=([^,]+).*$/$1/,DEFAULT"
+_CLUSTER_RESOURCE = "kafka-cluster"
+
+
 class BrokerError(RuntimeError):
     """The broker could not be installed, started or reached; the message says where to look."""
 
@@ -85,11 +124,14 @@ def free_port(low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:
     raise BrokerError(f"no free port in {low}-{high}")
 
 
-def previous_ports(workdir: Path) -> tuple[int | None, int | None]:
-    """(client port, controller port) of the server.properties a previous start wrote."""
+def previous_listener_ports(workdir: Path) -> dict[str, int]:
+    """Each port of the server.properties a previous start wrote, by listener name.
+
+    The OIDC provider's port is under "OIDC" (from the broker's JWKS endpoint URL).
+    """
     path = workdir / "server.properties"
     if not path.exists():
-        return None, None
+        return {}
     ports: dict[str, int] = {}
     for line in path.read_text().splitlines():
         key, _, value = line.partition("=")
@@ -97,6 +139,14 @@ def previous_ports(workdir: Path) -> tuple[int | None, int | None]:
             for listener in value.split(","):
                 name, _, address = listener.partition("://")
                 ports[name] = int(address.rpartition(":")[2])
+        elif key == "sasl.oauthbearer.jwks.endpoint.url":
+            ports["OIDC"] = int(value.split("://", 1)[1].split("/", 1)[0].rpartition(":")[2])
+    return ports
+
+
+def previous_ports(workdir: Path) -> tuple[int | None, int | None]:
+    """(client port, controller port) of the server.properties a previous start wrote."""
+    ports = previous_listener_ports(workdir)
     return ports.get("PLAINTEXT"), ports.get("CONTROLLER")
 
 
@@ -104,6 +154,9 @@ def _if_free(port: int | None) -> int | None:
     if port is None:
         return None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As the servers bind (the JVM and aiohttp set SO_REUSEADDR): a port whose last
+        # connections linger in TIME_WAIT is free for them.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
@@ -116,11 +169,154 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
-def format_arguments(cluster_id: str, properties: Path) -> list[str]:
-    """StorageTool's arguments to format a single-node KRaft log directory."""
+def format_arguments(
+    cluster_id: str, properties: Path, scram_users: Mapping[str, str] | None = None
+) -> list[str]:
+    """StorageTool's arguments to format a single-node KRaft log directory.
+
+    Each of `scram_users` (name: password) gets SCRAM-SHA-512 and SCRAM-SHA-256 credentials
+    in the metadata log, so it can log in as soon as the broker listens.
+    """
     # `--cluster-id=ID` in one token: a random id may begin with "-", which argparse4j would
     # take for an option.
-    return ["format", "--standalone", f"--cluster-id={cluster_id}", f"--config={properties}"]
+    arguments = ["format", "--standalone", f"--cluster-id={cluster_id}", f"--config={properties}"]
+    for name, password in (scram_users or {}).items():
+        for mechanism in SCRAM_MECHANISMS:
+            arguments.append(f"--add-scram={mechanism}=[name={name},password={password}]")
+    return arguments
+
+
+_FORMAT_SAFE = re.compile(r"^[A-Za-z0-9._@+-]+$")
+
+
+def check_credentials(users: Mapping[str, str]) -> Mapping[str, str]:
+    """Users whose names and passwords StorageTool's `--add-scram` parses as written."""
+    for name, password in users.items():
+        for what, value in (("name", name), ("password", password)):
+            if not _FORMAT_SAFE.match(value):
+                raise ValueError(
+                    f"user {name!r}: its {what} may hold only letters, digits and ._@+- "
+                    "(StorageTool --add-scram parses the rest as syntax)"
+                )
+    return users
+
+
+def jaas_quote(value: str) -> str:
+    """A JAAS option value in double quotes (JAAS escapes `"` and `\\` with a backslash)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def secured_properties(
+    *,
+    ports: Mapping[str, int],
+    keystore: Path,
+    truststore: Path,
+    oidc_issuer: str,
+    oidc_audience: str,
+    plain_users: Mapping[str, str],
+    super_users: Iterable[str],
+) -> dict[str, str]:
+    """The server.properties a secured broker adds to the PLAINTEXT one (docs/kafka.md).
+
+    Names as Kafka 4.4 spells them (SaslConfigs, BrokerSecurityConfigs); per-listener and
+    per-mechanism settings carry the `listener.name.<listener>.<mechanism>.` prefix.
+    """
+    sasl = "listener.name.sasl_ssl."
+    plain_jaas = " ".join(f"user_{name}={jaas_quote(pw)}" for name, pw in plain_users.items())
+    return {
+        "listeners": ",".join(
+            f"{name}://127.0.0.1:{ports[name]}"
+            for name in ("PLAINTEXT", "CONTROLLER", "SASL_SSL", "SSL")
+        ),
+        "advertised.listeners": ",".join(
+            f"{name}://127.0.0.1:{ports[name]}" for name in ("PLAINTEXT", "SASL_SSL", "SSL")
+        ),
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"
+        ),
+        # PEM files, no Java key store: the key is PKCS#8 and unencrypted, so no password.
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(truststore),
+        "listener.name.ssl.ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": PRINCIPAL_MAPPING_RULES,
+        f"{sasl}sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        f"{sasl}scram-sha-512.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+        f"{sasl}scram-sha-256.sasl.jaas.config": (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        ),
+        f"{sasl}plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_jaas};"
+        ),
+        f"{sasl}oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+        ),
+        f"{sasl}oauthbearer.sasl.server.callback.handler.class": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+        ),
+        "sasl.oauthbearer.jwks.endpoint.url": f"{oidc_issuer}/jwks",
+        "sasl.oauthbearer.expected.issuer": oidc_issuer,
+        "sasl.oauthbearer.expected.audience": oidc_audience,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": ";".join(f"User:{name}" for name in super_users),
+    }
+
+
+def principal_of(user: str) -> str:
+    """`User:alice` for `alice`; a principal already typed (`User:alice`) as it is."""
+    return user if ":" in user else f"User:{user}"
+
+
+@dataclass(frozen=True)
+class Acl:
+    """One ACL: `principal` may (or, with permission DENY, may not) do `operation` on a resource.
+
+    Names as Kafka's kafka-acls tool spells them, case-insensitive: operation READ, WRITE,
+    DESCRIBE, ALL, ...; resource_type TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID; pattern_type
+    LITERAL or PREFIXED. The CLUSTER resource's name is `kafka-cluster`.
+    """
+
+    principal: str
+    operation: str
+    resource_type: str
+    resource_name: str = _CLUSTER_RESOURCE
+    pattern_type: str = "LITERAL"
+    permission: str = "ALLOW"
+    host: str = "*"
+
+    def binding(self) -> AclBinding:
+        from confluent_kafka.admin._acl import AclBinding
+
+        return AclBinding(*self._fields())
+
+    def binding_filter(self) -> AclBindingFilter:
+        """The filter that matches exactly this ACL (what delete_acls takes)."""
+        from confluent_kafka.admin._acl import AclBindingFilter
+
+        return AclBindingFilter(*self._fields())
+
+    def _fields(self) -> tuple[Any, ...]:
+        # confluent-kafka's public names are re-exports its stubs do not declare.
+        from confluent_kafka.admin._acl import AclOperation, AclPermissionType
+        from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+
+        resource_type = self.resource_type.upper()
+        try:
+            return (
+                # confluent-kafka names the cluster resource BROKER.
+                ResourceType["BROKER" if resource_type == "CLUSTER" else resource_type],
+                self.resource_name,
+                ResourcePatternType[self.pattern_type.upper()],
+                principal_of(self.principal),
+                self.host,
+                AclOperation[self.operation.upper()],
+                AclPermissionType[self.permission.upper()],
+            )
+        except KeyError as missing:
+            raise ValueError(f"ACL {self}: unknown name {missing}") from None
 
 
 class KafkaBroker:
@@ -132,22 +328,82 @@ class KafkaBroker:
         controller_port: int | None = None,
         settings: Mapping[str, str] | None = None,
         libs_dir: Path = LIBS_DIR,
+        secured: bool = False,
+        users: Mapping[str, str] = DEFAULT_USERS,
     ) -> None:
         self.workdir = Path(workdir)
-        # A log directory started before keeps its ports (its bootstrap address stays valid)
+        # A log directory started before keeps its ports (its bootstrap addresses stay valid)
         # while they are free; otherwise free ones are picked.
-        previous_port, previous_controller_port = previous_ports(self.workdir)
-        self.port = port or _if_free(previous_port) or free_port()
-        self.controller_port = controller_port or _if_free(previous_controller_port) or free_port()
+        previous = previous_listener_ports(self.workdir)
+        self.port = port or _if_free(previous.get("PLAINTEXT")) or free_port()
+        self.controller_port = (
+            controller_port or _if_free(previous.get("CONTROLLER")) or free_port()
+        )
         self.settings = {**FAST_TEST_SETTINGS, **(settings or {})}
         self.libs_dir = libs_dir
         self.data_dir = self.workdir / "data"
         self.log_path = self.workdir / "broker.log"
         self._process: subprocess.Popen[bytes] | None = None
+        self.secured = secured
+        self._pki: BrokerPki | None = None
+        self._oidc: OidcProvider | None = None
+        self._oidc_process: subprocess.Popen[bytes] | None = None
+        # Known passwords, for client_properties: SCRAM's by (user, mechanism), PLAIN's fixed.
+        self.plain_users: Mapping[str, str] = dict(check_credentials(users)) if secured else {}
+        self._scram_passwords: dict[tuple[str, str], str] = {
+            (name, mechanism): password
+            for name, password in self.plain_users.items()
+            for mechanism in SCRAM_MECHANISMS
+        }
+        if secured:
+            if ADMIN_USER not in users:
+                raise ValueError(f"users: the super user {ADMIN_USER!r} must be one of them")
+            self.sasl_ssl_port = _if_free(previous.get("SASL_SSL")) or free_port()
+            self.ssl_port = _if_free(previous.get("SSL")) or free_port()
+            self.oidc_port = _if_free(previous.get("OIDC")) or free_port()
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str:
+        self._require_secured()
+        return f"127.0.0.1:{self.sasl_ssl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        self._require_secured()
+        return f"127.0.0.1:{self.ssl_port}"
+
+    def listener_bootstrap(self, listener: Listener) -> str:
+        if listener == "PLAINTEXT":
+            return self.bootstrap
+        if listener == "SASL_SSL":
+            return self.sasl_ssl_bootstrap
+        if listener == "SSL":
+            return self.ssl_bootstrap
+        raise ValueError(f"listener {listener!r}: one of PLAINTEXT, SASL_SSL, SSL")
+
+    @property
+    def pki(self) -> BrokerPki:
+        """The CA and certificates (made on first use, kept in workdir/pki across restarts)."""
+        self._require_secured()
+        if self._pki is None:
+            from staticfleet.kafka.pki import BrokerPki
+
+            self._pki = BrokerPki(self.workdir / "pki")
+        return self._pki
+
+    @property
+    def oidc(self) -> OidcProvider:
+        """The OIDC provider the broker trusts for OAUTHBEARER (token endpoint, clients)."""
+        self._require_secured()
+        if self._oidc is None:
+            from staticfleet.kafka.oidc import OidcProvider
+
+            self._oidc = OidcProvider(self.workdir / "oidc", self.oidc_port)
+        return self._oidc
 
     @property
     def pid(self) -> int | None:
@@ -156,17 +412,32 @@ class KafkaBroker:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    def _require_secured(self) -> None:
+        if not self.secured:
+            raise BrokerError("this broker has only PLAINTEXT; start it with secured=True")
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        """Format the storage on first start, then launch the broker (returns at once)."""
+        """Format the storage on first start, then launch the broker (returns at once).
+
+        A secured broker's OIDC provider starts first (the JVM fetches its keys at start-up)
+        and formats run meanwhile.
+        """
         if self.running():
             return
         ensure_installed(self.libs_dir)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.secured:
+            self._start_oidc()
         properties = self._write_config()
         if not (self.data_dir / "meta.properties").exists():
-            self._java("kafka.tools.StorageTool", *format_arguments(new_cluster_id(), properties))
+            self._java(
+                "kafka.tools.StorageTool",
+                *format_arguments(new_cluster_id(), properties, self.plain_users),
+            )
+        if self.secured:
+            self._wait_oidc()
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 self._java_command("kafka.Kafka", str(properties)),
@@ -185,7 +456,7 @@ class KafkaBroker:
         while time.monotonic() < deadline:
             if not self.running():
                 raise BrokerError(f"broker exited before ready; see {self.log_path}\n{self.tail()}")
-            if _accepts(self.port):
+            if all(_accepts(port) for port in self._client_ports()):
                 admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
                 with contextlib.suppress(Exception):
                     if admin.list_topics(timeout=2).brokers:
@@ -198,6 +469,7 @@ class KafkaBroker:
         if self._process is not None:
             terminate(self._process, timeout)
         self._process = None
+        self._stop_oidc()
 
     def kill(self) -> None:
         """SIGKILL: a crash, no controlled shutdown."""
@@ -226,10 +498,9 @@ class KafkaBroker:
     # ------------------------------------------------------------------ helpers
 
     def create_topic(self, name: str, partitions: int, timeout: float = 30.0) -> None:
-        from confluent_kafka.admin import AdminClient
         from confluent_kafka.cimpl import NewTopic
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = self.admin()
         futures = admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=1)],
             operation_timeout=timeout,
@@ -249,12 +520,237 @@ class KafkaBroker:
             time.sleep(0.05)
         raise BrokerError(f"topic {name} has no leader for every partition after {timeout}s")
 
+    def admin(self) -> AdminClient:
+        """An AdminClient on PLAINTEXT, whose principal (ANONYMOUS) is a super user."""
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+
+    # ------------------------------------------------------------------ users and ACLs
+
+    def add_user(
+        self,
+        name: str,
+        password: str,
+        mechanism: str = "SCRAM-SHA-512",
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        """Creates (or re-keys) a SCRAM user through the admin API; returns once it can log in.
+
+        PLAIN's users are fixed (`users=` at construction): PLAIN checks the passwords in the
+        listener's JAAS configuration, which a running broker does not reload.
+        """
+        from confluent_kafka.admin._scram import (
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        self._require_secured()
+        if mechanism not in SCRAM_MECHANISMS:
+            raise ValueError(
+                f"mechanism {mechanism!r}: runtime users are SCRAM ({', '.join(SCRAM_MECHANISMS)});"
+                " PLAIN's are fixed when the broker starts"
+            )
+        upsertion = UserScramCredentialUpsertion(
+            name,
+            ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], SCRAM_ITERATIONS),
+            password.encode(),
+        )
+        admin = self.admin()  # kept referenced: a destroyed client fails its futures
+        futures = admin.alter_user_scram_credentials([upsertion])
+        for future in futures.values():
+            future.result(timeout)
+        self._scram_passwords[(name, mechanism)] = password
+        # The credential reaches the broker's cache through the metadata log, a moment later.
+        deadline = time.monotonic() + timeout
+        while not self.can_connect("SASL_SSL", user=name, mechanism=mechanism):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"user {name} cannot log in with {mechanism} after {timeout}s")
+
+    def set_password(self, name: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
+        """A SCRAM user's new password (rotation): the old one is refused once this returns."""
+        self.add_user(name, password, mechanism)
+
+    def grant(self, *acls: Acl, timeout: float = 30.0) -> None:
+        """Creates the ACLs; returns once the broker's authorizer applies them."""
+        self._require_secured()
+        admin = self.admin()  # kept referenced: a destroyed client fails its futures
+        futures = admin.create_acls([acl.binding() for acl in acls])
+        for future in futures.values():
+            future.result(timeout)
+        self._wait_acls(acls, present=True, timeout=timeout)
+
+    def revoke(self, *acls: Acl, timeout: float = 30.0) -> None:
+        """Deletes the ACLs; returns once the broker's authorizer no longer applies them."""
+        self._require_secured()
+        admin = self.admin()  # kept referenced: a destroyed client fails its futures
+        futures = admin.delete_acls([acl.binding_filter() for acl in acls])
+        for future in futures.values():
+            future.result(timeout)
+        self._wait_acls(acls, present=False, timeout=timeout)
+
+    def acls(self, principal: str) -> list[AclBinding]:
+        """Every ACL of `principal` (`alice` or `User:alice`)."""
+        from confluent_kafka.admin._acl import AclBindingFilter, AclOperation, AclPermissionType
+        from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
+
+        anything = cast(str, None)  # None matches any name or host; the stubs say str
+        query = AclBindingFilter(
+            ResourceType.ANY,
+            anything,
+            ResourcePatternType.ANY,
+            principal_of(principal),
+            anything,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
+        admin = self.admin()  # kept referenced: a destroyed client fails its futures
+        result: list[AclBinding] = admin.describe_acls(query).result(30)
+        return result
+
+    def _wait_acls(self, acls: Iterable[Acl], *, present: bool, timeout: float) -> None:
+        wanted = {acl.binding() for acl in acls}
+        principals = {principal_of(acl.principal) for acl in acls}
+        deadline = time.monotonic() + timeout
+        while True:
+            have = {binding for principal in principals for binding in self.acls(principal)}
+            if (wanted <= have) if present else not (wanted & have):
+                return
+            if time.monotonic() > deadline:
+                raise BrokerError(f"ACLs {wanted} not {'applied' if present else 'removed'}")
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ client settings
+
+    def client_properties(
+        self,
+        listener: Listener,
+        user: str | None = None,
+        mechanism: str = "SCRAM-SHA-512",
+        *,
+        password: str | None = None,
+    ) -> dict[str, str]:
+        """librdkafka-named properties (no `bootstrap.servers`) to reach `listener` as `user`.
+
+        SASL_SSL: `user` (default admin) with `mechanism`; its known password unless one is
+        given. OAUTHBEARER: `user` is an OIDC client id (default the broker's client), and
+        `password` its secret. SSL: `user` is the client certificate's CN (default admin).
+        """
+        if listener == "PLAINTEXT":
+            return {"security.protocol": "PLAINTEXT"}
+        self._require_secured()
+        tls = {"ssl.ca.location": str(self.pki.ca_path)}
+        if listener == "SSL":
+            pair = self.pki.client_certificate(user or ADMIN_USER)
+            return {
+                "security.protocol": "SSL",
+                **tls,
+                "ssl.certificate.location": str(pair.cert),
+                "ssl.key.location": str(pair.key),
+            }
+        if listener != "SASL_SSL":
+            raise ValueError(f"listener {listener!r}: one of PLAINTEXT, SASL_SSL, SSL")
+        if mechanism == "OAUTHBEARER":
+            from staticfleet.kafka.oidc import DEFAULT_SCOPE
+
+            client_id = user or OIDC_CLIENT_ID
+            if password is None and client_id != OIDC_CLIENT_ID:
+                raise ValueError(f"OIDC client {client_id!r}: pass its secret as password=")
+            return {
+                "security.protocol": "SASL_SSL",
+                **tls,
+                "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.token.endpoint.url": self.oidc.token_endpoint_url,
+                "sasl.oauthbearer.client.id": client_id,
+                "sasl.oauthbearer.client.secret": password or OIDC_CLIENT_SECRET,
+                "sasl.oauthbearer.scope": DEFAULT_SCOPE,
+            }
+        if mechanism not in SASL_MECHANISMS:
+            raise ValueError(f"mechanism {mechanism!r}: one of {', '.join(SASL_MECHANISMS)}")
+        name = user or ADMIN_USER
+        if password is None:
+            known = (
+                self.plain_users.get(name)
+                if mechanism == "PLAIN"
+                else self._scram_passwords.get((name, mechanism))
+            )
+            if known is None:
+                raise ValueError(f"user {name!r} has no {mechanism} password this broker knows")
+            password = known
+        return {
+            "security.protocol": "SASL_SSL",
+            **tls,
+            "sasl.mechanism": mechanism,
+            "sasl.username": name,
+            "sasl.password": password,
+        }
+
+    def client_config(
+        self,
+        listener: Listener,
+        user: str | None = None,
+        mechanism: str = "SCRAM-SHA-512",
+        *,
+        password: str | None = None,
+    ) -> dict[str, str]:
+        """client_properties plus `bootstrap.servers`: a confluent-kafka client's config."""
+        return {
+            "bootstrap.servers": self.listener_bootstrap(listener),
+            **self.client_properties(listener, user, mechanism, password=password),
+        }
+
+    def can_connect(
+        self,
+        listener: Listener,
+        user: str | None = None,
+        mechanism: str = "SCRAM-SHA-512",
+        *,
+        password: str | None = None,
+        timeout: float = 5.0,
+    ) -> bool:
+        """Whether a client with these settings gets metadata (False at once when refused)."""
+        return (
+            connect_error(self.client_config(listener, user, mechanism, password=password), timeout)
+            is None
+        )
+
+    def write_client_properties(self, directory: Path | None = None) -> dict[str, Path]:
+        """One `.properties` file per listener (as admin), for `--kafka-config`; by listener."""
+        directory = directory or self.workdir / "clients"
+        directory.mkdir(parents=True, exist_ok=True)
+        files: dict[str, Path] = {}
+        variants: list[tuple[str, Listener, str | None]] = [("plaintext", "PLAINTEXT", None)]
+        if self.secured:
+            variants += [
+                ("sasl-ssl-scram-sha-512", "SASL_SSL", "SCRAM-SHA-512"),
+                ("sasl-ssl-scram-sha-256", "SASL_SSL", "SCRAM-SHA-256"),
+                ("sasl-ssl-plain", "SASL_SSL", "PLAIN"),
+                ("sasl-ssl-oauthbearer", "SASL_SSL", "OAUTHBEARER"),
+                ("ssl", "SSL", None),
+            ]
+        for stem, listener, mechanism in variants:
+            properties = self.client_properties(listener, None, mechanism or "SCRAM-SHA-512")
+            path = directory / f"{stem}.properties"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(f"{key}={value}\n" for key, value in properties.items()))
+            files[stem] = path
+        return files
+
     def tail(self, lines: int = 30) -> str:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     # ------------------------------------------------------------------ internals
+
+    def _client_ports(self) -> list[int]:
+        if not self.secured:
+            return [self.port]
+        return [self.port, self.sasl_ssl_port, self.ssl_port]
 
     def _write_config(self) -> Path:
         listeners = (
@@ -272,15 +768,92 @@ class KafkaBroker:
             "log.dirs": str(self.data_dir),
             **self.settings,
         }
+        if self.secured:
+            from staticfleet.kafka.oidc import AUDIENCE
+
+            properties.update(
+                secured_properties(
+                    ports={
+                        "PLAINTEXT": self.port,
+                        "CONTROLLER": self.controller_port,
+                        "SASL_SSL": self.sasl_ssl_port,
+                        "SSL": self.ssl_port,
+                    },
+                    keystore=self._write_keystore(),
+                    truststore=self.pki.ca_path,
+                    oidc_issuer=self.oidc.issuer,
+                    oidc_audience=AUDIENCE,
+                    plain_users=self.plain_users,
+                    # ANONYMOUS: the PLAINTEXT and CONTROLLER listeners' principal.
+                    super_users=("ANONYMOUS", ADMIN_USER),
+                )
+            )
+            properties.update(self.settings)
         path = self.workdir / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
         log4j = self.workdir / "log4j2.properties"
         log4j.write_text(_LOG4J2)
         return path
 
+    def _write_keystore(self) -> Path:
+        """Kafka's PEM key store: the server's private key, then its certificate."""
+        server = self.pki.server
+        path = self.workdir / "pki" / "broker-keystore.pem"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(server.key.read_bytes() + server.cert.read_bytes())
+        return path
+
+    def _start_oidc(self) -> None:
+        if self._oidc_process is not None and self._oidc_process.poll() is None:
+            return
+        from staticfleet.kafka.oidc import read_clients
+
+        self.oidc.workdir.mkdir(parents=True, exist_ok=True)
+        if OIDC_CLIENT_ID not in read_clients(self.oidc.workdir):
+            self.oidc.add_client(OIDC_CLIENT_ID, OIDC_CLIENT_SECRET)
+        with (self.workdir / "oidc.log").open("ab") as log:
+            self._oidc_process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "staticfleet.kafka.oidc",
+                    f"--port={self.oidc_port}",
+                    f"--workdir={self.oidc.workdir}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def _wait_oidc(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            process = self._oidc_process
+            if process is None or process.poll() is not None:
+                log = self.workdir / "oidc.log"
+                raise BrokerError(f"the OIDC provider exited; see {log}")
+            if self.oidc.ready():
+                return
+            time.sleep(0.05)
+        raise BrokerError(f"the OIDC provider not ready after {timeout:.0f}s")
+
+    def _stop_oidc(self) -> None:
+        if self._oidc_process is not None:
+            terminate(self._oidc_process, 5.0)
+        self._oidc_process = None
+
     def _java_command(self, main_class: str, *args: str) -> list[str]:
+        # Kafka 4 fetches no OAuth URL this system property does not list (none by default).
+        allowed_urls = (
+            [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.oidc.jwks_endpoint_url}"]
+            if self.secured
+            else []
+        )
         return [
             "java",
+            *allowed_urls,
             HEAP,
             "-Xms64m",
             # One broker, two cores shared with the tests: the serial collector is enough
@@ -322,6 +895,34 @@ logger.group.level = INFO
 """
 
 
+def connect_error(config: Mapping[str, str], timeout: float = 5.0) -> str | None:
+    """None when a client with `config` gets metadata; else librdkafka's error, at once when
+    the broker refuses it (authentication, TLS), after `timeout` otherwise."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    refused: list[str] = []
+    done = threading.Event()
+
+    def on_error(error: KafkaError) -> None:
+        # _AUTHENTICATION: SASL refused; _SSL: the client refused the broker's certificate;
+        # _TRANSPORT: on a listening loopback broker, the broker closed the connection (it
+        # refused the client's certificate: "alert bad certificate").
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError._TRANSPORT):
+            refused.append(error.str())
+            done.set()
+
+    client_config: dict[str, Any] = {**config, "log_level": 0, "error_cb": on_error}
+    admin = AdminClient(client_config)
+    deadline = time.monotonic() + timeout
+    while not done.is_set() and time.monotonic() < deadline:
+        admin.poll(0)  # serves error_cb
+        with contextlib.suppress(KafkaException):
+            if admin.list_topics(timeout=0.2).brokers:
+                return None
+    return refused[0] if refused else f"no metadata after {timeout}s"
+
+
 def _accepts(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.settimeout(0.5)
@@ -346,9 +947,14 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--workdir", default="build/kafka/run", help="storage and logs [%(default)s]")
     up.add_argument("--port", type=int, help="client port [a free one in 20000-30000]")
     up.add_argument("--topic", action="append", default=[], help="NAME:PARTITIONS to create")
+    up.add_argument(
+        "--secured",
+        action="store_true",
+        help="add the SASL_SSL and SSL listeners, the authorizer and the OIDC provider",
+    )
     args = parser.parse_args(argv)
 
-    broker = KafkaBroker(args.workdir, port=args.port)
+    broker = KafkaBroker(args.workdir, port=args.port, secured=args.secured)
     broker.start()
     try:
         seconds = broker.wait_ready()
@@ -356,6 +962,15 @@ def main(argv: list[str] | None = None) -> int:
             name, _, partitions = spec.partition(":")
             broker.create_topic(name, int(partitions or 1))
         print(f"kafka ready in {seconds:.1f}s: bootstrap {broker.bootstrap}", flush=True)
+        if broker.secured:
+            files = broker.write_client_properties()
+            print(f"  PLAINTEXT {broker.bootstrap} (super user ANONYMOUS)", flush=True)
+            print(f"  SASL_SSL  {broker.sasl_ssl_bootstrap}", flush=True)
+            print(f"  SSL       {broker.ssl_bootstrap} (client certificate required)", flush=True)
+            print(f"  CA {broker.pki.ca_path}; OIDC {broker.oidc.token_endpoint_url}", flush=True)
+            print("  client properties (as admin) for --kafka-config:", flush=True)
+            for stem, path in files.items():
+                print(f"    {stem:24} {path}", flush=True)
         print(f"logs: {broker.log_path}; Ctrl-C stops", flush=True)
         while broker.running():
             time.sleep(0.5)
