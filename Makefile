@@ -63,8 +63,8 @@ build/bin/loadgen: bench/loadgen/main.go bench/loadgen/go.mod
 kafka: ## resolve the Kafka 4.4.0 broker's jars (Maven) into build/kafka/libs, once
 	@scripts/install-kafka.sh
 
-kafka-up: install kafka ## a Kafka broker on loopback for manual use (Ctrl-C stops it)
-	$(PY) -m staticfleet.kafka.broker up
+kafka-up: install kafka ## a Kafka broker on loopback for manual use (SECURED=1: SASL_SSL, SSL, ACLs; Ctrl-C stops it)
+	$(PY) -m staticfleet.kafka.broker up $(if $(SECURED),--secured)
 
 # The Java peer (java/consumer-peer): a KafkaConsumer from kafka-clients, the reference client.
 java-peer: ## build the Java KafkaConsumer peer (Maven) into build/

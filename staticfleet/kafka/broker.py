@@ -25,6 +25,7 @@ import contextlib
 import os
 import random
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -940,11 +941,18 @@ def running_broker(workdir: Path, *, timeout: float = 60.0) -> Iterator[KafkaBro
         broker.stop()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m staticfleet.kafka.broker")
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="start a broker and print its bootstrap; Ctrl-C stops")
-    up.add_argument("--workdir", default="build/kafka/run", help="storage and logs [%(default)s]")
+    up.add_argument(
+        "--workdir",
+        help="storage and logs [build/kafka/run, or build/kafka/run-secured with --secured]",
+    )
     up.add_argument("--port", type=int, help="client port [a free one in 20000-30000]")
     up.add_argument("--topic", action="append", default=[], help="NAME:PARTITIONS to create")
     up.add_argument(
@@ -954,7 +962,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    broker = KafkaBroker(args.workdir, port=args.port, secured=args.secured)
+    # Ctrl-C and SIGTERM both stop the broker and the OIDC provider (their own sessions, so
+    # nothing else would); SIGINT is restored where a non-interactive shell ignored it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    # Apart: a log directory formatted without the SCRAM users cannot serve a secured broker.
+    workdir = args.workdir or ("build/kafka/run-secured" if args.secured else "build/kafka/run")
+    broker = KafkaBroker(workdir, port=args.port, secured=args.secured)
     broker.start()
     try:
         seconds = broker.wait_ready()
