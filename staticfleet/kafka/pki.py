@@ -198,7 +198,8 @@ class BrokerPki:
     `ca_path` is what clients trust (`ssl.ca.location`); `server` is the broker's certificate
     and key; `client_certificate(name)` is a client's (principal `User:name` on the SSL
     listener); `expired_client_certificate` and `untrusted_client_certificate` are the refused
-    kinds; `untrusted_ca_path` is a CA that did not sign the broker's certificate.
+    kinds; `untrusted_ca_path` is a CA that did not sign the broker's certificate;
+    `expired_server_certificate` is for a test's own TLS server that clients must refuse.
     """
 
     SERVER_IP = "127.0.0.1"
@@ -243,6 +244,23 @@ class BrokerPki:
             self.ca,
             f"expired-{check_name(common_name)}",
             common_name,
+            valid_from=now - datetime.timedelta(days=2),
+            valid_until=now - datetime.timedelta(days=1),
+        )
+
+    def expired_server_certificate(self) -> KeyPair:
+        """A server certificate like the broker's (IP:127.0.0.1, the trusted CA) that expired
+        yesterday: for a TLS server of a test whose clients must refuse it as expired."""
+        pair = KeyPair(self.directory / "expired-server.crt", self.directory / "expired-server.key")
+        if pair.cert.exists() and pair.key.exists():
+            return pair
+        now = datetime.datetime.now(datetime.UTC)
+        return self.ca.issue(
+            self.directory,
+            "expired-server",
+            name(self.SERVER_IP),
+            server=True,
+            sans=ip_sans(self.SERVER_IP),
             valid_from=now - datetime.timedelta(days=2),
             valid_until=now - datetime.timedelta(days=1),
         )

@@ -257,6 +257,24 @@ def test_an_acl_granted_then_revoked_changes_what_a_user_may_do(
     assert kafka_broker.acls(secured_user.name) == []
 
 
+def test_cluster_and_prefixed_acls_are_granted_listed_and_revoked(
+    kafka_broker: KafkaBroker, secured_user: SecuredUser
+) -> None:
+    cluster = Acl(secured_user.name, "DESCRIBE", "CLUSTER")
+    groups = Acl(secured_user.name, "READ", "GROUP", "app-", pattern_type="PREFIXED")
+    kafka_broker.grant(cluster, groups)
+    assert set(kafka_broker.acls(secured_user.principal)) == {
+        cluster.binding(),
+        groups.binding(),
+    }
+    # The CLUSTER resource is confluent-kafka's BROKER, named kafka-cluster.
+    assert cluster.binding().name == "kafka-cluster"
+    kafka_broker.revoke(cluster, groups)
+    assert kafka_broker.acls(secured_user.principal) == []
+    with pytest.raises(ValueError, match="unknown name"):
+        Acl(secured_user.name, "READ", "QUEUE", "x").binding()
+
+
 def test_a_password_changed_at_runtime_refuses_the_old_one(
     kafka_broker: KafkaBroker, secured_user: SecuredUser
 ) -> None:
@@ -292,6 +310,16 @@ def test_format_adds_both_scram_credentials_of_each_user(tmp_path: Path) -> None
 def test_a_password_storagetool_would_misparse_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="password may hold only"):
         KafkaBroker(tmp_path, secured=True, users={"admin": "a,b]"})
+
+
+def test_an_expired_server_certificate_names_127_0_0_1_and_is_expired(tmp_path: Path) -> None:
+    import datetime
+
+    from cryptography import x509
+
+    pair = BrokerPki(tmp_path).expired_server_certificate()
+    cert = x509.load_pem_x509_certificate(pair.cert.read_bytes())
+    assert cert.not_valid_after_utc < datetime.datetime.now(datetime.UTC)
 
 
 def test_the_pki_is_kept_across_restarts(tmp_path: Path) -> None:
