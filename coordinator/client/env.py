@@ -26,6 +26,10 @@ STANDBY_ID: Final = "STATICFLEET_STANDBY_ID"
 # What the member reads: unset or "synthetic", or kafka://host:port. Not in ALL: the operator
 # does not inject it, a pod template may set it.
 SOURCE: Final = "STATICFLEET_SOURCE"
+# A Kafka client settings file (.properties, librdkafka names; docs/kafka.md, "Secured
+# clusters") for kafka:// coordinators and sources. Not in ALL: the operator sets it only for
+# groups on a secured cluster, mounting the file from a Secret.
+KAFKA_CONFIG: Final = "STATICFLEET_KAFKA_CONFIG"
 
 ALL: Final = (
     COORDINATOR_URL,

@@ -11,6 +11,12 @@ request per connection at a time and JoinGroup/SyncGroup long-poll for up to a r
 timeout: JoinGroup and SyncGroup go on one, Heartbeat, LeaveGroup and the offset requests on
 the other, so heartbeats keep the session alive while a join is parked.
 
+Security: `settings` (a `KafkaClientSettings`) puts TLS and SASL on every connection
+(kafka_connection.py); one OAuth token provider serves all of them. A refusal is a
+`KafkaAccessError` (kafka_errors.py), raised, never retried here: a failed TLS handshake or
+SASL authentication, and an answer saying GROUP/TOPIC/CLUSTER_AUTHORIZATION_FAILED (as
+`KafkaAuthorizationFailed` naming the request, the resource type and its name).
+
 Errors: Kafka's codes become `ErrorCode`s (an unknown code becomes UNKNOWN_SERVER_ERROR);
 NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE and COORDINATOR_LOAD_IN_PROGRESS make the
 transport forget the coordinator and raise the retriable `TransportError`, as the member
@@ -49,6 +55,9 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
+from coordinator.client.kafka_errors import TOPIC_AUTHORIZATION_FAILED, authorization_failed
+from coordinator.client.kafka_security import token_source
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.transport import TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
@@ -131,11 +140,14 @@ class KafkaTransport:
         *,
         client_id: str = "staticfleet",
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
     ) -> None:
         self._bootstrap = (
             parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
         )
         self._client_id = client_id
+        self._settings = settings
+        self._token_provider = token_source(settings)
         self._timeout_s = request_timeout_ms / 1000
         self._long_poll_s = self._timeout_s
         self._metadata_connection: KafkaConnection | None = None
@@ -270,6 +282,13 @@ class KafkaTransport:
         answer = await self._group_call(
             request.group_id, "control", KafkaOffsetCommitRequest, COMMIT_VERSIONS, fields
         )
+        for t in answer.topics:
+            for p in t.partitions:
+                self._check_access(
+                    p.error_code,
+                    KafkaOffsetCommitRequest,
+                    t.name if p.error_code == TOPIC_AUTHORIZATION_FAILED else request.group_id,
+                )
         partitions = [
             OffsetCommitPartitionResponse(t.name, p.partition_index, error_code(p.error_code))
             for t in answer.topics
@@ -301,6 +320,10 @@ class KafkaTransport:
         )
         result = answer.groups[0]
         # v8+ carries the group's error per group, not at the top level.
+        self._check_access(result.error_code, KafkaOffsetFetchRequest, request.group_id)
+        for t in result.topics:
+            for p in t.partitions:
+                self._check_access(p.error_code, KafkaOffsetFetchRequest, t.name)
         self._check_coordinator(request.group_id, [error_code(result.error_code)])
         return OffsetFetchResponse(
             error_code(result.error_code),
@@ -354,6 +377,7 @@ class KafkaTransport:
             {"groups": [group_id], "include_authorized_operations": False},
         )
         group = answer.groups[0]
+        self._check_access(group.error_code, DescribeGroupsRequest, group_id)
         self._check_coordinator(group_id, [error_code(group.error_code)])
         return DescribedGroup(
             error_code=error_code(group.error_code),
@@ -401,6 +425,23 @@ class KafkaTransport:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _new_connection(self, address: BrokerAddress) -> KafkaConnection:
+        return KafkaConnection(
+            address,
+            self._client_id,
+            settings=self._settings,
+            token_provider=self._token_provider,
+        )
+
+    @staticmethod
+    def _check_access(raw: int, request_class: Any, resource_name: str) -> None:
+        """Raise `KafkaAuthorizationFailed` when an answer's code says an ACL is missing."""
+        error = authorization_failed(
+            raw, request_class.__name__.removesuffix("Request"), resource_name
+        )
+        if error is not None:
+            raise error
+
     async def _group_call(
         self,
         group_id: str,
@@ -414,7 +455,7 @@ class KafkaTransport:
         key = (address, role)
         connection = self._connections.get(key)
         if connection is None:
-            connection = self._connections[key] = KafkaConnection(address, self._client_id)
+            connection = self._connections[key] = self._new_connection(address)
         try:
             answer = await connection.send(
                 request_class, versions, fields, timeout_s or self._timeout_s
@@ -425,6 +466,7 @@ class KafkaTransport:
             raise
         top = getattr(answer, "error_code", None)
         if top is not None:
+            self._check_access(top, request_class, group_id)
             self._check_coordinator(group_id, [error_code(top)])
         return answer
 
@@ -454,6 +496,7 @@ class KafkaTransport:
                 {"key_type": 0, "coordinator_keys": [group_id]},
             )
             found = answer.coordinators[0]
+            self._check_access(found.error_code, FindCoordinatorRequest, group_id)
             code = error_code(found.error_code)
             if code is not ErrorCode.NONE:
                 raise TransportError(f"FindCoordinator for group {group_id!r}: {code.name}")
@@ -468,7 +511,7 @@ class KafkaTransport:
         connections = (
             [self._metadata_connection]
             if self._metadata_connection is not None
-            else [KafkaConnection(a, self._client_id) for a in self._bootstrap]
+            else [self._new_connection(a) for a in self._bootstrap]
         )
         for connection in connections:
             try:

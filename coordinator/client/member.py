@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from coordinator.assignors import PartitionAssignor, get_assignor
 from coordinator.client.backoff import Backoff
 from coordinator.client.config import MemberConfig
+from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.leader import assign, assignments_by_instance
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
 from coordinator.client.member_state import MemberState, Reset, is_active, transition
@@ -84,6 +85,20 @@ class MemberFailure(CoordinatorError):
 
     def __str__(self) -> str:
         return f"the member failed: {self.detail} (see its log)"
+
+
+class MemberAccessDenied(CoordinatorError):
+    """A Kafka cluster refused the member's access (`access`: bad credentials, an untrusted
+    certificate, a missing ACL ...). Fatal: a retry cannot fix it, and a member that retried
+    would hide it (docs/kafka.md, "Secured clusters")."""
+
+    def __init__(self, access: KafkaAccessError) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, str(access))
+        self.access = access
+        self.__cause__ = access
+
+    def __str__(self) -> str:
+        return f"{self.access.reason}: {self.access}"
 
 
 class MemberClosedError(RuntimeError):
@@ -371,6 +386,8 @@ class GroupMember:
                 await self._join_until_stable()
         except _Aborted:
             pass
+        except KafkaAccessError as error:
+            self._fail(MemberAccessDenied(error))
         except Exception as error:  # a bug must stop the member loudly, not hang it
             logger.exception("member %s loop crashed", self._label())
             self._fail(MemberFailure(f"{type(error).__name__}: {error}"))
@@ -665,6 +682,9 @@ class GroupMember:
                 continue
             except CoordinatorError as error:
                 code = error.code
+            except KafkaAccessError as error:
+                self._fail(MemberAccessDenied(error))
+                return
             except Exception:  # a transport bug must not silently end the heartbeats
                 logger.exception("member %s: heartbeat crashed; retrying", self._label())
                 delay_ms = max(interval_ms, backoff.next_delay_ms())
@@ -808,7 +828,7 @@ class GroupMember:
         )
         try:
             response = await self._transport.leave_group(request)
-        except (TransportError, CoordinatorError) as error:
+        except (TransportError, CoordinatorError, KafkaAccessError) as error:
             logger.warning("member %s: LeaveGroup failed: %s", self._label(), error)
             return
         if response.error_code is not ErrorCode.NONE:

@@ -29,9 +29,12 @@ from typing import Any, TextIO
 from coordinator.client import env
 from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
 from coordinator.client.http import HttpTransport
+from coordinator.client.kafka_errors import KafkaAccessError
+from coordinator.client.kafka_security import tls_context
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.listener import Partitions
-from coordinator.client.member import GroupMember
+from coordinator.client.member import GroupMember, MemberAccessDenied
 from coordinator.client.standby import wait_for_promotion
 from coordinator.client.strategy import ConfigurationError
 from coordinator.client.transport import Transport, TransportError
@@ -60,6 +63,9 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_FENCED = 3
+# A Kafka cluster refused the member's access (credentials, certificates, ACLs): a retry
+# cannot fix it (docs/kafka.md, "Secured clusters").
+EXIT_KAFKA_ACCESS = 4
 
 # Event kinds written to the event log, one JSON object per line.
 STARTED = "started"
@@ -97,6 +103,15 @@ def register(subparsers: Any) -> None:
         help=(
             "coordinator base URL, http(s)://... for ours or kafka://host:port[,host:port] "
             f"for a Kafka cluster's group coordinator [{env.COORDINATOR_URL}]"
+        ),
+    )
+    run.add_argument(
+        "--kafka-config",
+        metavar="FILE",
+        help=(
+            "Kafka client settings (.properties with librdkafka names: security.protocol, "
+            "sasl.*, ssl.*) for a kafka:// coordinator and source; docs/kafka.md "
+            f"[{env.KAFKA_CONFIG}] (default PLAINTEXT)"
         ),
     )
     run.add_argument("--group-id", help=f"consumer group id [{env.GROUP_ID}]")
@@ -195,6 +210,7 @@ class Settings:
         kafka_bootstrap: str | None = None,
         max_poll_records: int = 2000,
         standby_id: str | None = None,
+        kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
     ) -> None:
         self.url = url
         self.token = token
@@ -209,6 +225,8 @@ class Settings:
         self.max_poll_records = max_poll_records
         # Set: wait as a hot standby first (config.group_instance_id is None until promoted).
         self.standby_id = standby_id
+        # How kafka:// connections (coordinator and source) reach the cluster.
+        self.kafka_settings = kafka_settings
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -280,6 +298,19 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         from staticfleet.kafka.source import bootstrap_of
 
         kafka_bootstrap = bootstrap_of(source_url)
+    kafka_settings = PLAINTEXT_SETTINGS
+    kafka_config = pick(getattr(args, "kafka_config", None), env.KAFKA_CONFIG)
+    if kafka_config is not None:
+        if kafka_bootstrap is None and not url.startswith("kafka://"):
+            raise ValueError(
+                f"--kafka-config/{env.KAFKA_CONFIG} is for kafka:// connections, but neither "
+                "the coordinator nor the source is kafka://"
+            )
+        kafka_settings = KafkaClientSettings.from_file(kafka_config)
+        # Read the certificates now: a missing or unreadable file is a usage error at start,
+        # not a failure at the first connection.
+        tls_context(kafka_settings)
+        logger.info("Kafka client settings from %s: %s", kafka_config, kafka_settings.describe())
     return Settings(
         url=url,
         token=pick(args.token, env.TOKEN),
@@ -296,6 +327,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         kafka_bootstrap=kafka_bootstrap,
         max_poll_records=args.max_poll_records,
         standby_id=standby_id,
+        kafka_settings=kafka_settings,
     )
 
 
@@ -439,11 +471,16 @@ class SourceConsumer:
         )
 
 
-def open_transport(url: str, token: str | None, client_id: str) -> Transport:
+def open_transport(
+    url: str,
+    token: str | None,
+    client_id: str,
+    kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+) -> Transport:
     """Our coordinator over HTTP, or a Kafka cluster's group coordinator for kafka:// URLs
     (the group and its offsets then live on the cluster)."""
     if url.startswith("kafka://"):
-        return KafkaTransport(url, client_id=client_id)
+        return KafkaTransport(url, client_id=client_id, settings=kafka_settings)
     return HttpTransport(url, token)
 
 
@@ -459,14 +496,20 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         # still works there.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    transport = open_transport(settings.url, settings.token, config.client_id)
+    transport = open_transport(
+        settings.url, settings.token, config.client_id, settings.kafka_settings
+    )
     reader: PartitionReader
     if settings.kafka_bootstrap is not None:
         from staticfleet.kafka.source import KafkaReader
 
-        reader = KafkaReader(settings.kafka_bootstrap, client_id=config.client_id)
+        reader = KafkaReader(
+            settings.kafka_bootstrap, client_id=config.client_id, security=settings.kafka_settings
+        )
         # The leader assigns what the cluster has, as a Kafka consumer does.
-        transport = ClusterTopicMetadata(transport, settings.kafka_bootstrap, config.topics)
+        transport = ClusterTopicMetadata(
+            transport, settings.kafka_bootstrap, config.topics, settings.kafka_settings
+        )
     else:
         reader = SyntheticReader(settings.source)
     consumer = SourceConsumer(reader, events)
@@ -557,10 +600,14 @@ async def _consume_until_stopped(
     next_commit = asyncio.get_running_loop().time() + settings.commit_interval_ms / 1000
     try:
         while not stop.is_set() and not fatal.done():
-            consumed = consumer.consume_available(settings.max_poll_records)
-            if asyncio.get_running_loop().time() >= next_commit:
-                await consumer.commit()
-                next_commit += settings.commit_interval_ms / 1000
+            try:
+                consumed = consumer.consume_available(settings.max_poll_records)
+                if asyncio.get_running_loop().time() >= next_commit:
+                    await consumer.commit()
+                    next_commit += settings.commit_interval_ms / 1000
+            except KafkaAccessError as error:  # the source's cluster refused us
+                fatal.cancel()
+                return _report_access(consumer, error)
             # Records came: more may be waiting, so only yield to the member's tasks; the
             # poll interval is slept only when the source had nothing.
             busy = consumed > 0
@@ -575,8 +622,17 @@ async def _consume_until_stopped(
     return EXIT_OK
 
 
+def _report_access(consumer: SourceConsumer, error: KafkaAccessError) -> int:
+    """One line naming the cause (never a secret: the errors hold none), and its exit code."""
+    consumer.events.write(FATAL, reason=error.reason, message=str(error))
+    print(f"staticfleet member run: fatal: {error.reason}: {error}", file=sys.stderr)
+    return EXIT_KAFKA_ACCESS
+
+
 def _report_fatal(member: GroupMember, consumer: SourceConsumer) -> int:
     error = member.error
+    if isinstance(error, MemberAccessDenied):
+        return _report_access(consumer, error.access)
     code = error.code if error is not None else ErrorCode.UNKNOWN_SERVER_ERROR
     consumer.events.write(FATAL, error_code=int(code), error=code.name, message=str(error))
     if code is ErrorCode.FENCED_INSTANCE_ID:
@@ -598,15 +654,24 @@ class ClusterTopicMetadata:
     does from its own metadata), so partition counts need not be repeated by hand.
     """
 
-    def __init__(self, transport: Transport, bootstrap: str, topics: Sequence[str]) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        bootstrap: str,
+        topics: Sequence[str],
+        settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+    ) -> None:
         self._transport = transport
         self._bootstrap = bootstrap
         self._topics = tuple(topics)
+        self._settings = settings
 
     async def topic_metadata(self) -> dict[str, int]:
         from staticfleet.kafka.source import partition_counts
 
-        return await asyncio.to_thread(partition_counts, self._bootstrap, self._topics)
+        return await asyncio.to_thread(
+            partition_counts, self._bootstrap, self._topics, settings=self._settings
+        )
 
     async def join_group(self, request: JoinGroupRequest) -> JoinGroupResponse:
         return await self._transport.join_group(request)

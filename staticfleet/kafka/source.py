@@ -4,6 +4,11 @@ The reader never joins a Kafka group of its own and never commits: the member's 
 embedded coordinator or a Kafka cluster's, whichever `GroupMember` speaks to) decides which
 partitions it reads, and offsets are committed through that group with the member's
 generation, member id and instance id, so a fenced zombie's commit is refused.
+
+Security: both clients take the member's `KafkaClientSettings` (`librdkafka_config()`), and
+librdkafka's refusals (`_AUTHENTICATION`, `_SSL`, TOPIC_AUTHORIZATION_FAILED) become the same
+typed `KafkaAccessError`s as our own transport's (`access_error`), so a member stops on them
+instead of logging them for ever (docs/kafka.md, "Secured clusters").
 """
 
 from __future__ import annotations
@@ -16,6 +21,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
+from coordinator.client.kafka_errors import (
+    KafkaAccessError,
+    KafkaAuthenticationFailed,
+    KafkaAuthorizationFailed,
+    KafkaSaslMechanismUnsupported,
+    KafkaTLSHostnameMismatch,
+    KafkaTLSVerificationFailed,
+)
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.transport import TransportError
 from coordinator.protocol import TopicPartition
 from staticfleet.source import Record
@@ -32,22 +46,91 @@ def bootstrap_of(url: str) -> str:
     return url[len(SCHEME) :].strip("/")
 
 
+def access_error(error: KafkaError, where: str) -> KafkaAccessError | None:
+    """The typed access error a librdkafka error means (None: not an access error).
+
+    librdkafka reports TLS and SASL refusals as text under two codes; the text is OpenSSL's
+    or the broker's, so this reads it for the cases a user must tell apart.
+    """
+    code, text = error.code(), str(error.str())
+    lowered = text.lower()
+    if code == KafkaError._AUTHENTICATION:
+        if "mechanism" in lowered and ("not enabled" in lowered or "unsupported" in lowered):
+            return KafkaSaslMechanismUnsupported(f"Kafka at {where}: {text}")
+        return KafkaAuthenticationFailed(f"Kafka at {where}: {text}")
+    if code == KafkaError._SSL:
+        if "mismatch" in lowered and ("hostname" in lowered or "ip address" in lowered):
+            return KafkaTLSHostnameMismatch(f"Kafka at {where}: {text}")
+        if ("alert" in lowered and "certificate" in lowered) or "unknown ca" in lowered:
+            return KafkaTLSVerificationFailed(
+                f"Kafka at {where} refused our client certificate: {text}"
+            )
+        return KafkaTLSVerificationFailed(f"Kafka at {where}: {text}")
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return KafkaAuthorizationFailed("Fetch", "Topic", _topic_of(text), text)
+    return None
+
+
+def _topic_of(text: str) -> str:
+    for word in text.replace('"', " ").replace("'", " ").split():
+        if "[" in word and word.endswith("]"):
+            return word.split("[", 1)[0]
+    return "?"
+
+
+class _AccessErrors:
+    """librdkafka's `error_cb`: keeps the first access error it reports."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.first: KafkaAccessError | None = None
+
+    def __call__(self, error: KafkaError) -> None:
+        access = access_error(error, self.where)
+        if access is not None and self.first is None:
+            self.first = access
+
+    def raise_first(self) -> None:
+        if self.first is not None:
+            raise self.first
+
+
 def partition_counts(
-    bootstrap: str, topics: Sequence[str], timeout: float = 10.0
+    bootstrap: str,
+    topics: Sequence[str],
+    timeout: float = 10.0,
+    *,
+    settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
 ) -> dict[str, int]:
     """Partition count per topic from the cluster's metadata (blocking: run it in a thread).
 
     Topics the cluster does not have are absent, as Kafka's consumer leaves them out of the
-    assignment until they exist.
+    assignment until they exist. A topic the client may not describe is a
+    `KafkaAuthorizationFailed`.
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    errors = _AccessErrors(bootstrap)
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "log_level": 3,
+        "error_cb": errors,
+        **settings.librdkafka_config(),
+    }
+    admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as error:
+        admin.poll(0)  # serves error_cb: the refusal behind a timeout, if there was one
+        errors.raise_first()
+        access = access_error(error.args[0], bootstrap) if error.args else None
+        if access is not None:
+            raise access from None
         raise TransportError(f"no metadata from Kafka at {bootstrap}: {error}") from error
     counts: dict[str, int] = {}
     for name in topics:
         topic = metadata.topics.get(name)
+        refusal = topic.error if topic is not None else None
+        if refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise KafkaAuthorizationFailed("Metadata", "Topic", name)
         if topic is not None and topic.error is None and topic.partitions:
             counts[name] = len(topic.partitions)
     return counts
@@ -57,13 +140,21 @@ class KafkaReader:
     """`PartitionReader` over a librdkafka consumer with manual (incremental) assignment."""
 
     def __init__(
-        self, bootstrap: str, *, client_id: str, settings: Mapping[str, Any] | None = None
+        self,
+        bootstrap: str,
+        *,
+        client_id: str,
+        settings: Mapping[str, Any] | None = None,
+        security: KafkaClientSettings = PLAINTEXT_SETTINGS,
     ) -> None:
         self.bootstrap = bootstrap
+        self._errors = _AccessErrors(bootstrap)
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
                 "client.id": client_id,
+                "error_cb": self._errors,
+                **security.librdkafka_config(),
                 # librdkafka wants a group id even for manual assignment; this one never joins
                 # (no subscribe) and never commits, so it touches no group on the cluster.
                 "group.id": f"staticfleet-reader-{client_id}",
@@ -100,10 +191,21 @@ class KafkaReader:
         self._assigned.difference_update(gone)
 
     def poll(self, max_records: int) -> list[Record]:
+        """The records fetched so far; raises a `KafkaAccessError` when the cluster refused
+        us (credentials, certificates, a topic's ACL)."""
         records: list[Record] = []
-        for message in self._consumer.consume(max_records, 0):
+        messages = self._consumer.consume(max_records, 0)
+        self._errors.raise_first()
+        for message in messages:
             error = message.error()
             if error is not None:
+                access = access_error(error, self.bootstrap)
+                if access is not None:
+                    if isinstance(access, KafkaAuthorizationFailed) and message.topic():
+                        access = KafkaAuthorizationFailed(
+                            "Fetch", "Topic", str(message.topic()), str(error.str())
+                        )
+                    raise access
                 if error.fatal():
                     raise KafkaException(error)
                 if error.code() != KafkaError._PARTITION_EOF:
