@@ -363,3 +363,91 @@ def test_client_properties_files_are_written_per_listener(kafka_broker: KafkaBro
     text = files["sasl-ssl-scram-sha-512"].read_text()
     assert "security.protocol=SASL_SSL\n" in text and "sasl.username=admin\n" in text
     assert files["ssl"].stat().st_mode & 0o077 == 0  # secrets inside: owner only
+
+
+# ---------------------------------------------------------------------- the OIDC provider
+
+
+def _token_request(
+    url: str, form: dict[str, str], basic: tuple[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    import base64
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    request = urllib.request.Request(url, data=urllib.parse.urlencode(form).encode())
+    if basic is not None:
+        encoded = base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {encoded}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def _verified_claims(jwks_url: str, token: str) -> dict[str, Any]:
+    """The token's claims, after checking its RS256 signature against the JWKS."""
+    import base64
+    import json
+    import urllib.request
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    def decode(part: str) -> bytes:
+        return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+    header_b64, claims_b64, signature_b64 = token.split(".")
+    header = json.loads(decode(header_b64))
+    with urllib.request.urlopen(jwks_url, timeout=5) as response:
+        (key,) = [k for k in json.load(response)["keys"] if k["kid"] == header["kid"]]
+    public = rsa.RSAPublicNumbers(
+        int.from_bytes(decode(key["e"]), "big"), int.from_bytes(decode(key["n"]), "big")
+    ).public_key()
+    public.verify(
+        decode(signature_b64),
+        f"{header_b64}.{claims_b64}".encode(),
+        padding.PKCS1v15(),
+        hashes.SHA256(),
+    )
+    assert header["alg"] == "RS256"
+    claims: dict[str, Any] = json.loads(decode(claims_b64))
+    return claims
+
+
+def test_the_oidc_provider_issues_signed_tokens_to_basic_and_form_clients(
+    kafka_broker: KafkaBroker,
+) -> None:
+    oidc = kafka_broker.oidc
+    oidc.add_client("form-client", "form-secret", lifetime=120)
+    grant = {"grant_type": "client_credentials", "scope": "kafka groups"}
+    by_basic = _token_request(oidc.token_endpoint_url, grant, ("form-client", "form-secret"))
+    by_form = _token_request(
+        oidc.token_endpoint_url,
+        {**grant, "client_id": "form-client", "client_secret": "form-secret"},
+    )
+    for status, body in (by_basic, by_form):
+        assert status == 200, body
+        assert body["token_type"] == "Bearer" and body["expires_in"] == 120
+        claims = _verified_claims(oidc.jwks_endpoint_url, body["access_token"])
+        assert claims["sub"] == "form-client"
+        assert claims["aud"] == "kafka" and claims["iss"] == oidc.issuer
+        assert claims["scope"] == "kafka groups"
+        assert claims["exp"] - claims["iat"] == 120
+    assert oidc.tokens_issued("form-client") == 2
+
+
+def test_the_oidc_provider_refuses_bad_clients_and_grants(kafka_broker: KafkaBroker) -> None:
+    url = kafka_broker.oidc.token_endpoint_url
+    grant = {"grant_type": "client_credentials"}
+    status, body = _token_request(url, grant, (OIDC_CLIENT_ID, "wrong"))
+    assert (status, body["error"]) == (401, "invalid_client")
+    status, body = _token_request(url, grant)
+    assert (status, body["error"]) == (401, "invalid_client")
+    status, body = _token_request(url, {"grant_type": "password"}, (OIDC_CLIENT_ID, "x"))
+    assert (status, body["error"]) == (400, "unsupported_grant_type")
+    with pytest.raises(ValueError, match="at least 1 second"):
+        kafka_broker.oidc.add_client("c", "s", lifetime=0)
