@@ -2,6 +2,7 @@
 # The staticfleet image: the operator (with its embedded coordinator) and the members.
 #
 #   docker build -t staticfleet:0.1.0 .
+#   make image     (no Docker engine, no registry: buildah on a Debian base; docs/node.md)
 #   docker run --rm staticfleet:0.1.0 --help
 #   operator:  staticfleet operator run ...   (the default command; see charts/staticfleet)
 #   member:    staticfleet member run ...      (args: ["member", "run", ...] in a pod spec)
@@ -15,11 +16,13 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# What setuptools needs to build the distribution (pyproject's packages.find: ".", "operator").
+# What setuptools needs to build the distribution (pyproject's packages.find: ".", "operator";
+# the CLI imports pipeline/ for `staticfleet spark`, so it is part of every install).
 COPY pyproject.toml README.md ./
 COPY coordinator ./coordinator
 COPY staticfleet ./staticfleet
 COPY operator ./operator
+COPY pipeline ./pipeline
 RUN pip wheel --wheel-dir /wheels '.[operator]'
 
 # --- runtime --------------------------------------------------------------------------------
