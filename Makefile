@@ -133,3 +133,10 @@ $(JAVA_ASSIGNORS_JAR): $(JAVA_ASSIGNORS_SOURCES)
 	@mvn -q -B --no-transfer-progress -Dstyle.color=never -f java/assignors/pom.xml package \
 		>build/java/assignors-build.log 2>&1 || { cat build/java/assignors-build.log; exit 1; }
 	@touch $@
+
+# --- The chart's image (scripts/build-image.sh, docs/node.md) -----------------------------------
+# Built from the Dockerfile by buildah on a base that mmdebstrap makes from Debian's packages: no
+# container registry, no Docker engine. Needs root. The base is cached by its package list.
+.PHONY: image
+image: ## the chart's image (Dockerfile, Debian base, buildah) -> build/image/staticfleet.oci.tar
+	@scripts/build-image.sh
