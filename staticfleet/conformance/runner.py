@@ -5,6 +5,10 @@ each one is also explained in docs/coordinator.md, "Where we differ from Kafka, 
 Every other difference fails the conformance test.
 
     python -m staticfleet.conformance.runner --bootstrap 127.0.0.1:9092
+    python -m staticfleet.conformance.runner --bootstrap HOST:PORT --kafka-config FILE
+
+`--kafka-config` is a Kafka client settings file (docs/kafka.md, "Secured clusters") for a
+secured listener; its principal needs READ on the conformance groups and topics.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from staticfleet.conformance.scenarios import SCENARIOS, TOPIC_PARTITIONS, Scenario
 from staticfleet.conformance.session import Session, Step
 from staticfleet.conformance.targets import EmbeddedTarget, KafkaTarget, Target
@@ -105,9 +110,11 @@ async def run_all(
     bootstrap: str,
     create_topic: Callable[[str, int], None] | None = None,
     names: Iterable[str] | None = None,
+    *,
+    settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
 ) -> list[ScenarioResult]:
     """Each scenario on both coordinators (the two runs concurrently), compared."""
-    kafka = KafkaTarget(f"kafka://{bootstrap}", create_topic)
+    kafka = KafkaTarget(f"kafka://{bootstrap}", create_topic, settings=settings)
     embedded = EmbeddedTarget()
     results = []
     try:
@@ -156,9 +163,22 @@ def report(results: list[ScenarioResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True, help="host:port of a Kafka broker")
+    parser.add_argument(
+        "--kafka-config",
+        metavar="FILE",
+        help="Kafka client settings (.properties, librdkafka names) for a secured listener",
+    )
     parser.add_argument("scenarios", nargs="*", help="names (default: all)")
     args = parser.parse_args(argv)
-    results = asyncio.run(run_all(args.bootstrap, None, args.scenarios or None))
+    try:
+        settings = (
+            KafkaClientSettings.from_file(args.kafka_config)
+            if args.kafka_config
+            else PLAINTEXT_SETTINGS
+        )
+    except ValueError as error:
+        parser.error(str(error))
+    results = asyncio.run(run_all(args.bootstrap, None, args.scenarios or None, settings=settings))
     print(report(results))
     return 0 if not summary(results)["unexplained"] else 1
 

@@ -6,6 +6,7 @@ from typing import Protocol
 
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
 from coordinator.client.inprocess import InProcessTransport
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import Transport
 from coordinator.messages import DescribedGroup
@@ -80,9 +81,16 @@ class KafkaTarget:
 
     name = "kafka"
 
-    def __init__(self, bootstrap: str, create_topic: object = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        create_topic: object = None,
+        *,
+        settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+    ) -> None:
         self._bootstrap = bootstrap
-        self._transport = KafkaTransport(bootstrap, client_id="conformance")
+        self._settings = settings
+        self._transport = KafkaTransport(bootstrap, client_id="conformance", settings=settings)
         # A broker answers one request per connection at a time: members parked in
         # JoinGroup must not hold up each other's requests, so each has its own transport.
         self._members: dict[str, KafkaTransport] = {}
@@ -92,7 +100,9 @@ class KafkaTarget:
 
     def transport(self, member: str) -> Transport:
         if member not in self._members:
-            self._members[member] = KafkaTransport(self._bootstrap, client_id=member)
+            self._members[member] = KafkaTransport(
+                self._bootstrap, client_id=member, settings=self._settings
+            )
         return self._members[member]
 
     async def end_scenario(self) -> None:
