@@ -128,6 +128,13 @@ def partition_counts(
     counts: dict[str, int] = {}
     for name in topics:
         topic = metadata.topics.get(name)
+        if topic is None and settings.security_protocol != "PLAINTEXT":
+            # A listing leaves out what the principal may not describe: ask for the topic by
+            # name, which the broker answers TOPIC_AUTHORIZATION_FAILED then.
+            try:
+                topic = admin.list_topics(name, timeout=timeout).topics.get(name)
+            except KafkaException as error:
+                raise TransportError(f"no metadata from Kafka at {bootstrap}: {error}") from error
         refusal = topic.error if topic is not None else None
         if refusal is not None and refusal.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             raise KafkaAuthorizationFailed("Metadata", "Topic", name)

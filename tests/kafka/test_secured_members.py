@@ -363,7 +363,23 @@ def refused_cases(
             "KafkaSaslMechanismUnsupported",
         ),
         "no-group-read-acl": (broker.sasl_ssl_bootstrap, scram, "KafkaAuthorizationFailed"),
+        "no-topic-acl": (broker.sasl_ssl_bootstrap, scram, "KafkaAuthorizationFailed"),
+        "topic-describe-only": (broker.sasl_ssl_bootstrap, scram, "KafkaAuthorizationFailed"),
     }
+
+
+# What each ACL case grants the member's user, and what the refusal names.
+ACL_CASES = {
+    # It may find the group's coordinator and read the topic, but not join the group.
+    "no-group-read-acl": (
+        [("DESCRIBE", "GROUP"), ("READ", "TOPIC")],
+        "JoinGroup on Group '{group}'",
+    ),
+    # It may join, but not see the topic it reads.
+    "no-topic-acl": ([("READ", "GROUP")], "on Topic '{topic}'"),
+    # It may see the topic, but not read it nor commit on it.
+    "topic-describe-only": ([("READ", "GROUP"), ("DESCRIBE", "TOPIC")], "on Topic '{topic}'"),
+}
 
 
 CASES = [
@@ -374,6 +390,8 @@ CASES = [
     "hostname-mismatch",
     "mechanism-not-enabled",
     "no-group-read-acl",
+    "no-topic-acl",
+    "topic-describe-only",
 ]
 
 
@@ -391,11 +409,13 @@ def test_a_refused_member_exits_naming_the_cause(
     bootstrap, props, reason = refused_cases(kafka_broker, secured_user, ssl_client, group, topic)[
         case
     ]
-    if case == "no-group-read-acl":
-        # It may find the group's coordinator and read the topic, but not join the group.
+    if case in ACL_CASES:
+        grants, _ = ACL_CASES[case]
         kafka_broker.grant(
-            Acl(secured_user.principal, "DESCRIBE", "GROUP", group),
-            Acl(secured_user.principal, "READ", "TOPIC", topic),
+            *(
+                Acl(secured_user.principal, op, kind, group if kind == "GROUP" else topic)
+                for op, kind in grants
+            )
         )
     else:
         member_access(kafka_broker, secured_user.principal, group, topic)
@@ -430,8 +450,9 @@ def test_a_refused_member_exits_naming_the_cause(
     assert elapsed < 60, f"{elapsed:.0f}s"
     lines = [line for line in result.stderr.splitlines() if f"fatal: {reason}:" in line]
     assert len(lines) == 1, result.stderr
-    if case == "no-group-read-acl":
-        assert f"JoinGroup on Group '{group}'" in lines[0], lines[0]
+    if case in ACL_CASES:
+        expected = ACL_CASES[case][1].format(group=group, topic=topic)
+        assert expected in lines[0], lines[0]
     fatal = [row for row in read_events(log) if row["event"] == "fatal"]
     assert [row["reason"] for row in fatal] == [reason]
     for secret in (secured_user.password, props.get("sasl.password", secured_user.password)):
