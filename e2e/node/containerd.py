@@ -39,6 +39,10 @@ _DISABLED_PLUGINS = (
 )
 
 
+# The pod sandbox image containerd's CRI pins (scripts/node/build.sh builds it as an archive).
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
+
+
 class ContainerdError(RuntimeError):
     """containerd or ctr failed; the message carries their output."""
 
@@ -58,14 +62,86 @@ def containerd_config(workdir: Path) -> str:
     )
 
 
+def containerd16_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
+    """The config.toml (version 2) of Debian's containerd 1.6 with CRI for a kubelet.
+
+    kubelet v1.36.3 still runs on it: containerd 1.6 has no CRI RuntimeConfig call, and
+    kubelet falls back to its own cgroupDriver (docs/node.md).
+    """
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    runc = f"{cri}.containerd.runtimes.runc"
+    return (
+        "version = 2\n"
+        f'root = "{workdir / "root"}"\n'
+        f'state = "{workdir / "state"}"\n'
+        "[grpc]\n"
+        f'  address = "{workdir / "containerd.sock"}"\n'
+        "[ttrpc]\n"
+        f'  address = "{workdir / "containerd.sock.ttrpc"}"\n'
+        f"[{cri}]\n"
+        f'  sandbox_image = "{PAUSE_IMAGE}"\n'
+        f"[{cri}.containerd]\n"
+        '  snapshotter = "overlayfs"\n'
+        f"[{runc}]\n"
+        '  runtime_type = "io.containerd.runc.v2"\n'
+        f"[{runc}.options]\n"
+        '  BinaryName = "/usr/bin/runc"\n'
+        f'  Root = "{workdir / "runc"}"\n'
+        "  SystemdCgroup = false\n"
+        f"[{cri}.cni]\n"
+        '  bin_dir = "/usr/lib/cni"\n'
+        f'  conf_dir = "{cni_conf_dir}"\n'
+    )
+
+
+def containerd2_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
+    """The config.toml (version 3) of a containerd v2 with CRI for a kubelet (docs/node.md).
+
+    cgroupfs (not systemd) cgroups: this machine has no systemd; runc's state under workdir.
+    """
+    cri_images = "plugins.'io.containerd.cri.v1.images'"
+    cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    runc = f"{cri_runtime}.containerd.runtimes.runc"
+    return (
+        "version = 3\n"
+        f'root = "{workdir / "root"}"\n'
+        f'state = "{workdir / "state"}"\n'
+        "[grpc]\n"
+        f'  address = "{workdir / "containerd.sock"}"\n'
+        "[ttrpc]\n"
+        f'  address = "{workdir / "containerd.sock.ttrpc"}"\n'
+        f"[{cri_images}]\n"
+        "  snapshotter = 'overlayfs'\n"
+        f"[{cri_images}.pinned_images]\n"
+        f"  sandbox = '{PAUSE_IMAGE}'\n"
+        f"[{runc}]\n"
+        "  runtime_type = 'io.containerd.runc.v2'\n"
+        f"[{runc}.options]\n"
+        "  BinaryName = '/usr/bin/runc'\n"
+        f"  Root = '{workdir / 'runc'}'\n"
+        "  SystemdCgroup = false\n"
+        f"[{cri_runtime}.cni]\n"
+        "  bin_dirs = ['/usr/lib/cni']\n"
+        f"  conf_dir = '{cni_conf_dir}'\n"
+    )
+
+
 @dataclass(frozen=True)
 class Containerd:
     address: Path
     namespace: str
+    ctr_binary: str = "ctr"
 
     def ctr(self, *args: str, timeout_s: float = 120.0) -> str:
         """Run `ctr` against this containerd; its stdout, or ContainerdError."""
-        argv = ["ctr", "--address", str(self.address), "--namespace", self.namespace, *args]
+        argv = [
+            self.ctr_binary,
+            "--address",
+            str(self.address),
+            "--namespace",
+            self.namespace,
+            *args,
+        ]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
         if proc.returncode != 0:
             raise ContainerdError(
@@ -97,7 +173,7 @@ class Containerd:
     ) -> subprocess.CompletedProcess[str]:
         """Run argv in a new container of image as the image's user, and remove it."""
         flags = ["--rm", *(["--read-only"] if read_only else [])]
-        cmd = ["ctr", "--address", str(self.address), "--namespace", self.namespace]
+        cmd = [self.ctr_binary, "--address", str(self.address), "--namespace", self.namespace]
         cmd += ["run", *flags, image, name, *argv]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
 
@@ -165,28 +241,44 @@ def leave_machine_clean(workdir: Path, namespace: str, shim_dir_existed: bool) -
 
 @contextlib.contextmanager
 def running_containerd(
-    workdir: Path, namespace: str = "staticfleet-test", timeout_s: float = 30.0
+    workdir: Path,
+    namespace: str = "staticfleet-test",
+    *,
+    config: str | None = None,
+    bin_dir: Path | None = None,
+    timeout_s: float = 30.0,
 ) -> Iterator[Containerd]:
-    """A containerd under workdir (made afresh), stopped and cleaned up on exit."""
+    """A containerd under workdir (made afresh), stopped and cleaned up on exit.
+
+    config: its config.toml (default: containerd_config(workdir), Debian's containerd 1.6
+    without CRI); bin_dir: where containerd, its shim and ctr come from (default: PATH).
+    """
     if os.geteuid() != 0:
         raise ContainerdError("containerd needs root (it mounts layers and makes cgroups)")
+    env = dict(os.environ)
+    if bin_dir is not None:
+        # containerd finds its shim on PATH: ours first, before a Debian one.
+        env["PATH"] = f"{bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
     for binary in ("containerd", "ctr", "runc", "containerd-shim-runc-v2"):
-        if shutil.which(binary) is None:
+        if shutil.which(binary, path=env["PATH"]) is None:
             raise ContainerdError(f"no {binary} on PATH: run scripts/node/install-packages.sh")
     shim_dir_existed = SHIM_STATE_DIR.exists()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    (workdir / "config.toml").write_text(containerd_config(workdir))
+    (workdir / "config.toml").write_text(config or containerd_config(workdir))
     log = workdir / "containerd.log"
     sock = workdir / "containerd.sock"
+    containerd = shutil.which("containerd", path=env["PATH"]) or "containerd"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            ["nice", "-n", "10", "containerd", "--config", str(workdir / "config.toml")],
+            ["nice", "-n", "10", containerd, "--config", str(workdir / "config.toml")],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
-    cd = Containerd(address=sock, namespace=namespace)
+    ctr = shutil.which("ctr", path=env["PATH"]) or "ctr"
+    cd = Containerd(address=sock, namespace=namespace, ctr_binary=ctr)
     try:
         _wait_for_socket(proc, sock, log, timeout_s)
         yield cd
@@ -204,3 +296,5 @@ def running_containerd(
                     proc.kill()
                     proc.wait()
             leave_machine_clean(workdir, namespace, shim_dir_existed)
+            # The content store and snapshots (hundreds of MB); config and log stay to read.
+            shutil.rmtree(workdir / "root", ignore_errors=True)

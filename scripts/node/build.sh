@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Build a real node's Kubernetes binaries into build/node/bin, once: kubelet and kube-proxy
-# v1.36.3 (the e2e control plane's release), from the Go module e2e/node/go, as e2e/build.sh
-# builds the control plane. Later calls reuse a binary whose --version reports the pin.
-# Needs only `go` and the Go module proxy. See docs/node.md.
+# Build a real node's binaries into build/node/bin, once, as e2e/build.sh builds the control
+# plane: kubelet and kube-proxy v1.36.3 (the control plane's release; e2e/node/go/kubernetes),
+# containerd v2 with its runc shim (e2e/node/go/containerd), and the pod sandbox's pause
+# (e2e/node/go/pause) with its image, build/node/pause.oci.tar. Later calls reuse a binary
+# that reports its pin. Needs `go` and the Go module proxy (buildah for the pause image).
+# See docs/node.md.
 #
-#   scripts/node/build.sh
+#   scripts/node/build.sh                 # all
+#   scripts/node/build.sh kube pause      # some: kube, containerd, pause
 set -euo pipefail
 
-KUBE_VERSION="v1.36.3"   # e2e/node/go/go.mod pins k8s.io/kubernetes and its staging modules
+KUBE_VERSION="v1.36.3"   # e2e/node/go/kubernetes/go.mod pins k8s.io/kubernetes and its staging modules
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN_DIR="$ROOT/build/node/bin"
@@ -20,22 +23,85 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
-for name in kubelet kube-proxy; do
-    bin="$BIN_DIR/$name"
-    if [[ -x "$bin" && "$("$bin" --version 2>/dev/null)" == "Kubernetes $KUBE_VERSION" ]]; then
-        echo "node build: $name $KUBE_VERSION ... reusing $bin"
-        continue
+build_kube() {
+    for name in kubelet kube-proxy; do
+        bin="$BIN_DIR/$name"
+        if [[ -x "$bin" && "$("$bin" --version 2>/dev/null)" == "Kubernetes $KUBE_VERSION" ]]; then
+            echo "node build: $name $KUBE_VERSION ... reusing $bin"
+            continue
+        fi
+        command -v go >/dev/null 2>&1 || { echo "node build: FAILED: need 'go' (>= 1.26) on PATH" >&2; exit 1; }
+        echo "node build: $name $KUBE_VERSION ... building (first time only; ~10 minutes on 2 cores)"
+        start=$(date +%s)
+        # CGO_ENABLED=0: static binaries, as Kubernetes' release builds its kubelet and kube-proxy.
+        (cd "$ROOT/e2e/node/go/kubernetes" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
+            nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" "k8s.io/kubernetes/cmd/$name") || {
+            rm -f "$bin.tmp"
+            echo "node build: FAILED (go build of $name in e2e/node/go/kubernetes)" >&2
+            exit 1
+        }
+        mv -f "$bin.tmp" "$bin"
+        echo "node build: $name built in $(( $(date +%s) - start ))s"
+    done
+}
+
+# containerd v2 (and its runc shim, and ctr): Debian bookworm's containerd 1.6 has no CRI
+# RuntimeConfig call, without which kubelet v1.36 does not start (docs/node.md).
+build_containerd() {
+    CONTAINERD_VERSION="v2.4.2"   # e2e/node/go/containerd/go.mod
+    for name in containerd containerd-shim-runc-v2 ctr; do
+        bin="$BIN_DIR/$name"
+        stamp="$bin.version"
+        if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$CONTAINERD_VERSION" ]]; then
+            echo "node build: $name $CONTAINERD_VERSION ... reusing $bin"
+            continue
+        fi
+        echo "node build: $name $CONTAINERD_VERSION ... building"
+        start=$(date +%s)
+        # No btrfs, devmapper or zfs snapshotters: overlayfs is the node's, and they need cgo.
+        (cd "$ROOT/e2e/node/go/containerd" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
+            nice -n 10 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+            -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+            -o "$bin.tmp" "github.com/containerd/containerd/v2/cmd/$name") || {
+            rm -f "$bin.tmp"
+            echo "node build: FAILED (go build of $name in e2e/node/go/containerd)" >&2
+            exit 1
+        }
+        mv -f "$bin.tmp" "$bin"
+        echo "$CONTAINERD_VERSION" >"$stamp"
+        echo "node build: $name built in $(( $(date +%s) - start ))s"
+    done
+}
+
+# The pod sandbox image: our pause (e2e/node/go/pause) alone in an image, as an OCI archive
+# named as containerd's config pins it (e2e/node/containerd.py, PAUSE_IMAGE).
+build_pause() {
+    PAUSE_REF="registry.k8s.io/pause:3.10.1"
+    (cd "$ROOT/e2e/node/go/pause" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/pause" .)
+    pause_archive="$ROOT/build/node/pause.oci.tar"
+    if [[ ! -s "$pause_archive" || "$BIN_DIR/pause" -nt "$pause_archive" ]]; then
+        echo "node build: $pause_archive ($PAUSE_REF)"
+        "$ROOT/scripts/node/install-packages.sh"
+        STORE="$ROOT/build/image/containers"
+        bah() { buildah --root "$STORE/root" --runroot "$STORE/run" --storage-driver overlay \
+            --storage-opt overlay.skip_mount_home=true "$@"; }
+        ctr_id=$(bah from --pull=never scratch)
+        trap 'bah rm "$ctr_id" >/dev/null 2>&1 || true' EXIT
+        bah copy "$ctr_id" "$BIN_DIR/pause" /pause >/dev/null
+        bah config --entrypoint '["/pause"]' --user 65535:65535 "$ctr_id"
+        bah commit --quiet --rm "$ctr_id" localhost/staticfleet-pause:latest >/dev/null
+        trap - EXIT
+        rm -f "$pause_archive.tmp"
+        bah push --quiet localhost/staticfleet-pause:latest "oci-archive:$pause_archive.tmp:$PAUSE_REF" >/dev/null
+        mv -f "$pause_archive.tmp" "$pause_archive"
     fi
-    command -v go >/dev/null 2>&1 || { echo "node build: FAILED: need 'go' (>= 1.26) on PATH" >&2; exit 1; }
-    echo "node build: $name $KUBE_VERSION ... building (first time only; ~10 minutes on 2 cores)"
-    start=$(date +%s)
-    # CGO_ENABLED=0: static binaries, as Kubernetes' release builds its kubelet and kube-proxy.
-    (cd "$ROOT/e2e/node/go" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-        nice -n 10 go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" "k8s.io/kubernetes/cmd/$name") || {
-        rm -f "$bin.tmp"
-        echo "node build: FAILED (go build of $name in e2e/node/go)" >&2
-        exit 1
-    }
-    mv -f "$bin.tmp" "$bin"
-    echo "node build: $name built in $(( $(date +%s) - start ))s"
+}
+
+for part in "${@:-kube containerd pause}"; do
+    for one in $part; do
+        case "$one" in
+            kube | containerd | pause) "build_$one" ;;
+            *) echo "node build: unknown part '$one' (kube, containerd, pause)" >&2; exit 2 ;;
+        esac
+    done
 done

@@ -1,0 +1,384 @@
+"""Does a real node go Ready beside the e2e control plane? (docs/node.md, issue 28)
+
+Starts the control plane of e2e/controlplane.py, a containerd v2 with CRI and the bridge CNI
+plugin (Debian's), imports the pause and staticfleet images, starts kubelet v1.36.3 on cgroup
+v1 (`failCgroupV1: false`) and waits for its Node to be Ready; then runs one pod of the chart's
+image (`staticfleet --version`, uid 10001, read-only root) and waits for it to succeed.
+Every stage's outcome and time go to <workdir>/probe.json; a failed stage carries the tail of
+the log that tells why. Everything is torn down at the end, also on failure: the pod, kubelet,
+containerd, the control plane, the bridge, network namespaces, mounts, cgroups and the kernel
+settings kubelet changes.
+
+    python -m e2e.node.probe    # root; binaries: e2e/build.sh, scripts/node/build.sh
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from e2e.controlplane import ControlPlane, free_ports, running_control_plane
+from e2e.node.containerd import (
+    Containerd,
+    containerd2_cri_config,
+    containerd16_cri_config,
+    leave_machine_clean,
+    running_containerd,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_BIN = ROOT / "build" / "node" / "bin"
+NODE_NAME = "staticfleet-node"
+POD_CIDR = "10.244.0.0/24"
+BRIDGE = "sfnode0"
+CNI_NETWORK = "staticfleet-node"
+# The kernel settings kubelet sets at start (protectKernelDefaults: false); put back at the end.
+KERNEL_SETTINGS = (
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+)
+NETNS_DIR = Path("/run/netns")
+KUBELET_LEFTOVERS = (Path("/var/lib/kubelet"), Path("/var/log/pods"), Path("/etc/kubernetes"))
+
+
+class ProbeError(RuntimeError):
+    pass
+
+
+def cni_conflist(ipam_dir: Path) -> dict[str, Any]:
+    """One bridge with host-local addresses from POD_CIDR; no NAT rules (ipMasq false)."""
+    return {
+        "cniVersion": "1.0.0",
+        "name": CNI_NETWORK,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "dataDir": str(ipam_dir),
+                },
+            },
+            {"type": "loopback"},
+        ],
+    }
+
+
+def kubelet_config(cp: ControlPlane, workdir: Path, runtime: Path, ports: list[int]) -> str:
+    """KubeletConfiguration (v1beta1) as JSON (YAML's subset)."""
+    port, healthz = ports
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # This machine's cgroups are v1 (docs/node.md); kubelet v1.35+ refuses them by default.
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": f"unix://{runtime}",
+        "address": "127.0.0.1",
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(cp.ca_cert)},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "failSwapOn": False,
+        "podCIDR": POD_CIDR,
+        "clusterDomain": "cluster.local",
+        "resolvConf": "/etc/resolv.conf",
+        "podLogsDir": str(workdir / "pod-logs"),
+        # A shared build machine's disk and memory: no eviction of our one pod for them.
+        "evictionHard": {
+            "memory.available": "1%",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+    }
+    return json.dumps(config, indent=2)
+
+
+class Probe:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.stages: list[dict[str, Any]] = []
+
+    @contextlib.contextmanager
+    def stage(self, name: str, log: Callable[[], str] | None = None) -> Iterator[dict[str, Any]]:
+        entry: dict[str, Any] = {"stage": name, "outcome": "running"}
+        self.stages.append(entry)
+        started = time.monotonic()
+        print(f"node probe: {name} ...", flush=True)
+        try:
+            yield entry
+        except BaseException as exc:
+            entry["outcome"] = "failed"
+            entry["error"] = str(exc)[-6000:]
+            if log is not None:
+                with contextlib.suppress(Exception):
+                    entry["log_tail"] = log()
+            raise
+        else:
+            entry["outcome"] = "ok"
+        finally:
+            entry["seconds"] = round(time.monotonic() - started, 1)
+            print(f"node probe: {name} ... {entry['outcome']} ({entry['seconds']}s)", flush=True)
+
+    def write(self) -> Path:
+        path = self.workdir / "probe.json"
+        path.write_text(json.dumps({"stages": self.stages}, indent=2) + "\n")
+        return path
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _api(cp: ControlPlane, method: str, path: str, body: object | None = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{cp.server}{path}", data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, context=cp.ssl_context(), timeout=10) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def _wait(
+    what: str, check: Callable[[], bool], alive: Callable[[], None], timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive()
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        if time.monotonic() > deadline:
+            raise ProbeError(f"no {what} after {timeout_s}s")
+        time.sleep(1)
+
+
+def _node_ready(cp: ControlPlane) -> bool:
+    node = _api(cp, "GET", f"/api/v1/nodes/{NODE_NAME}")
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"]["conditions"])
+
+
+def _pod(image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "image-probe", "namespace": "default"},
+        "spec": {
+            "nodeName": NODE_NAME,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsUser": 10001, "runAsGroup": 10001, "runAsNonRoot": True},
+            "containers": [
+                {
+                    "name": "staticfleet",
+                    "image": image,
+                    "imagePullPolicy": "Never",
+                    "args": ["--version"],
+                    "securityContext": {
+                        "readOnlyRootFilesystem": True,
+                        "allowPrivilegeEscalation": False,
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _sysctls() -> dict[str, str]:
+    out = {}
+    for key in KERNEL_SETTINGS:
+        proc = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, check=False)
+        out[key] = proc.stdout.strip()
+    return out
+
+
+def _restore(settings: dict[str, str]) -> None:
+    for key, value in settings.items():
+        if value:
+            subprocess.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
+
+
+def _clean_network(netns_before: set[str]) -> None:
+    subprocess.run(["ip", "link", "delete", BRIDGE], check=False, capture_output=True)
+    if NETNS_DIR.is_dir():
+        for ns in NETNS_DIR.iterdir():
+            if ns.name not in netns_before:
+                subprocess.run(["umount", str(ns)], check=False, capture_output=True)
+                with contextlib.suppress(OSError):
+                    ns.unlink()
+        if not netns_before:
+            with contextlib.suppress(OSError):
+                NETNS_DIR.rmdir()
+
+
+@contextlib.contextmanager
+def _kubelet(cp: ControlPlane, cd: Containerd, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "pod-logs").mkdir(exist_ok=True)
+    config = workdir / "config.yaml"
+    config.write_text(kubelet_config(cp, workdir, cd.address, free_ports(2)))
+    log = workdir / "kubelet.log"
+    argv = [
+        str(NODE_BIN / "kubelet"),
+        f"--config={config}",
+        f"--kubeconfig={cp.kubeconfig}",
+        f"--root-dir={workdir / 'root'}",
+        f"--cert-dir={workdir / 'pki'}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={cp.node_ip}",
+        "--v=2",
+    ]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["nice", "-n", "10", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def run(workdir: Path, timeout_s: float, runtime: str) -> int:
+    probe = Probe(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = _sysctls()
+    netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()
+    leftovers_before = {p for p in KUBELET_LEFTOVERS if p.exists()}
+    ok = False
+    try:
+        with contextlib.ExitStack() as stack:
+            with probe.stage("control plane (etcd, kube-apiserver, kube-controller-manager)"):
+                cp = stack.enter_context(running_control_plane(workdir / "control-plane"))
+            cni_dir = workdir / "cni" / "net.d"
+            cni_dir.mkdir(parents=True, exist_ok=True)
+            conflist = cni_conflist(workdir / "cni" / "ipam")
+            (cni_dir / "10-staticfleet.conflist").write_text(json.dumps(conflist, indent=2))
+            ctd_dir = workdir / "containerd"
+            v2 = runtime == "v2"
+            config = (containerd2_cri_config if v2 else containerd16_cri_config)(ctd_dir, cni_dir)
+            with probe.stage(
+                f"containerd ({runtime}) with CRI", log=lambda: _tail(ctd_dir / "containerd.log")
+            ):
+                cd = stack.enter_context(
+                    running_containerd(
+                        ctd_dir,
+                        namespace="k8s.io",
+                        config=config,
+                        bin_dir=NODE_BIN if v2 else None,
+                    )
+                )
+            with probe.stage("import the pause and staticfleet images") as entry:
+                cd.import_image(ROOT / "build" / "node" / "pause.oci.tar")
+                image = cd.import_image(ROOT / "build" / "image" / "staticfleet.oci.tar")
+                entry["image"] = image
+            kubelet_dir = workdir / "kubelet"
+            kubelet_log = kubelet_dir / "kubelet.log"
+            with probe.stage("kubelet: Node Ready", log=lambda: _tail(kubelet_log, 60)):
+                kubelet = stack.enter_context(_kubelet(cp, cd, kubelet_dir))
+
+                def alive() -> None:
+                    if kubelet.poll() is not None:
+                        raise ProbeError(f"kubelet exited {kubelet.returncode}")
+
+                _wait(f"Ready Node {NODE_NAME}", lambda: _node_ready(cp), alive, timeout_s)
+            with probe.stage(
+                "pod of the chart's image: staticfleet --version",
+                log=lambda: _tail(kubelet_log, 60),
+            ) as entry:
+                _api(cp, "POST", "/api/v1/namespaces/default/pods", _pod(image))
+                stack.callback(_delete_pod, cp, alive)
+
+                def succeeded() -> bool:
+                    pod = _api(cp, "GET", "/api/v1/namespaces/default/pods/image-probe")
+                    entry["phase"] = pod["status"].get("phase")
+                    entry["container_statuses"] = pod["status"].get("containerStatuses")
+                    if entry["phase"] == "Failed":
+                        raise ProbeError(f"pod failed: {json.dumps(pod['status'])}")
+                    return bool(entry["phase"] == "Succeeded")
+
+                _wait("Succeeded pod image-probe", succeeded, alive, timeout_s)
+            ok = True
+    except Exception as exc:  # the stage has recorded it; the teardown below still runs
+        print(f"node probe: FAILED: {exc}", file=sys.stderr)
+    finally:
+        _clean_network(netns_before)
+        leave_machine_clean(workdir / "kubelet", "kubepods", shim_dir_existed=True)
+        _restore(settings)
+        # kubelet makes /var/lib/kubelet/device-plugins whatever its --root-dir (a fixed path).
+        for path in KUBELET_LEFTOVERS:
+            if path.exists() and path not in leftovers_before:
+                shutil.rmtree(path, ignore_errors=True)
+        print(f"node probe: {'Ready' if ok else 'FAILED'}; stages in {probe.write()}")
+    return 0 if ok else 1
+
+
+def _delete_pod(cp: ControlPlane, alive: Callable[[], None]) -> None:
+    """Delete the pod through the API, so kubelet tears its sandbox down (CNI DEL)."""
+    with contextlib.suppress(Exception):
+        _api(cp, "DELETE", "/api/v1/namespaces/default/pods/image-probe")
+
+    def gone() -> bool:
+        try:
+            _api(cp, "GET", "/api/v1/namespaces/default/pods/image-probe")
+        except urllib.error.HTTPError as err:
+            return err.code == 404
+        return False
+
+    with contextlib.suppress(ProbeError):
+        _wait("deleted pod image-probe", gone, lambda: None, 60)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.node.probe", description=__doc__)
+    parser.add_argument("--workdir", type=Path, default=ROOT / "build" / "node" / "run")
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds per stage wait")
+    parser.add_argument(
+        "--containerd",
+        choices=("debian", "v2"),
+        default="debian",
+        help="Debian's containerd 1.6 (default) or v2 from scripts/node/build.sh",
+    )
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        parser.error(
+            "needs root: kubelet and containerd mount, make cgroups and network namespaces"
+        )
+    return run(args.workdir.resolve(), args.timeout, args.containerd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
