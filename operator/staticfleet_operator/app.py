@@ -27,6 +27,7 @@ import kopf
 from kopf._cogs.structs.credentials import Vault
 
 from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.server import (
     AuthConfig,
     add_readiness_gate,
@@ -78,6 +79,8 @@ class OperatorOptions:
     # Where rebalances of Kafka-coordinated groups, seen by describe, are journaled (JSON
     # lines per group id, the analytics' input); none: not recorded.
     kafka_journal_dir: Path | None = None
+    # The operator's own Kafka settings for groups without spec.coordinator.kafka.
+    kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
     # and Secret in Kopf's indices, and a full collection over them paused its one event
     # loop — webhook, passes and the embedded coordinator's heartbeats — for 0.3-1 s at
@@ -163,6 +166,7 @@ async def run_operator(
         # The server's registry: its /metrics shows the operator's series too.
         metrics=OperatorMetrics(app[CONTEXT].metrics.registry),
         journal=RebalanceJournal(options.kafka_journal_dir) if options.kafka_journal_dir else None,
+        kafka_settings=options.kafka_settings,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(

@@ -20,6 +20,8 @@ known, so the rollout bounces in slot order.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -33,6 +35,7 @@ from coordinator import (
     LeaveGroupResponse,
     MemberIdentity,
 )
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
 from coordinator.messages import NO_GENERATION
@@ -102,12 +105,27 @@ class EmbeddedBackend:
         return results.get(group_id, ErrorCode.NONE)
 
 
-@dataclass
 class KafkaBackend:
-    """A Kafka cluster's group coordinator. Every transport failure becomes
-    `CoordinatorUnreachable`; the transport reconnects on the next call."""
+    """A Kafka cluster's group coordinator, reached with `settings` (TLS, SASL). A failure a
+    retry can fix (`TransportError`) becomes `CoordinatorUnreachable`; a refusal
+    (`KafkaAccessError`: authentication, TLS, a missing ACL) is raised as itself, for the
+    group's Degraded reason. The transport reconnects on the next call."""
 
-    transport: KafkaTransport
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+        transport: KafkaTransport | None = None,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.settings = settings
+        self.transport = transport or KafkaTransport(
+            bootstrap_servers,
+            client_id="staticfleet-operator",
+            request_timeout_ms=KAFKA_REQUEST_TIMEOUT_MS,
+            settings=settings,
+        )
 
     async def describe(self, group_id: str) -> DescribedGroup:
         try:
@@ -138,27 +156,66 @@ class KafkaBackend:
         await self.transport.close()
 
 
+BackendKey = tuple[str, str]  # (bootstrap servers, settings fingerprint)
+
+
 class KafkaBackends:
-    """One `KafkaBackend` per bootstrap list, shared by the groups on that cluster."""
+    """One `KafkaBackend` per (bootstrap list, settings), shared by the groups that use
+    both. Keyed by the settings' fingerprint: after a rotated password or certificate a
+    group's next pass gets a new connection, and the old one is closed once no group uses
+    it."""
 
     def __init__(self) -> None:
-        self._backends: dict[str, KafkaBackend] = {}
+        self._backends: dict[BackendKey, KafkaBackend] = {}
+        self._users: dict[str, BackendKey] = {}  # group key -> what it used last
 
-    def get(self, bootstrap_servers: str) -> KafkaBackend:
-        backend = self._backends.get(bootstrap_servers)
+    def get(
+        self, bootstrap_servers: str, settings: KafkaClientSettings = PLAINTEXT_SETTINGS
+    ) -> KafkaBackend:
+        key = (bootstrap_servers, settings_fingerprint(settings))
+        backend = self._backends.get(key)
         if backend is None:
-            transport = KafkaTransport(
-                bootstrap_servers,
-                client_id="staticfleet-operator",
-                request_timeout_ms=KAFKA_REQUEST_TIMEOUT_MS,
-            )
-            backend = self._backends[bootstrap_servers] = KafkaBackend(transport)
+            backend = self._backends[key] = KafkaBackend(bootstrap_servers, settings=settings)
         return backend
+
+    async def for_group(
+        self, group: str, bootstrap_servers: str, settings: KafkaClientSettings
+    ) -> KafkaBackend:
+        """The group's backend; one the group used before with other settings is closed
+        when no other group uses it."""
+        backend = self.get(bootstrap_servers, settings)
+        key = (bootstrap_servers, settings_fingerprint(settings))
+        previous = self._users.get(group)
+        self._users[group] = key
+        if previous is not None and previous != key:
+            await self._close_unused(previous)
+        return backend
+
+    async def release(self, group: str) -> None:
+        """The group is gone: its backend closes when no other group uses it."""
+        previous = self._users.pop(group, None)
+        if previous is not None:
+            await self._close_unused(previous)
+
+    async def _close_unused(self, key: BackendKey) -> None:
+        if key in self._users.values():
+            return
+        backend = self._backends.pop(key, None)
+        if backend is not None:
+            await backend.close()
 
     async def close(self) -> None:
         for backend in self._backends.values():
             await backend.close()
         self._backends.clear()
+        self._users.clear()
+
+
+def settings_fingerprint(settings: KafkaClientSettings) -> str:
+    """A digest of every setting (secrets included, never shown): equal settings share a
+    connection; a rotated password or certificate gets a new one."""
+    material = json.dumps(settings.to_properties(), sort_keys=True).encode()
+    return hashlib.sha256(material).hexdigest()[:16]
 
 
 def from_kafka(group: DescribedGroup) -> DescribedGroup:
@@ -216,5 +273,6 @@ __all__ = [
     "KafkaBackends",
     "from_kafka",
     "leave_errors",
+    "settings_fingerprint",
     "widen_offers",
 ]

@@ -64,7 +64,7 @@ PROMOTION_RETRY_SECONDS: Final = 30.0
 
 
 def standbys_enabled(spec: ConsumerGroupSpec) -> bool:
-    return spec.mode is Mode.MANAGED and not spec.coordinator.kafka
+    return spec.mode is Mode.MANAGED and not spec.coordinator.is_kafka
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,17 @@ authenticates it, through the client Secret's settings).
 
 from __future__ import annotations
 
+import base64
+import json
+from collections.abc import Mapping
 from typing import Any, Final
+
+from pydantic import SecretStr
 
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
-from staticfleet_operator.crd import ClientFamily, ConsumerGroupSpec
+from coordinator.client.kafka_settings import KafkaClientSettings, SaslMechanism, jaas_quote
+from staticfleet_operator.crd import API_VERSION, KIND, ClientFamily, ConsumerGroupSpec
 
 JAVA_PACKAGE: Final = "org.apache.kafka.clients.consumer."
 # Protocol (assignor) names as members put them in JoinGroup -> Java's class names.
@@ -84,10 +90,249 @@ def kafka_member_env(
             names.topics: topics,
             names.assignment_strategy: assignment_strategy(spec, protocol),
         }
-    return [{"name": name, "value": value} for name, value in values.items()]
+    entries = [{"name": name, "value": value} for name, value in values.items()]
+    return entries + client_config_env_entry(spec)
 
 
 def client_env_from(spec: ConsumerGroupSpec) -> list[dict[str, Any]]:
     """`envFrom` entries: the client Secret's settings (TLS/SASL), when one is named."""
     ref = spec.coordinator.client_secret_ref
     return [{"secretRef": {"name": ref.name}}] if ref is not None else []
+
+
+# --------------------------------------------------------------------------- secured clusters
+# The operator writes one Secret per group (`client_config_secret_name`) holding the client
+# configuration in the family's own dialect plus the PEM files it names, mounts it read-only
+# at CLIENT_CONFIG_DIR in every member container and points the client at the configuration
+# file with one env variable: STATICFLEET_KAFKA_CONFIG for our member, env.clientConfig
+# (KAFKA_CLIENT_CONFIG) for stock clients. No secret is put in env. docs/operator.md,
+# "Secured clusters".
+
+CLIENT_CONFIG_DIR: Final = "/etc/staticfleet/kafka"
+CLIENT_CONFIG_VOLUME: Final = "staticfleet-kafka-client"
+CLIENT_CONFIG_SUFFIX: Final = "-kafka-client"
+STATICFLEET_KAFKA_CONFIG: Final = "STATICFLEET_KAFKA_CONFIG"  # `member run --kafka-config`
+PROPERTIES_FILE: Final = "client.properties"
+JSON_FILE: Final = "client.json"  # kafka-python: its KafkaConsumer's keyword arguments
+CA_FILE: Final = "ca.crt"
+CERTIFICATE_FILE: Final = "user.crt"
+KEY_FILE: Final = "user.key"
+KEYSTORE_FILE: Final = "keystore.pem"  # Java's PEM key store: the key, then the chain
+JAVA_SCRAM_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
+JAVA_PLAIN_MODULE: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
+JAVA_OAUTH_MODULE: Final = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+JAVA_OAUTH_HANDLER: Final = (
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler"
+)
+
+
+def client_config_secret_name(group_name: str) -> str:
+    return f"{group_name}{CLIENT_CONFIG_SUFFIX}"
+
+
+def client_config_file(family: ClientFamily) -> str:
+    return JSON_FILE if family is ClientFamily.KAFKA_PYTHON else PROPERTIES_FILE
+
+
+def client_config_env(spec: ConsumerGroupSpec) -> str:
+    """The env variable a member reads its configuration file's path from."""
+    if spec.coordinator.client_family is ClientFamily.STATICFLEET:
+        return STATICFLEET_KAFKA_CONFIG
+    return spec.coordinator.env.client_config
+
+
+def _pem_files(settings: KafkaClientSettings) -> dict[str, str]:
+    files: dict[str, str] = {}
+    if settings.ssl_ca_pem:
+        files[CA_FILE] = settings.ssl_ca_pem
+    if settings.ssl_certificate_pem and settings.ssl_key_pem is not None:
+        files[CERTIFICATE_FILE] = settings.ssl_certificate_pem
+        files[KEY_FILE] = settings.ssl_key_pem.get_secret_value()
+    return files
+
+
+def _path(name: str) -> str:
+    return f"{CLIENT_CONFIG_DIR}/{name}"
+
+
+def librdkafka_properties(settings: KafkaClientSettings) -> dict[str, str]:
+    """librdkafka's names (and our member's: the same), PEMs as mounted files."""
+    props = settings.to_properties()
+    for inline, location, name in (
+        ("ssl.ca.pem", "ssl.ca.location", CA_FILE),
+        ("ssl.certificate.pem", "ssl.certificate.location", CERTIFICATE_FILE),
+        ("ssl.key.pem", "ssl.key.location", KEY_FILE),
+    ):
+        if props.pop(inline, None) is not None:
+            props[location] = _path(name)
+    return props
+
+
+def java_properties(settings: KafkaClientSettings) -> dict[str, str]:
+    """Java's client properties: sasl.jaas.config, PEM trust and key stores."""
+    props = {"security.protocol": settings.security_protocol.value}
+    mechanism = settings.sasl_mechanism
+    if mechanism is not None:
+        props["sasl.mechanism"] = mechanism.value
+    if mechanism is SaslMechanism.OAUTHBEARER:
+        options = [
+            f"clientId={jaas_quote(settings.oauth_client_id or '')}",
+            f"clientSecret={jaas_quote(_secret(settings.oauth_client_secret))}",
+        ]
+        if settings.oauth_scope:
+            options.append(f"scope={jaas_quote(settings.oauth_scope)}")
+        props["sasl.jaas.config"] = f"{JAVA_OAUTH_MODULE} required {' '.join(options)};"
+        props["sasl.login.callback.handler.class"] = JAVA_OAUTH_HANDLER
+        props["sasl.oauthbearer.token.endpoint.url"] = settings.oauth_token_endpoint_url or ""
+    elif mechanism is not None:
+        module = JAVA_PLAIN_MODULE if mechanism is SaslMechanism.PLAIN else JAVA_SCRAM_MODULE
+        props["sasl.jaas.config"] = (
+            f"{module} required username={jaas_quote(settings.sasl_username or '')} "
+            f"password={jaas_quote(_secret(settings.sasl_password))};"
+        )
+    if settings.security_protocol.uses_tls:
+        if settings.ssl_ca_pem:
+            props["ssl.truststore.type"] = "PEM"
+            props["ssl.truststore.location"] = _path(CA_FILE)
+        if settings.ssl_certificate_pem:
+            props["ssl.keystore.type"] = "PEM"
+            props["ssl.keystore.location"] = _path(KEYSTORE_FILE)
+        # Java spells "no hostname check" as an empty algorithm.
+        props["ssl.endpoint.identification.algorithm"] = (
+            "https" if settings.ssl_endpoint_identification else ""
+        )
+    return props
+
+
+def kafka_python_config(settings: KafkaClientSettings) -> dict[str, Any]:
+    """kafka-python's KafkaConsumer keyword arguments. OAUTHBEARER needs a token provider
+    object, which JSON cannot hold: its settings go under `sasl_oauth_token_provider` for the
+    pod program to build one (kafka-python's AbstractTokenProvider)."""
+    config: dict[str, Any] = {"security_protocol": settings.security_protocol.value}
+    mechanism = settings.sasl_mechanism
+    if mechanism is not None:
+        config["sasl_mechanism"] = mechanism.value
+    if mechanism is SaslMechanism.OAUTHBEARER:
+        config["sasl_oauth_token_provider"] = {
+            "token_endpoint_url": settings.oauth_token_endpoint_url,
+            "client_id": settings.oauth_client_id,
+            "client_secret": _secret(settings.oauth_client_secret),
+            "scope": settings.oauth_scope,
+        }
+    elif mechanism is not None:
+        config["sasl_plain_username"] = settings.sasl_username
+        config["sasl_plain_password"] = _secret(settings.sasl_password)
+    if settings.security_protocol.uses_tls:
+        config["ssl_check_hostname"] = settings.ssl_endpoint_identification
+        if settings.ssl_ca_pem:
+            config["ssl_cafile"] = _path(CA_FILE)
+        if settings.ssl_certificate_pem:
+            config["ssl_certfile"] = _path(CERTIFICATE_FILE)
+            config["ssl_keyfile"] = _path(KEY_FILE)
+    return config
+
+
+def client_config_files(family: ClientFamily, settings: KafkaClientSettings) -> dict[str, str]:
+    """The files of a group's client configuration Secret (name -> text) for `family`."""
+    files = _pem_files(settings)
+    if family is ClientFamily.KAFKA_PYTHON:
+        files[JSON_FILE] = json.dumps(kafka_python_config(settings), indent=2, sort_keys=True)
+    elif family is ClientFamily.JAVA:
+        files[PROPERTIES_FILE] = properties_text(java_properties(settings))
+        if CERTIFICATE_FILE in files:
+            files[KEYSTORE_FILE] = pkcs8(files[KEY_FILE]) + files[CERTIFICATE_FILE]
+    else:
+        files[PROPERTIES_FILE] = properties_text(librdkafka_properties(settings))
+    return files
+
+
+def client_config_secret(
+    namespace: str, group_name: str, owner_uid: str, files: Mapping[str, str]
+) -> dict[str, Any]:
+    """The manifest of the group's client configuration Secret (owned by the group)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": client_config_secret_name(group_name),
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/managed-by": "staticfleet",
+                "staticfleet.dev/group": group_name,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": group_name,
+                    "uid": owner_uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "data": secret_data(files),
+    }
+
+
+def secret_data(files: Mapping[str, str]) -> dict[str, str]:
+    return {name: base64.b64encode(text.encode()).decode() for name, text in files.items()}
+
+
+def client_config_mount(
+    spec: ConsumerGroupSpec, group_name: str
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(pod volume, container volumeMount) of the client configuration; None when the group
+    has no spec.coordinator.kafka. A directory mount, not subPath: the kubelet refreshes
+    it when the Secret changes."""
+    if not spec.coordinator.is_kafka or spec.coordinator.kafka is None:
+        return None
+    volume = {
+        "name": CLIENT_CONFIG_VOLUME,
+        "secret": {"secretName": client_config_secret_name(group_name)},
+    }
+    mount = {"name": CLIENT_CONFIG_VOLUME, "mountPath": CLIENT_CONFIG_DIR, "readOnly": True}
+    return volume, mount
+
+
+def client_config_env_entry(spec: ConsumerGroupSpec) -> list[dict[str, Any]]:
+    """The one env entry pointing the member at its configuration file, or none."""
+    if not spec.coordinator.is_kafka or spec.coordinator.kafka is None:
+        return []
+    family = spec.coordinator.client_family
+    return [{"name": client_config_env(spec), "value": _path(client_config_file(family))}]
+
+
+# Hand-written: jproperties (which reads them) writes a timestamp comment and escapes
+# differently on every version; this writes what Java's Properties.load reads back.
+def properties_text(props: Mapping[str, str]) -> str:
+    """A Java .properties file of `props` (keys are plain property names)."""
+    lines = [f"{key}={_escape_property(value)}" for key, value in props.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _escape_property(value: str) -> str:
+    escaped = (
+        value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+    )
+    return "\\" + escaped if escaped.startswith(" ") else escaped
+
+
+def _secret(value: SecretStr | None) -> str:
+    return value.get_secret_value() if value is not None else ""
+
+
+def pkcs8(key_pem: str) -> str:
+    """The key as unencrypted PKCS#8 PEM (`BEGIN PRIVATE KEY`), the only unencrypted form
+    Java's PEM key store reads; PKCS#1 / SEC1 keys are converted with `cryptography`."""
+    if "-----BEGIN PRIVATE KEY-----" in key_pem:
+        return key_pem if key_pem.endswith("\n") else key_pem + "\n"
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ).decode()

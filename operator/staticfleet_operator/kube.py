@@ -319,6 +319,15 @@ class KubeApi:
             )
         )
 
+    async def patch_secret(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JsonObject:
+        """Merge-patch a Secret the operator made (a group's Kafka client configuration)."""
+        self.writes += 1
+        return await self.json(
+            lambda c: CoreV1Api(c).patch_namespaced_secret(
+                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
+            )
+        )
+
     # --- custom objects -----------------------------------------------------------------------
 
     async def get_custom_object(

@@ -16,8 +16,12 @@ from typing import Any, Final
 
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
-from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
-from staticfleet_operator.kafka_clients import client_env_from, kafka_member_env
+from staticfleet_operator.crd import API_VERSION, KIND, ClientEnvNames, ConsumerGroupSpec
+from staticfleet_operator.kafka_clients import (
+    client_config_mount,
+    client_env_from,
+    kafka_member_env,
+)
 from staticfleet_operator.rollout import MemberPod
 from staticfleet_operator.tokens import token_secret_ref
 
@@ -60,10 +64,17 @@ def template_hash(spec: ConsumerGroupSpec) -> str:
             spec.token_secret_ref.model_dump(mode="json") if spec.token_secret_ref else "managed"
         ),
     }
-    if spec.coordinator.kafka:
+    if spec.coordinator.is_kafka:
         # Only for Kafka groups: adding a key would change every embedded fleet's hash and
         # bounce it on an operator upgrade.
-        material["coordinator"] = spec.coordinator.model_dump(mode="json", by_alias=True)
+        coordinator = spec.coordinator.model_dump(mode="json", by_alias=True)
+        # Fields added later count only when set: an operator upgrade must not change the
+        # hash of (and bounce) fleets that do not use them.
+        if coordinator.get("kafka") is None:
+            coordinator.pop("kafka", None)
+        if coordinator["env"].get("clientConfig") == ClientEnvNames().client_config:
+            coordinator["env"].pop("clientConfig")
+        material["coordinator"] = coordinator
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
@@ -75,7 +86,7 @@ def member_env(
     protocol: RebalanceProtocolSetting,
 ) -> list[dict[str, Any]]:
     """The env entries (core/v1 EnvVar) a member process is configured by."""
-    if spec.coordinator.kafka:
+    if spec.coordinator.is_kafka:
         return kafka_member_env(spec, instance_id, protocol)
     values = {
         env.COORDINATOR_URL: settings.coordinator_url,
@@ -141,6 +152,7 @@ def managed_pod(
         annotations=identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
         entries=member_env(spec, settings, instance_id, protocol),
         env_from=client_env_from(spec),
+        mount=client_config_mount(spec, settings.group_name),
     )
 
 
@@ -155,6 +167,7 @@ def member_manifest(
     annotations: Mapping[str, str],
     entries: list[dict[str, Any]],
     env_from: list[dict[str, Any]] | None = None,
+    mount: tuple[dict[str, Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A pod of the group made from `spec.template` (a slot's member or a standby): the
     template's labels and annotations with `labels`/`annotations` and the group's own over
@@ -186,7 +199,7 @@ def member_manifest(
             "annotations": {**(metadata.get("annotations") or {}), **annotations},
             "ownerReferences": [owner],
         },
-        "spec": with_member_env(template["spec"], entries, env_from),
+        "spec": with_member_env(template["spec"], entries, env_from, mount),
     }
 
 
@@ -194,9 +207,11 @@ def with_member_env(
     pod_spec: Mapping[str, Any],
     entries: list[dict[str, Any]],
     env_from: list[dict[str, Any]] | None = None,
+    mount: tuple[dict[str, Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A copy of `pod_spec` whose every container carries `entries` (replacing same names)
-    and `env_from` (the Kafka client Secret, appended once)."""
+    and `env_from` (the Kafka client Secret, appended once), and, with `mount`, the client
+    configuration Secret's volume mounted read-only in every container."""
     result = copy.deepcopy(dict(pod_spec))
     owned = MEMBER_ENV_NAMES | {str(e["name"]) for e in entries}
     for container in result.get("containers") or []:
@@ -205,6 +220,13 @@ def with_member_env(
         if env_from:
             sources = [s for s in container.get("envFrom") or [] if s not in env_from]
             container["envFrom"] = sources + copy.deepcopy(env_from)
+        if mount is not None:
+            mounts = container.get("volumeMounts") or []
+            kept_mounts = [m for m in mounts if m.get("name") != mount[1]["name"]]
+            container["volumeMounts"] = [*kept_mounts, copy.deepcopy(mount[1])]
+    if mount is not None:
+        volumes = [v for v in result.get("volumes") or [] if v.get("name") != mount[0]["name"]]
+        result["volumes"] = [*volumes, copy.deepcopy(mount[0])]
     return result
 
 

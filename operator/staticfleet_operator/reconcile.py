@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator import DescribedGroup, ErrorCode, GroupCoordinator, GroupState
+from coordinator.client.kafka_errors import KafkaAccessError
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.server import AuthConfigError, Authenticator
 from staticfleet_operator import adopted
 from staticfleet_operator.backends import (
@@ -37,6 +39,13 @@ from staticfleet_operator.crd import (
 )
 from staticfleet_operator.hot_standby import keep_standbys, promote_standbys, standbys_ready
 from staticfleet_operator.identity import SlotAllocator
+from staticfleet_operator.kafka_auth import read_client_settings, referenced_secrets
+from staticfleet_operator.kafka_clients import (
+    client_config_files,
+    client_config_secret,
+    client_config_secret_name,
+    secret_data,
+)
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import Conflict, KubeApi
 from staticfleet_operator.members import (
@@ -113,8 +122,12 @@ class Operator:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Readiness after a restart: told of each group whose token was reconciled (readiness.py).
     tokens_gate: TokensGate = field(default_factory=TokensGate)
-    # Connections to the Kafka clusters of Kafka-coordinated groups, one per bootstrap list.
+    # Connections to the Kafka clusters of Kafka-coordinated groups, one per bootstrap list
+    # and settings.
     kafka: KafkaBackends = field(default_factory=KafkaBackends)
+    # The operator's own Kafka settings for groups without spec.coordinator.kafka
+    # (`operator run --kafka-config`).
+    kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     # Rebalances of Kafka-coordinated groups as seen by describe (None: not recorded).
     journal: RebalanceJournal | None = None
     # group key -> the last problem reported by an Event (once per problem, not per pass).
@@ -132,11 +145,23 @@ class Operator:
     # Runs the passes events ask for (passes.py); made by the handlers on first use.
     passes: Passes | None = None
 
-    def backend(self, spec: ConsumerGroupSpec) -> GroupBackend:
-        """The group's coordinator: the Kafka cluster it names, else the embedded one."""
-        if spec.coordinator.kafka and spec.coordinator.bootstrap_servers:
-            return self.kafka.get(spec.coordinator.bootstrap_servers)
-        return EmbeddedBackend(self.coordinator)
+    async def backend(self, namespace: str, name: str, spec: ConsumerGroupSpec) -> GroupBackend:
+        """The group's coordinator: the Kafka cluster it names (reached with the settings
+        of spec.coordinator.kafka and its Secrets, read now: a rotation takes effect on
+        this pass), else the embedded one. Raises `KafkaAccessError` (e.g.
+        KafkaCredentialsMissing) when the settings cannot be made."""
+        coordinator = spec.coordinator
+        if not (coordinator.is_kafka and coordinator.bootstrap_servers):
+            return EmbeddedBackend(self.coordinator)
+        for secret in referenced_secrets(coordinator.kafka):
+            # A rotated or deleted Secret wakes the group (handlers.secret_changed).
+            self.secret_users.setdefault((namespace, secret), set()).add((namespace, name))
+        settings = await read_client_settings(
+            self.kube, self.observed, namespace, coordinator.kafka, self.kafka_settings
+        )
+        return await self.kafka.for_group(
+            group_key(namespace, name), coordinator.bootstrap_servers, settings
+        )
 
     def recently_admitted(self, pod_key: str, now: datetime) -> bool:
         since = self.admitted.get(pod_key)
@@ -232,7 +257,7 @@ async def reconcile_pass(op: Operator, namespace: str, name: str) -> bool:
     if body is None or validate_spec(body.get("spec") or {}):
         return False  # an edit of the spec is an event
     spec = parse_spec(body.get("spec") or {})
-    if spec.coordinator.kafka:
+    if spec.coordinator.is_kafka:
         # A Kafka cluster tells the operator nothing: its describe is polled.
         return True
     _wake_at_registration_expiry(op, namespace, name, spec)
@@ -268,19 +293,27 @@ async def _reconcile(op: Operator, body: Mapping[str, Any]) -> str:
     try:
         return await _reconcile_valid(op, body, spec)
     except CoordinatorUnreachable as error:
-        return await _unreachable(op, body, spec, str(error))
+        message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {error}"
+        return await _unreachable(op, body, spec, UNREACHABLE, message)
+    except KafkaAccessError as error:
+        # Refused, not unreachable: its own reason (KafkaAuthenticationFailed, ...).
+        message = f"Kafka cluster {spec.coordinator.bootstrap_servers}: {error}"
+        return await _unreachable(op, body, spec, error.reason, message)
+
+
+UNREACHABLE = "CoordinatorUnreachable"
 
 
 async def _unreachable(
-    op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec, problem: str
+    op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec, reason: str, message: str
 ) -> str:
-    """The group's Kafka cluster did not answer: say so in status and an Event (once per
-    problem), and do nothing else: no pod is created, deleted or bounced on a guess."""
+    """The group's Kafka cluster did not answer, or refused the operator (`reason`): say so
+    in status and an Event (once per problem), and do nothing else: no pod is created,
+    deleted or bounced on a guess. The next pass comes at the usual poll interval."""
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     previous = read_status(body)
     pods = members_of(await op.observed.member_pods(op.kube, namespace, name))
-    message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {problem}"
     status = observed_status(
         previous,
         generation=metadata.get("generation"),
@@ -290,12 +323,12 @@ async def _unreachable(
         expected_members=spec.replicas if spec.replicas is not None else len(pods),
         rollout=previous.rollout,
         now=op.clock(),
-        degraded_reason="CoordinatorUnreachable",
+        degraded_reason=reason,
         degraded_message=message,
     )
     await op.write_status(body, status.to_patch())
-    await _report_once(op, body, "CoordinatorUnreachable", message)
-    return "coordinator unreachable"
+    await _report_once(op, body, reason, message)
+    return "coordinator unreachable" if reason == UNREACHABLE else f"refused: {reason}"
 
 
 async def _report_once(op: Operator, body: Mapping[str, Any], reason: str, message: str) -> None:
@@ -310,8 +343,13 @@ async def _report_once(op: Operator, body: Mapping[str, Any], reason: str, messa
 
 
 def _reachable_again(op: Operator, namespace: str, name: str) -> None:
-    """The coordinator answered: a later outage is reported again."""
-    op.reported.pop(f"{group_key(namespace, name)}/CoordinatorUnreachable", None)
+    """The coordinator answered: a later outage or refusal is reported again."""
+    prefix = f"{group_key(namespace, name)}/"
+    for key in [k for k in op.reported if k.startswith(prefix)]:
+        reason = key.removeprefix(prefix)
+        # The access reasons are all Kafka*: KafkaAuthenticationFailed, ...
+        if reason == UNREACHABLE or reason.startswith("Kafka"):
+            del op.reported[key]
 
 
 async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec) -> str:
@@ -320,10 +358,12 @@ async def _reconcile_valid(op: Operator, body: Mapping[str, Any], spec: Consumer
     generation = metadata.get("generation")
     previous = read_status(body)
     now = op.clock()
-    backend = op.backend(spec)
     op.group_keys[spec.group_id] = (namespace, name)
-    if not spec.coordinator.kafka:
+    backend = await op.backend(namespace, name, spec)
+    if not spec.coordinator.is_kafka:
         await sync_member_token(op, body, spec)
+    elif spec.coordinator.kafka is not None and spec.mode is Mode.MANAGED:
+        await sync_client_config(op, body, spec, backend)
     await _sync_topics(op, body, backend, spec)
     if spec.mode is Mode.ADOPTED:
         return await _reconcile_adopted(op, body, spec)
@@ -429,7 +469,7 @@ async def _expect_members(
 ) -> None:
     """Before the pods exist: tell the embedded coordinator whom to expect, so the group
     rebalances once for all of them (Kafka's coordinator has no such API)."""
-    if spec.coordinator.kafka or not spec.scale_up.pre_register:
+    if spec.coordinator.is_kafka or not spec.scale_up.pre_register:
         return
     expected = expected_on_create(spec.instance_id_prefix, replicas, creating, view.instance_ids)
     if expected is None:
@@ -446,7 +486,7 @@ async def _expect_members(
 
 def awaiting_members(op: Operator, spec: ConsumerGroupSpec, view: CoordinatorView) -> list[str]:
     """The registration's instance ids the coordinator does not list yet (status)."""
-    if spec.coordinator.kafka:
+    if spec.coordinator.is_kafka:
         return []
     expansion = op.coordinator.expected_members(spec.group_id)
     if expansion is None:
@@ -457,7 +497,7 @@ def awaiting_members(op: Operator, spec: ConsumerGroupSpec, view: CoordinatorVie
 async def _clear_stale_expansion(
     op: Operator, spec: ConsumerGroupSpec, view: CoordinatorView, replicas: int
 ) -> None:
-    if spec.coordinator.kafka:
+    if spec.coordinator.is_kafka:
         return
     expansion = op.coordinator.expected_members(spec.group_id)
     if expansion is None:
@@ -476,7 +516,7 @@ def group_view(
     its pod (Kafka's describe lists only the selected protocol) and the rebalances it shows
     recorded in the journal."""
     view = CoordinatorView.from_described(described)
-    if not spec.coordinator.kafka:
+    if not spec.coordinator.is_kafka:
         return view
     if op.journal is not None:
         op.journal.observe(described, op.clock())
@@ -609,7 +649,9 @@ async def _reconcile_adopted(op: Operator, body: Mapping[str, Any], spec: Consum
     # again, so it is no member pod: its slot goes vacant as a deleted pod's does, for a
     # replacement to take or to retire after the grace period.
     members = [member for member in members_of(pods) if not member.finished]
-    backend = op.backend(spec)
+    backend = await op.backend(namespace, name, spec)
+    if spec.coordinator.kafka is not None:
+        await sync_client_config(op, body, spec, backend)
     described = await describe(backend, spec.group_id)
     view = group_view(op, spec, described, members)
 
@@ -665,8 +707,11 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
             left = await op.kube.list_pods(namespace, {GROUP_LABEL: name})
             if left:
                 raise RetryLater(f"{len(left)} member pod(s) still terminating")
-        backend = op.backend(spec)
-        if not spec.coordinator.kafka:
+        try:
+            backend = await op.backend(namespace, name, spec)
+        except KafkaAccessError as error:
+            raise RetryLater(f"{error.reason}: {error}") from error
+        if not spec.coordinator.is_kafka:
             await op.coordinator.clear_expected_members(spec.group_id)
             await op.coordinator.forget_standbys(spec.group_id)
         try:
@@ -677,11 +722,15 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
             code = await backend.forget(spec.group_id)
         except CoordinatorUnreachable as error:
             raise RetryLater(f"the group's Kafka cluster is unreachable: {error}") from error
+        except KafkaAccessError as error:
+            refused = f"the group's Kafka cluster refused: {error.reason}: {error}"
+            raise RetryLater(refused) from error
         if code not in (ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND):
             raise RetryLater(f"the coordinator kept group {spec.group_id}: {code.name}")
         op.allocator.forget(group_key(namespace, name))
         op.rebuilt.discard(group_key(namespace, name))
         forget_member_token(op, namespace, name, spec.group_id)
+        await op.kafka.release(group_key(namespace, name))
         op.metrics.forget_group(namespace, name)
         for key in [k for k in op.reported if k.startswith(group_key(namespace, name) + "/")]:
             del op.reported[key]
@@ -735,6 +784,40 @@ def forget_member_token(op: Operator, namespace: str, name: str, group_id: str |
         op.authenticator.remove_group(gid)
 
 
+async def sync_client_config(
+    op: Operator, body: Mapping[str, Any], spec: ConsumerGroupSpec, backend: GroupBackend
+) -> None:
+    """The group's client configuration Secret (kafka_clients.py): the settings the operator
+    connects with, in the members' dialect, written when its content differs. Pods are not
+    restarted for a change (docs/operator.md, "Secured clusters": rotation)."""
+    settings = getattr(backend, "settings", None)
+    if not isinstance(settings, KafkaClientSettings):
+        return
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata["namespace"]), str(metadata["name"])
+    files = client_config_files(spec.coordinator.client_family, settings)
+    data = secret_data(files)
+    secret_name = client_config_secret_name(name)
+    current = await op.observed.secret(op.kube, namespace, secret_name)
+    if current is None:
+        manifest = client_config_secret(namespace, name, str(metadata.get("uid", "")), files)
+        try:
+            created = await op.kube.create_secret(namespace, manifest)
+        except Conflict:
+            current = await op.kube.get_secret(namespace, secret_name)
+        else:
+            op.observed.secret_created(created)
+            log.info("%s: wrote Kafka client configuration Secret %s", namespace, secret_name)
+            return
+    have = (current or {}).get("data") or {}
+    if current is not None and have != data:
+        # A merge patch: keys the new content lacks (a certificate no longer used) go.
+        patch = {"data": {**{key: None for key in have if key not in data}, **data}}
+        patched = await op.kube.patch_secret(namespace, secret_name, patch)
+        op.observed.secret_created(patched)
+        log.info("%s: updated Kafka client configuration Secret %s", namespace, secret_name)
+
+
 class RetryLater(Exception):
     """A step that must be retried (handlers turn it into kopf.TemporaryError)."""
 
@@ -769,7 +852,7 @@ async def _sync_topics(
     wanted = {topic.name: topic.partitions for topic in spec.topics}
     counts = await backend.topic_partitions(wanted)
     absent = sorted(set(wanted) - set(counts))
-    if absent and spec.coordinator.kafka:
+    if absent and spec.coordinator.is_kafka:
         await _report_once(
             op, body, "TopicsNotFound", f"topics not on the Kafka cluster: {', '.join(absent)}"
         )

@@ -19,7 +19,7 @@ import aiohttp
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator import adopted
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
-from staticfleet_operator.kafka_clients import client_env_from
+from staticfleet_operator.kafka_clients import client_config_mount, client_env_from
 from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
     GROUP_LABEL,
@@ -69,6 +69,7 @@ def pod_mutation(
             pod.get("spec") or {},
             member_env(spec, settings, instance_id, protocol),
             client_env_from(spec),
+            client_config_mount(spec, settings.group_name),
         ),
     )
 
@@ -104,7 +105,7 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     try:
         # The pod's env references the token Secret: make sure it exists and is registered
         # (a Kafka cluster authenticates members itself: no token).
-        if not spec.coordinator.kafka:
+        if not spec.coordinator.is_kafka:
             await sync_member_token(op, body, spec)
     except (KubeError, aiohttp.ClientError) as error:
         # Not a reason to refuse the pod: the next reconcile pass creates the Secret (the
@@ -113,7 +114,8 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     annotations = metadata.get("annotations") or {}
     pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
     siblings = await op.observed.member_pods(op.kube, namespace, name)
-    view = CoordinatorView.from_described(await describe(op.backend(spec), spec.group_id))
+    backend = await op.backend(namespace, name, spec)
+    view = CoordinatorView.from_described(await describe(backend, spec.group_id))
     rollout = read_status(body).rollout
     admission = await adopted.admit(
         op, group_key(namespace, name), spec, siblings, view, pod_key, rollout

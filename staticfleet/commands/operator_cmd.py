@@ -75,6 +75,13 @@ def register(subparsers: Any) -> None:
         "one JSON-lines file per group id, for `staticfleet spark analytics`",
     )
     run.add_argument(
+        "--kafka-config",
+        type=Path,
+        help="Kafka client settings (a .properties file, librdkafka names: security.protocol, "
+        "sasl.*, ssl.*) for the operator's own connection to the clusters of Kafka-coordinated "
+        "groups without spec.coordinator.kafka (default: PLAINTEXT)",
+    )
+    run.add_argument(
         "--interval",
         type=float,
         default=2.0,
@@ -119,11 +126,18 @@ def register(subparsers: Any) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
+    from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
     from staticfleet_operator.app import OperatorOptions, namespaces_of
 
     if (args.webhook_cert is None) != (args.webhook_key is None):
         raise ValueError("--webhook-cert and --webhook-key go together")
+    kafka_config = getattr(args, "kafka_config", None)
+    # A bad file is a KafkaSettingsError (a ValueError) naming the file and the property.
+    kafka_settings = (
+        KafkaClientSettings.from_file(kafka_config) if kafka_config else PLAINTEXT_SETTINGS
+    )
     return OperatorOptions(
+        kafka_settings=kafka_settings,
         namespaces=namespaces_of(args.namespace),
         store=args.store,
         coordinator_host=args.coordinator_host,

@@ -60,7 +60,7 @@ def test_kafka_spec_is_valid_everywhere(spec_schema: Json) -> None:
     assert failing_spec_rules(apply_defaults(copy.deepcopy(KAFKA), spec_schema)) == []
     assert coordinator_failures(KAFKA["coordinator"], spec_schema) == []
     spec = parse_spec(KAFKA)
-    assert spec.coordinator.kafka and spec.coordinator.client_family is ClientFamily.JAVA
+    assert spec.coordinator.is_kafka and spec.coordinator.client_family is ClientFamily.JAVA
     assert spec.coordinator.env.instance_id == "KAFKA_GROUP_INSTANCE_ID"
     assert spec.rebalance.protocol_change is ProtocolChange.TWO_BOUNCE
     assert spec.partitions_per_topic == {}  # read from the cluster
@@ -68,7 +68,7 @@ def test_kafka_spec_is_valid_everywhere(spec_schema: Json) -> None:
 
 def test_embedded_is_the_default_and_unchanged(spec_schema: Json) -> None:
     spec = parse_spec(MANAGED)
-    assert not spec.coordinator.kafka
+    assert not spec.coordinator.is_kafka
     defaulted = apply_defaults(copy.deepcopy(MANAGED), spec_schema)
     assert defaulted["coordinator"]["type"] == "embedded"
     assert failing_spec_rules(defaulted) == []

@@ -119,11 +119,14 @@ ClusterRole when it watches all namespaces). Nothing here is a wildcard.
 # Member tokens: the operator watches the Opaque Secrets (a Kopf index: a group's token is
 # read from memory, and a rotated or deleted Secret is seen at once), reads each group's
 # token Secret (its own `<group>-member-token` or the group's spec.tokenSecretRef) and
-# creates its own once; it never patches or deletes Secrets (the ownerReference lets the
-# garbage collector delete them).
+# creates its own once. Kafka-coordinated groups: it reads the Secrets spec.coordinator.kafka
+# names (get: a kubernetes.io/tls Secret is not in the index) and writes each group's
+# `<group>-kafka-client` Secret (the members' client configuration), patching it when the
+# credentials rotate. It never deletes Secrets (the ownerReference lets the garbage
+# collector delete them).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 {{- end }}
 
 {{/*

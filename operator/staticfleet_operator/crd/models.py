@@ -253,7 +253,60 @@ RULE_STOCK_CLIENTS_NEED_KAFKA: Final = CelRule(
     message="clientFamily java, librdkafka and kafka-python speak Kafka's protocol: they need "
     "coordinator type kafka",
 )
-COORDINATOR_RULES: Final = (RULE_KAFKA_NEEDS_BOOTSTRAP, RULE_STOCK_CLIENTS_NEED_KAFKA)
+RULE_KAFKA_SETTINGS_NEED_KAFKA: Final = CelRule(
+    rule="!has(self.kafka) || (has(self.type) && self.type == 'kafka')",
+    message="coordinator.kafka (authentication, tls) applies to coordinator type kafka only",
+)
+COORDINATOR_RULES: Final = (
+    RULE_KAFKA_NEEDS_BOOTSTRAP,
+    RULE_STOCK_CLIENTS_NEED_KAFKA,
+    RULE_KAFKA_SETTINGS_NEED_KAFKA,
+)
+# spec.coordinator.kafka.authentication, Strimzi's KafkaClientAuthentication shape: each type
+# with exactly its own fields.
+_SASL_FIELDS = ("username", "passwordSecret")
+_TLS_FIELDS = ("certificateAndKey",)
+_OAUTH_FIELDS = ("tokenEndpointUri", "clientId", "clientSecret", "scope")
+
+
+def _auth_rule(types: str, needs: Sequence[str], allowed: Sequence[str], message: str) -> CelRule:
+    others = [f for f in (*_SASL_FIELDS, *_TLS_FIELDS, *_OAUTH_FIELDS) if f not in allowed]
+    condition = " && ".join([f"has(self.{f})" for f in needs] + [f"!has(self.{f})" for f in others])
+    return CelRule(rule=f"!({types}) || ({condition})", message=message)
+
+
+RULE_AUTH_SASL_FIELDS: Final = _auth_rule(
+    "self.type in ['scram-sha-512', 'scram-sha-256', 'plain']",
+    _SASL_FIELDS,
+    _SASL_FIELDS,
+    "authentication types scram-sha-512, scram-sha-256 and plain need username and "
+    "passwordSecret, and take no certificateAndKey or oauth fields",
+)
+RULE_AUTH_TLS_FIELDS: Final = _auth_rule(
+    "self.type == 'tls'",
+    _TLS_FIELDS,
+    _TLS_FIELDS,
+    "authentication type tls needs certificateAndKey, and takes no username, passwordSecret "
+    "or oauth fields",
+)
+RULE_AUTH_OAUTH_FIELDS: Final = _auth_rule(
+    "self.type == 'oauth'",
+    ("tokenEndpointUri", "clientId", "clientSecret"),
+    _OAUTH_FIELDS,
+    "authentication type oauth needs tokenEndpointUri, clientId and clientSecret, and takes "
+    "no username, passwordSecret or certificateAndKey",
+)
+AUTHENTICATION_RULES: Final = (
+    RULE_AUTH_SASL_FIELDS,
+    RULE_AUTH_TLS_FIELDS,
+    RULE_AUTH_OAUTH_FIELDS,
+)
+RULE_TLS_AUTH_NEEDS_TLS: Final = CelRule(
+    rule="!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)",
+    message="authentication type tls (client certificates) needs tls: set tls (its "
+    "trustedCertificates may be empty to trust the system's CAs)",
+)
+KAFKA_CLIENT_RULES: Final = (RULE_TLS_AUTH_NEEDS_TLS,)
 RULE_SELECTOR_NOT_EMPTY: Final = CelRule(
     rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || "
     "(has(self.matchExpressions) && size(self.matchExpressions) > 0)",
@@ -657,6 +710,152 @@ class ClientEnvNames(SpecModel):
     """partition.assignment.strategy of the current rollout phase, spelled for clientFamily."""
     topics: EnvName = "KAFKA_TOPICS"
     """The topics, comma-separated."""
+    client_config: EnvName = "KAFKA_CLIENT_CONFIG"
+    """With `kafka` set: the path of the mounted client configuration file (TLS, SASL) in
+    clientFamily's dialect (java, librdkafka: .properties; kafka-python: JSON)."""
+
+
+class KafkaAuthenticationType(StrEnum):
+    """Strimzi's authentication types (KafkaClientAuthentication)."""
+
+    SCRAM_SHA_512 = "scram-sha-512"
+    SCRAM_SHA_256 = "scram-sha-256"
+    PLAIN = "plain"
+    TLS = "tls"
+    OAUTH = "oauth"
+
+
+SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]
+
+
+class PasswordSecretSource(SpecModel):
+    """A password in a Secret of the ConsumerGroup's namespace."""
+
+    secret_name: ObjectName
+    """Secret name."""
+    password: SecretKey
+    """Key of the password in the Secret's data."""
+
+
+class CertAndKeySecretSource(SpecModel):
+    """A client certificate and its private key (PEM) in a Secret of the ConsumerGroup's
+    namespace."""
+
+    secret_name: ObjectName
+    """Secret name."""
+    certificate: SecretKey
+    """Key of the PEM certificate (chain) in the Secret's data, e.g. user.crt or tls.crt."""
+    key: SecretKey
+    """Key of the PEM private key (unencrypted) in the Secret's data, e.g. user.key."""
+
+
+class GenericSecretSource(SpecModel):
+    """A value in a Secret of the ConsumerGroup's namespace."""
+
+    secret_name: ObjectName
+    """Secret name."""
+    key: SecretKey
+    """Key in the Secret's data."""
+
+
+class CertSecretSource(SpecModel):
+    """A trusted CA certificate (PEM) in a Secret of the ConsumerGroup's namespace."""
+
+    secret_name: ObjectName
+    """Secret name."""
+    certificate: SecretKey
+    """Key of the PEM certificate(s) in the Secret's data, e.g. ca.crt."""
+
+
+class KafkaClientAuthentication(SpecModel):
+    """How the operator and the members authenticate to the cluster (Strimzi's
+    KafkaClientAuthentication): SASL SCRAM or PLAIN with a username and password, TLS
+    client certificates, or OAUTHBEARER with the OIDC client-credentials flow."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [r.as_json() for r in AUTHENTICATION_RULES]}
+    )
+
+    type: KafkaAuthenticationType
+    """scram-sha-512, scram-sha-256, plain, tls or oauth."""
+    username: str | None = Field(default=None, min_length=1, max_length=256)
+    """scram-sha-512, scram-sha-256, plain: the user name."""
+    password_secret: PasswordSecretSource | None = None
+    """scram-sha-512, scram-sha-256, plain: where the password is."""
+    certificate_and_key: CertAndKeySecretSource | None = None
+    """tls: the client certificate and key (the principal is the certificate's subject)."""
+    token_endpoint_uri: str | None = Field(
+        default=None, max_length=2048, json_schema_extra={"pattern": r"^https?://[^/\s]+"}
+    )
+    """oauth: the OIDC token endpoint (client-credentials grant)."""
+    client_id: str | None = Field(default=None, min_length=1, max_length=256)
+    """oauth: the OAuth client id."""
+    client_secret: GenericSecretSource | None = None
+    """oauth: where the OAuth client secret is."""
+    scope: str | None = Field(default=None, min_length=1, max_length=1024)
+    """oauth: the scope asked for (optional)."""
+
+    @model_validator(mode="after")
+    def _fields_of_type(self) -> Self:
+        problems = authentication_rule_problems(self)
+        if problems:
+            raise _RuleViolations(problems)
+        return self
+
+
+_AUTH_WIRE_FIELDS: Final = {
+    "username": "username",
+    "passwordSecret": "password_secret",
+    "certificateAndKey": "certificate_and_key",
+    "tokenEndpointUri": "token_endpoint_uri",
+    "clientId": "client_id",
+    "clientSecret": "client_secret",
+    "scope": "scope",
+}
+
+
+def authentication_rule_problems(auth: KafkaClientAuthentication) -> list[str]:
+    """The CEL rules of `KafkaClientAuthentication`, in Python."""
+    present = {wire for wire, name in _AUTH_WIRE_FIELDS.items() if getattr(auth, name) is not None}
+    kinds = (
+        (("scram-sha-512", "scram-sha-256", "plain"), _SASL_FIELDS, _SASL_FIELDS),
+        (("tls",), _TLS_FIELDS, _TLS_FIELDS),
+        (("oauth",), ("tokenEndpointUri", "clientId", "clientSecret"), _OAUTH_FIELDS),
+    )
+    for (types, needs, allowed), rule in zip(kinds, AUTHENTICATION_RULES, strict=True):
+        if auth.type.value in types and (not set(needs) <= present or not present <= set(allowed)):
+            return [rule.message]
+    return []
+
+
+class ClientTls(SpecModel):
+    """TLS to the cluster (Strimzi's ClientTls): present means TLS is on."""
+
+    trusted_certificates: list[CertSecretSource] = Field(default_factory=list, max_length=16)
+    """CA certificates the brokers' certificates are checked against; empty: the system's
+    trusted CAs."""
+
+
+class KafkaClientSpec(SpecModel):
+    """How the operator and the member pods connect to the Kafka cluster: TLS and
+    authentication (Strimzi's shape). Absent: the operator's --kafka-config settings (or
+    PLAINTEXT) for its own connection, and nothing given to the members."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [r.as_json() for r in KAFKA_CLIENT_RULES]}
+    )
+
+    authentication: KafkaClientAuthentication | None = None
+    """Authentication; absent: none (PLAINTEXT or SSL)."""
+    tls: ClientTls | None = None
+    """TLS; present turns it on (SSL, or SASL_SSL with a SASL authentication)."""
+
+    @model_validator(mode="after")
+    def _tls_for_certificates(self) -> Self:
+        auth = self.authentication
+        if auth is not None and auth.type is KafkaAuthenticationType.TLS and self.tls is None:
+            raise _RuleViolations([RULE_TLS_AUTH_NEEDS_TLS.message])
+        return self
 
 
 class CoordinatorSpec(SpecModel):
@@ -673,7 +872,12 @@ class CoordinatorSpec(SpecModel):
     )
     """kafka: host:port[,host:port...] of the cluster, for the operator and the members."""
     client_secret_ref: SecretRef | None = None
-    """kafka: a Secret of client settings (TLS/SASL) given to member pods as env (envFrom)."""
+    """kafka: a Secret of client settings given to member pods as env (envFrom), as is; the
+    operator does not read it (prefer `kafka` for TLS and SASL)."""
+    kafka: KafkaClientSpec | None = None
+    """kafka: TLS and authentication for the operator's own connection and the members'
+    (the operator writes each group a Secret of client configuration in its clientFamily's
+    dialect and mounts it in the member pods). docs/operator.md, "Secured clusters"."""
     client_family: ClientFamily = ClientFamily.STATICFLEET
     """The members' client library: staticfleet, java, librdkafka or kafka-python."""
     env: ClientEnvNames = Field(default_factory=ClientEnvNames, json_schema_extra={"default": {}})
@@ -687,17 +891,19 @@ class CoordinatorSpec(SpecModel):
         return self
 
     @property
-    def kafka(self) -> bool:
+    def is_kafka(self) -> bool:
         return self.type is CoordinatorType.KAFKA
 
 
 def coordinator_rule_problems(coordinator: CoordinatorSpec) -> list[str]:
     problems: list[str] = []
-    if coordinator.kafka != (coordinator.bootstrap_servers is not None) or (
-        not coordinator.kafka and coordinator.client_secret_ref is not None
+    if coordinator.kafka is not None and not coordinator.is_kafka:
+        problems.append(RULE_KAFKA_SETTINGS_NEED_KAFKA.message)
+    if coordinator.is_kafka != (coordinator.bootstrap_servers is not None) or (
+        not coordinator.is_kafka and coordinator.client_secret_ref is not None
     ):
         problems.append(RULE_KAFKA_NEEDS_BOOTSTRAP.message)
-    if coordinator.client_family is not ClientFamily.STATICFLEET and not coordinator.kafka:
+    if coordinator.client_family is not ClientFamily.STATICFLEET and not coordinator.is_kafka:
         problems.append(RULE_STOCK_CLIENTS_NEED_KAFKA.message)
     if coordinator.bootstrap_servers is not None and not re.fullmatch(
         BOOTSTRAP_SERVERS_PATTERN, coordinator.bootstrap_servers
@@ -805,7 +1011,7 @@ def spec_rule_problems(spec: ConsumerGroupSpec) -> list[str]:
     if spec.membership.instance_id_prefix is None and instance_id_prefix_problem(spec.group_id):
         problems.append(RULE_PREFIX_DERIVABLE.message)
     names = [topic.name for topic in spec.topics]
-    if not spec.coordinator.kafka and any(topic.partitions is None for topic in spec.topics):
+    if not spec.coordinator.is_kafka and any(topic.partitions is None for topic in spec.topics):
         problems.append(RULE_PARTITIONS_UNLESS_KAFKA.message)
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
