@@ -114,13 +114,13 @@ def sign_jwt(key: rsa.RSAPrivateKey, claims: dict[str, Any]) -> str:
 
 
 def token_claims(
-    *, iss: str, client_id: str, scope: str, lifetime: int, now: float
+    *, iss: str, client_id: str, scope: str, lifetime: int, now: float, audience: str = AUDIENCE
 ) -> dict[str, Any]:
     issued = int(now)
     return {
         "iss": iss,
         "sub": client_id,
-        "aud": AUDIENCE,
+        "aud": audience,
         "iat": issued,
         "exp": issued + lifetime,
         "scope": scope,
@@ -132,6 +132,8 @@ def token_claims(
 class Client:
     secret: str
     lifetime: int = DEFAULT_LIFETIME
+    # Another audience makes tokens the broker refuses: the provider says yes, Kafka says no.
+    audience: str = AUDIENCE
 
 
 def read_clients(workdir: Path) -> dict[str, Client]:
@@ -140,7 +142,11 @@ def read_clients(workdir: Path) -> dict[str, Client]:
         return {}
     raw: dict[str, dict[str, Any]] = json.loads(path.read_text())
     return {
-        client_id: Client(str(entry["secret"]), int(entry.get("lifetime", DEFAULT_LIFETIME)))
+        client_id: Client(
+            str(entry["secret"]),
+            int(entry.get("lifetime", DEFAULT_LIFETIME)),
+            str(entry.get("audience", AUDIENCE)),
+        )
         for client_id, entry in raw.items()
     }
 
@@ -150,7 +156,10 @@ def write_clients(workdir: Path, clients: dict[str, Client]) -> None:
     temporary = path.with_suffix(".tmp")
     temporary.write_text(
         json.dumps(
-            {cid: {"secret": c.secret, "lifetime": c.lifetime} for cid, c in clients.items()},
+            {
+                cid: {"secret": c.secret, "lifetime": c.lifetime, "audience": c.audience}
+                for cid, c in clients.items()
+            },
             indent=1,
         )
     )
@@ -202,6 +211,7 @@ def make_app(workdir: Path, port: int) -> web.Application:
             scope=scope,
             lifetime=client.lifetime,
             now=time.time(),
+            audience=client.audience,
         )
         issued[client_id] += 1
         return web.json_response(
@@ -246,12 +256,23 @@ class OidcProvider:
     def jwks_endpoint_url(self) -> str:
         return f"{self.issuer}/jwks"
 
-    def add_client(self, client_id: str, secret: str, *, lifetime: int = DEFAULT_LIFETIME) -> None:
-        """Registers (or replaces) a client; the provider sees it on its next request."""
+    def add_client(
+        self,
+        client_id: str,
+        secret: str,
+        *,
+        lifetime: int = DEFAULT_LIFETIME,
+        audience: str = AUDIENCE,
+    ) -> None:
+        """Registers (or replaces) a client; the provider sees it on its next request.
+
+        Its tokens last `lifetime` seconds; an `audience` other than the broker's makes tokens
+        the broker refuses (a valid login at the provider, an authentication failure at Kafka).
+        """
         if lifetime < 1:
             raise ValueError(f"token lifetime {lifetime}: must be at least 1 second")
         clients = read_clients(self.workdir)
-        clients[client_id] = Client(secret, lifetime)
+        clients[client_id] = Client(secret, lifetime, audience)
         write_clients(self.workdir, clients)
 
     def tokens_issued(self, client_id: str) -> int:

@@ -162,6 +162,19 @@ def test_an_unknown_oidc_client_gets_no_token(kafka_broker: KafkaBroker) -> None
     assert error is not None
 
 
+def test_a_token_for_another_audience_is_refused_by_the_broker(kafka_broker: KafkaBroker) -> None:
+    kafka_broker.oidc.add_client("elsewhere", "elsewhere-secret", audience="not-kafka")
+    error = connect_error(
+        kafka_broker.client_config(
+            "SASL_SSL", "elsewhere", "OAUTHBEARER", password="elsewhere-secret"
+        )
+    )
+    assert kafka_broker.oidc.tokens_issued("elsewhere") >= 1  # the provider said yes
+    # OAUTHBEARER's failure answer (RFC 7628 3.2.2), which librdkafka passes on.
+    assert error is not None and "SASL authentication error" in error, error
+    assert '"status":"invalid_token"' in error, error
+
+
 def _with_certificate(
     config: dict[str, str], cert: Path | None, key: Path | None
 ) -> dict[str, str]:
