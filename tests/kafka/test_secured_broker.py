@@ -464,3 +464,29 @@ def test_the_oidc_provider_refuses_bad_clients_and_grants(kafka_broker: KafkaBro
     assert (status, body["error"]) == (400, "unsupported_grant_type")
     with pytest.raises(ValueError, match="at least 1 second"):
         kafka_broker.oidc.add_client("c", "s", lifetime=0)
+
+
+def test_the_secured_properties_use_kafka_4_4_names(tmp_path: Path) -> None:
+    from staticfleet.kafka.broker_security import jaas_quote, secured_properties
+
+    ports = {"PLAINTEXT": 1, "CONTROLLER": 2, "SASL_SSL": 3, "SSL": 4}
+    properties = secured_properties(
+        ports=ports,
+        keystore=tmp_path / "k.pem",
+        truststore=tmp_path / "ca.crt",
+        oidc_issuer="http://127.0.0.1:5",
+        oidc_audience="kafka",
+        plain_users={"admin": 'a"b'},
+        super_users=("ANONYMOUS", "admin"),
+    )
+    assert properties["advertised.listeners"] == (
+        "PLAINTEXT://127.0.0.1:1,SASL_SSL://127.0.0.1:3,SSL://127.0.0.1:4"
+    )
+    assert properties["listener.name.ssl.ssl.client.auth"] == "required"
+    assert properties["listener.name.sasl_ssl.sasl.enabled.mechanisms"] == (
+        "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER"
+    )
+    assert 'user_admin="a\\"b"' in properties["listener.name.sasl_ssl.plain.sasl.jaas.config"]
+    assert properties["sasl.oauthbearer.jwks.endpoint.url"] == "http://127.0.0.1:5/jwks"
+    assert properties["super.users"] == "User:ANONYMOUS;User:admin"
+    assert jaas_quote("a\\b") == '"a\\\\b"'
