@@ -17,9 +17,8 @@ import datetime
 import ipaddress
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -35,9 +34,8 @@ _BACKDATE = datetime.timedelta(minutes=5)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-@dataclass(frozen=True)
-class KeyPair:
-    """A PEM certificate and its PEM private key."""
+class KeyPair(NamedTuple):
+    """A PEM certificate and its PEM private key: `pair.cert`, `pair.key`, or `cert, key = pair`."""
 
     cert: Path
     key: Path
