@@ -63,6 +63,13 @@ def register(subparsers: Any) -> None:
         "started by the demo (kafka; members read real topics), or both one after the other "
         "with the figures side by side (default: %(default)s)",
     )
+    parser.add_argument(
+        "--kafka-listener",
+        choices=("PLAINTEXT", "SASL_SSL", "SSL"),
+        help="with --coordinator kafka/both: SASL_SSL (SCRAM-SHA-512) or SSL (client "
+        "certificates) start the secured broker and give the members a --kafka-config for "
+        "that listener (default: PLAINTEXT)",
+    )
     parser.set_defaults(handler=demo_command, extra="demo")
 
 
@@ -70,7 +77,7 @@ def settings_from(args: argparse.Namespace) -> DemoSettings:
     overrides: dict[str, object] = {"output_dir": args.output_dir}
     if getattr(args, "scenarios", None):
         overrides["scenarios"] = tuple(args.scenarios)
-    for name in ("members", "partitions", "session_timeout_ms"):
+    for name in ("members", "partitions", "session_timeout_ms", "kafka_listener"):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value

@@ -227,6 +227,8 @@ class Fleet:
     source_epoch_ms: int
     # kafka://host:port: the members read real topics there (else the synthetic source).
     source_url: str | None = None
+    # A Kafka client settings file for a secured listener (STATICFLEET_KAFKA_CONFIG).
+    kafka_config: Path | None = None
     processes: list[MemberProcess] = field(default_factory=list)
 
     def start(self, index: int, *, static: bool, protocol: str) -> MemberProcess:
@@ -266,6 +268,8 @@ class Fleet:
             environment[member_env.STANDBY_ID] = standby_id
         if self.source_url is not None:
             environment[member_env.SOURCE] = self.source_url
+        if self.kafka_config is not None:
+            environment[member_env.KAFKA_CONFIG] = str(self.kafka_config)
         popen = subprocess.Popen(
             _command(
                 "member",

@@ -4,20 +4,27 @@ wire protocol, and the topic the members read, created and filled by a producer.
 
 The admin calls go through `KafkaTransport` (the members' own Kafka layer), one event
 loop kept for the whole run so its connections are reused between the many describes.
+
+With `--kafka-listener SASL_SSL` or `SSL` the demo starts the secured test broker and the
+members and admin calls use that listener, as its `admin` user (SCRAM-SHA-512) or with
+admin's client certificate, through a settings file written next to the broker
+(docs/kafka.md, "Secured clusters"); topics are still created and filled on PLAINTEXT.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
 from coordinator.messages import LeaveGroupRequest, MemberIdentity, OffsetFetchRequest
 from staticfleet.demo.admin import AdminError
-from staticfleet.kafka.broker import BrokerError, KafkaBroker
+from staticfleet.kafka.broker import BrokerError, KafkaBroker, Listener
 
 T = TypeVar("T")
 Partition = tuple[str, int]
@@ -29,13 +36,22 @@ class KafkaCoordinator:
     members get its URL, scenario 5 kills it with SIGKILL and starts it again on the same
     log directory and ports."""
 
-    def __init__(self, workdir: Path) -> None:
-        self.broker = KafkaBroker(workdir)
+    def __init__(self, workdir: Path, listener: Listener = "PLAINTEXT") -> None:
+        self.broker = KafkaBroker(workdir, secured=listener != "PLAINTEXT")
+        self.listener: Listener = listener
         self.restarts = 0
+        # Written at start for a secured listener: the members' --kafka-config.
+        self.client_config: Path | None = None
+        self.client_settings = PLAINTEXT_SETTINGS
+
+    @property
+    def member_bootstrap(self) -> str:
+        """The listener the members and the admin calls use."""
+        return self.broker.listener_bootstrap(self.listener)
 
     @property
     def url(self) -> str:
-        return KAFKA_SCHEME + self.broker.bootstrap
+        return KAFKA_SCHEME + self.member_bootstrap
 
     @property
     def pid(self) -> int | None:
@@ -47,6 +63,12 @@ class KafkaCoordinator:
             self.broker.wait_ready(timeout_s)
         except BrokerError as error:
             raise RuntimeError(str(error)) from error
+        if self.listener != "PLAINTEXT" and self.client_config is None:
+            properties = self.broker.client_properties(self.listener)
+            self.client_settings = KafkaClientSettings.from_properties(properties)
+            self.client_config = write_client_config(
+                self.broker.workdir / "demo-client.properties", properties
+            )
 
     def kill(self) -> None:
         self.broker.kill()
@@ -54,6 +76,17 @@ class KafkaCoordinator:
 
     def stop(self) -> None:
         self.broker.stop()
+
+
+def write_client_config(path: Path, properties: dict[str, str]) -> Path:
+    """A .properties file only its owner reads (it holds a password or a key's path)."""
+    text = "".join(
+        f"{key}={value.replace(chr(92), chr(92) * 2)}\n" for key, value in properties.items()
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+    return path
 
 
 def fill_topic(bootstrap: str, topic: str, partitions: int, records_per_partition: int) -> int:
@@ -77,9 +110,11 @@ class KafkaAdmin:
     Same methods as `AdminClient`; failures raise `AdminError` so the scenarios' retries
     and settle loop treat a broker coming back like a coordinator coming back."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, settings: KafkaClientSettings = PLAINTEXT_SETTINGS) -> None:
         self._loop = asyncio.new_event_loop()
-        self._transport = KafkaTransport(bootstrap, client_id="staticfleet-demo-admin")
+        self._transport = KafkaTransport(
+            bootstrap, client_id="staticfleet-demo-admin", settings=settings
+        )
 
     def _run(self, call: Coroutine[Any, Any, T]) -> T:
         try:

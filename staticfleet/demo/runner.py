@@ -167,7 +167,7 @@ def _run_one(
     with tempfile.TemporaryDirectory(prefix="staticfleet-demo-") as scratch:
         coordinator: CoordinatorProcess | KafkaCoordinator
         if mode == "kafka":
-            coordinator = KafkaCoordinator(Path(scratch) / "kafka")
+            coordinator = KafkaCoordinator(Path(scratch) / "kafka", settings.kafka_listener)
         else:
             coordinator = CoordinatorProcess(
                 settings=settings,
@@ -203,7 +203,7 @@ def _run_one(
                         settings.partitions,
                         KAFKA_RECORDS_PER_PARTITION,
                     )
-                    admin = KafkaAdmin(broker.bootstrap)
+                    admin = KafkaAdmin(coordinator.member_bootstrap, coordinator.client_settings)
                     source_url = coordinator.url
                 else:
                     admin = AdminClient(coordinator.url, coordinator.admin_token)
@@ -217,6 +217,11 @@ def _run_one(
                     source_epoch_ms=now_ms(),
                     narrator=ProgressNarrator(progress, task),
                     source_url=source_url,
+                    kafka_config=(
+                        coordinator.client_config
+                        if isinstance(coordinator, KafkaCoordinator)
+                        else None
+                    ),
                 )
                 for plan, spec in zip(scenario_plans, scenario_specs, strict=True):
                     current = ScenarioRun(context, spec, static=plan.static, protocol=plan.protocol)

@@ -81,6 +81,7 @@ class DemoContext:
     source_epoch_ms: int
     narrator: Narrator
     source_url: str | None = None
+    kafka_config: Path | None = None
 
 
 class ScenarioRun:
@@ -100,6 +101,7 @@ class ScenarioRun:
             log_dir=context.log_root / spec.key,
             source_epoch_ms=context.source_epoch_ms,
             source_url=context.source_url,
+            kafka_config=context.kafka_config,
         )
 
     @property

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 DEFAULT_OUTPUT_DIR = Path("demo-output")
 
@@ -28,6 +29,9 @@ class DemoSettings:
     quick: bool = False
     # Scenario numbers to run ("7" runs 7a, 7b, 7c); empty: all of them.
     scenarios: tuple[str, ...] = ()
+    # --coordinator kafka: the listener members and the demo's admin calls use (SASL_SSL or
+    # SSL start the secured broker; docs/kafka.md, "Secured clusters").
+    kafka_listener: Literal["PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
 
     def __post_init__(self) -> None:
         if self.members < 3:
@@ -36,6 +40,8 @@ class DemoSettings:
             raise ValueError("--partitions must be at least --members")
         if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
             raise ValueError("the heartbeat interval must be below the session timeout")
+        if self.kafka_listener not in ("PLAINTEXT", "SASL_SSL", "SSL"):
+            raise ValueError("--kafka-listener must be PLAINTEXT, SASL_SSL or SSL")
 
     @classmethod
     def quick_run(cls, **overrides: object) -> DemoSettings:
