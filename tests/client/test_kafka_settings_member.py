@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ from coordinator.client.kafka_errors import (
 )
 from coordinator.client.member import MemberAccessDenied
 from coordinator.client.transport import TransportError
+from staticfleet.commands.member_cmd import EXIT_USAGE
 
 from .helpers import FaultyTransport, member_config, wait_until
 
@@ -69,3 +73,41 @@ async def test_a_refused_heartbeat_is_fatal_and_the_partitions_are_lost(
     assert member.error.access.reason == "KafkaAuthenticationFailed"
     assert lost
     await member.close()
+
+
+def member_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "staticfleet.cli", "member", "run", "--group-id", "g", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_member_run_refuses_a_bad_kafka_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=u\n")
+    done = member_run(
+        "--coordinator", "kafka://127.0.0.1:1", "--topics", "t", "--kafka-config", str(bad)
+    )
+    assert done.returncode == EXIT_USAGE
+    assert "sasl.password is missing" in done.stderr and str(bad) in done.stderr
+
+    missing_key = tmp_path / "tls.properties"
+    missing_key.write_text(
+        "security.protocol=SSL\n"
+        f"ssl.certificate.location={tmp_path / 'no.crt'}\n"
+        f"ssl.key.location={tmp_path / 'no.key'}\n"
+    )
+    done = member_run(
+        "--coordinator", "kafka://127.0.0.1:1", "--topics", "t", "--kafka-config", str(missing_key)
+    )
+    assert done.returncode == EXIT_USAGE and "no such file" in done.stderr
+
+    good = tmp_path / "good.properties"
+    good.write_text("security.protocol=PLAINTEXT\n")
+    done = member_run(
+        "--coordinator", "http://127.0.0.1:1", "--topics", "t", "--kafka-config", str(good)
+    )
+    assert done.returncode == EXIT_USAGE and "neither" in done.stderr
