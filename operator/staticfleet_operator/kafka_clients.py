@@ -151,11 +151,13 @@ def _pem_files(settings: KafkaClientSettings) -> dict[str, str]:
     return files
 
 
-def _path(name: str) -> str:
-    return f"{CLIENT_CONFIG_DIR}/{name}"
+def _path(name: str, directory: str = CLIENT_CONFIG_DIR) -> str:
+    return f"{directory}/{name}"
 
 
-def librdkafka_properties(settings: KafkaClientSettings) -> dict[str, str]:
+def librdkafka_properties(
+    settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
+) -> dict[str, str]:
     """librdkafka's names (and our member's: the same), PEMs as mounted files."""
     props = settings.to_properties()
     for inline, location, name in (
@@ -164,11 +166,13 @@ def librdkafka_properties(settings: KafkaClientSettings) -> dict[str, str]:
         ("ssl.key.pem", "ssl.key.location", KEY_FILE),
     ):
         if props.pop(inline, None) is not None:
-            props[location] = _path(name)
+            props[location] = _path(name, directory)
     return props
 
 
-def java_properties(settings: KafkaClientSettings) -> dict[str, str]:
+def java_properties(
+    settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
+) -> dict[str, str]:
     """Java's client properties: sasl.jaas.config, PEM trust and key stores."""
     props = {"security.protocol": settings.security_protocol.value}
     mechanism = settings.sasl_mechanism
@@ -193,10 +197,10 @@ def java_properties(settings: KafkaClientSettings) -> dict[str, str]:
     if settings.security_protocol.uses_tls:
         if settings.ssl_ca_pem:
             props["ssl.truststore.type"] = "PEM"
-            props["ssl.truststore.location"] = _path(CA_FILE)
+            props["ssl.truststore.location"] = _path(CA_FILE, directory)
         if settings.ssl_certificate_pem:
             props["ssl.keystore.type"] = "PEM"
-            props["ssl.keystore.location"] = _path(KEYSTORE_FILE)
+            props["ssl.keystore.location"] = _path(KEYSTORE_FILE, directory)
         # Java spells "no hostname check" as an empty algorithm.
         props["ssl.endpoint.identification.algorithm"] = (
             "https" if settings.ssl_endpoint_identification else ""
@@ -204,7 +208,9 @@ def java_properties(settings: KafkaClientSettings) -> dict[str, str]:
     return props
 
 
-def kafka_python_config(settings: KafkaClientSettings) -> dict[str, Any]:
+def kafka_python_config(
+    settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
+) -> dict[str, Any]:
     """kafka-python's KafkaConsumer keyword arguments. OAUTHBEARER needs a token provider
     object, which JSON cannot hold: its settings go under `sasl_oauth_token_provider` for the
     pod program to build one (kafka-python's AbstractTokenProvider)."""
@@ -225,24 +231,28 @@ def kafka_python_config(settings: KafkaClientSettings) -> dict[str, Any]:
     if settings.security_protocol.uses_tls:
         config["ssl_check_hostname"] = settings.ssl_endpoint_identification
         if settings.ssl_ca_pem:
-            config["ssl_cafile"] = _path(CA_FILE)
+            config["ssl_cafile"] = _path(CA_FILE, directory)
         if settings.ssl_certificate_pem:
-            config["ssl_certfile"] = _path(CERTIFICATE_FILE)
-            config["ssl_keyfile"] = _path(KEY_FILE)
+            config["ssl_certfile"] = _path(CERTIFICATE_FILE, directory)
+            config["ssl_keyfile"] = _path(KEY_FILE, directory)
     return config
 
 
-def client_config_files(family: ClientFamily, settings: KafkaClientSettings) -> dict[str, str]:
-    """The files of a group's client configuration Secret (name -> text) for `family`."""
+def client_config_files(
+    family: ClientFamily, settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
+) -> dict[str, str]:
+    """The files of a group's client configuration Secret (name -> text) for `family`, the
+    configuration naming the others in `directory` (where the pod mounts them)."""
     files = _pem_files(settings)
     if family is ClientFamily.KAFKA_PYTHON:
-        files[JSON_FILE] = json.dumps(kafka_python_config(settings), indent=2, sort_keys=True)
+        config = kafka_python_config(settings, directory)
+        files[JSON_FILE] = json.dumps(config, indent=2, sort_keys=True)
     elif family is ClientFamily.JAVA:
-        files[PROPERTIES_FILE] = properties_text(java_properties(settings))
+        files[PROPERTIES_FILE] = properties_text(java_properties(settings, directory))
         if CERTIFICATE_FILE in files:
             files[KEYSTORE_FILE] = pkcs8(files[KEY_FILE]) + files[CERTIFICATE_FILE]
     else:
-        files[PROPERTIES_FILE] = properties_text(librdkafka_properties(settings))
+        files[PROPERTIES_FILE] = properties_text(librdkafka_properties(settings, directory))
     return files
 
 

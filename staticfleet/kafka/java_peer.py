@@ -41,6 +41,7 @@ class JavaPeer:
         session_timeout_ms: int = 10_000,
         heartbeat_interval_ms: int = 500,
         commit_interval_ms: int = 500,
+        client_config: Path | None = None,
     ) -> None:
         self.event_log = Path(event_log)
         self.stderr_path = self.event_log.with_suffix(".err")
@@ -64,6 +65,9 @@ class JavaPeer:
         ]
         if instance_id:
             self.arguments += ["--instance-id", instance_id]
+        if client_config is not None:
+            # Java client properties (TLS, SASL) merged into the consumer's configuration.
+            self.arguments += ["--client-config", str(client_config)]
         self._process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:

@@ -3,9 +3,11 @@
 A stock Java consumer in a Kafka-coordinated ConsumerGroup is configured by the env the
 operator injects (`spec.coordinator.env`, defaults below): bootstrap servers, group id,
 group.instance.id, topics and the assignment strategy of the current rollout phase (class
-names). This launcher reads them and replaces itself with the Java process (`exec`), so
-the pod's SIGTERM reaches the consumer, which closes as a static member (no LeaveGroup).
-Its event log goes to `--events-dir` (default: the working directory), one file per start.
+names), and on a secured cluster the path of the mounted client properties (TLS, SASL:
+`KAFKA_CLIENT_CONFIG`, docs/operator.md "Secured clusters"), which the peer merges in. This
+launcher reads them and replaces itself with the Java process (`exec`), so the pod's SIGTERM
+reaches the consumer, which closes as a static member (no LeaveGroup). Its event log goes to
+`--events-dir` (default: the working directory), one file per start.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bootstrap-env", default="KAFKA_BOOTSTRAP_SERVERS")
     parser.add_argument("--strategy-env", default="KAFKA_PARTITION_ASSIGNMENT_STRATEGY")
     parser.add_argument("--topics-env", default="KAFKA_TOPICS")
+    parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     args = parser.parse_args(argv)
     env = os.environ
@@ -39,6 +42,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         instance_id=env.get(args.instance_id_env) or None,
         strategies=env[args.strategy_env].split(","),
         session_timeout_ms=args.session_timeout_ms,
+        client_config=Path(config) if (config := env.get(args.client_config_env)) else None,
     )
     ensure_built()
     events.parent.mkdir(parents=True, exist_ok=True)

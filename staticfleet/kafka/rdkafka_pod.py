@@ -4,10 +4,12 @@ A stock librdkafka client (confluent-kafka's `Consumer`) in a Kafka-coordinated
 ConsumerGroup with `clientFamily: librdkafka`, configured by the env the operator injects
 (`spec.coordinator.env`, defaults below): bootstrap servers, group id, group.instance.id,
 topics and `partition.assignment.strategy` (`range` or `cooperative-sticky`: librdkafka
-refuses a list mixing eager and cooperative assignors). It polls until SIGTERM, then closes
-(a static member sends no LeaveGroup), and prints one JSON event per line in the shape of
-`staticfleet member run`'s (`started`, `assigned`, `revoked`, `lost`, `stopped`, with
-`ts_ms` and `partitions`), so `staticfleet.demo.ownership` reads its log.
+refuses a list mixing eager and cooperative assignors); on a secured cluster, the mounted
+client configuration file `KAFKA_CLIENT_CONFIG` names (librdkafka's property names). It
+polls until SIGTERM, then closes (a static member sends no LeaveGroup), and prints one JSON
+event per line in the shape of `staticfleet member run`'s (`started`, `assigned`, `revoked`,
+`lost`, `stopped`, with `ts_ms` and `partitions`), so `staticfleet.demo.ownership` reads its
+log.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from jproperties import Properties  # type: ignore[import-untyped]
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -34,6 +37,15 @@ def _partitions(partitions: Sequence[TopicPartition]) -> list[list[Any]]:
     return sorted([tp.topic, tp.partition] for tp in partitions)
 
 
+def read_properties(path: str) -> dict[str, str]:
+    """The mounted client configuration (librdkafka names: security.protocol, sasl.*,
+    ssl.*), as confluent-kafka takes it."""
+    parsed = Properties()
+    with open(path, "rb") as file:
+        parsed.load(file, "utf-8")
+    return {key: value.data for key, value in parsed.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--instance-id-env", default="KAFKA_GROUP_INSTANCE_ID")
@@ -41,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--bootstrap-env", default="KAFKA_BOOTSTRAP_SERVERS")
     parser.add_argument("--strategy-env", default="KAFKA_PARTITION_ASSIGNMENT_STRATEGY")
     parser.add_argument("--topics-env", default="KAFKA_TOPICS")
+    parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
     parser.add_argument("--session-timeout-ms", type=int, default=30_000)
     args = parser.parse_args(argv)
     env = os.environ
@@ -58,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     if instance_id:
         config["group.instance.id"] = instance_id
+    client_config = env.get(args.client_config_env)
+    if client_config:
+        config.update(read_properties(client_config))
     consumer = Consumer(config)
     stopping = False
 

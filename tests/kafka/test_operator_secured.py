@@ -256,7 +256,7 @@ def test_each_refusal_is_its_own_error(
         # DESCRIBE on the group instead of READ: describe works, LeaveGroup is refused.
         ("READ GROUP", "LeaveGroup"),
         # Nothing on the group: its coordinator cannot be found.
-        ("GROUP", None),
+        ("GROUP", "FindCoordinator"),
     ],
 )
 def test_least_privilege(

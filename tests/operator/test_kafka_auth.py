@@ -538,3 +538,19 @@ def test_client_config_secret_is_owned_by_the_group() -> None:
     assert manifest["metadata"]["name"] == "orders-kafka-client"
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert base64.b64decode(manifest["data"]["a"]) == b"b"
+
+
+def test_secured_example_is_a_valid_consumer_group(spec_schema: Json) -> None:
+    import yaml
+
+    from tests.operator.test_crd import ROOT
+
+    documents = list(yaml.safe_load_all((ROOT / "examples" / "secured-group.yaml").read_text()))
+    [group] = [d for d in documents if d["kind"] == "ConsumerGroup"]
+    assert schema_errors(spec_schema, group["spec"]) == []
+    assert validate_spec(group["spec"]) == []
+    kafka = parse_spec(group["spec"]).coordinator.kafka
+    secrets = {d["metadata"]["name"]: d["stringData"] for d in documents if d["kind"] == "Secret"}
+    s = client_settings(kafka, secrets, PLAINTEXT_SETTINGS)
+    assert s.security_protocol is SecurityProtocol.SASL_SSL
+    assert s.sasl_mechanism is SaslMechanism.SCRAM_SHA_512

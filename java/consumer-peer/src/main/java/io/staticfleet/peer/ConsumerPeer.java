@@ -1,7 +1,9 @@
 package io.staticfleet.peer;
 
+import java.io.FileInputStream;
 import java.io.FileOutputStream;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -37,7 +39,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * <p>Arguments: --bootstrap HOST:PORT --group-id ID --topics A,B [--instance-id ID]
  * [--strategies range,cooperative-sticky] [--session-timeout-ms N] [--heartbeat-interval-ms
- * N] [--commit-interval-ms N] [--events PATH] (default: stdout).
+ * N] [--commit-interval-ms N] [--events PATH] (default: stdout) [--client-config PATH] (a
+ * properties file merged into the consumer's configuration; default: $KAFKA_CLIENT_CONFIG).
  */
 public final class ConsumerPeer {
   private static final Map<String, String> ASSIGNORS =
@@ -77,7 +80,36 @@ public final class ConsumerPeer {
     properties.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
     properties.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
     properties.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+    properties.putAll(clientConfig(options));
     this.consumer = new KafkaConsumer<>(properties);
+  }
+
+  /**
+   * The client configuration file (security.protocol, sasl.jaas.config, PEM stores: what the
+   * staticfleet operator mounts for clientFamily java): --client-config, else the file the
+   * KAFKA_CLIENT_CONFIG env variable names; none: nothing added.
+   */
+  private static Properties clientConfig(Map<String, String> options) {
+    String path = options.get("client-config");
+    if (path == null || path.isEmpty()) {
+      path = System.getenv("KAFKA_CLIENT_CONFIG");
+    }
+    Properties loaded = new Properties();
+    if (path == null || path.isEmpty()) {
+      return loaded;
+    }
+    try (FileInputStream in = new FileInputStream(path)) {
+      loaded.load(new InputStreamReader(in, StandardCharsets.UTF_8));
+    } catch (IOException error) {
+      throw new IllegalArgumentException("cannot read the client configuration " + path + ": " + error.getMessage(), error);
+    }
+    // Kafka 4 only fetches tokens from endpoints the JVM allows (CVE-2025-27817).
+    String endpoint = loaded.getProperty("sasl.oauthbearer.token.endpoint.url");
+    String allowed = "org.apache.kafka.sasl.oauthbearer.allowed.urls";
+    if (endpoint != null && System.getProperty(allowed) == null) {
+      System.setProperty(allowed, endpoint);
+    }
+    return loaded;
   }
 
   private String required(String name) {
