@@ -14,6 +14,7 @@ never in `repr`/`str`; `redacted()` is what logs show. Only `to_properties` and
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from enum import StrEnum
@@ -22,6 +23,8 @@ from typing import Any, Final
 
 from jproperties import Properties  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+
+logger = logging.getLogger(__name__)
 
 
 class SecurityProtocol(StrEnum):
@@ -498,3 +501,33 @@ def jaas_quote(value: str) -> str:
 
 
 PLAINTEXT_SETTINGS: Final = KafkaClientSettings()
+
+
+class KafkaSettingsFile:
+    """A settings file read again when it changes (a password or certificate rotated in a
+    mounted Secret): `current()` is what the next connection uses. A file that became
+    unreadable or invalid keeps the last good settings, with a warning; the first read must
+    succeed (`KafkaSettingsError`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp = self._stat()
+        self._settings = KafkaClientSettings.from_file(self.path)
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            stat = self.path.stat()  # follows the symlinks a Secret volume swaps
+        except OSError:
+            return None
+        return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+    def current(self) -> KafkaClientSettings:
+        stamp = self._stat()
+        if stamp is not None and stamp != self._stamp:
+            self._stamp = stamp
+            try:
+                self._settings = KafkaClientSettings.from_file(self.path)
+                logger.info("Kafka client settings reloaded from %s", self.path)
+            except KafkaSettingsError as error:
+                logger.warning("%s; keeping the settings read before", error)
+        return self._settings

@@ -11,8 +11,9 @@ request per connection at a time and JoinGroup/SyncGroup long-poll for up to a r
 timeout: JoinGroup and SyncGroup go on one, Heartbeat, LeaveGroup and the offset requests on
 the other, so heartbeats keep the session alive while a join is parked.
 
-Security: `settings` (a `KafkaClientSettings`) puts TLS and SASL on every connection
-(kafka_connection.py); one OAuth token provider serves all of them. A refusal is a
+Security: `settings` (a `KafkaClientSettings`, or a `KafkaSettingsFile` read again for each
+new connection, so a rotated password or certificate is used) puts TLS and SASL on every
+connection (kafka_connection.py); one OAuth token provider serves all of them. A refusal is a
 `KafkaAccessError` (kafka_errors.py), raised, never retried here: a failed TLS handshake or
 SASL authentication, and an answer saying GROUP/TOPIC/CLUSTER_AUTHORIZATION_FAILED (as
 `KafkaAuthorizationFailed` naming the request, the resource type and its name).
@@ -57,7 +58,11 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
 from coordinator.client.kafka_errors import TOPIC_AUTHORIZATION_FAILED, authorization_failed
 from coordinator.client.kafka_security import token_source
-from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
+from coordinator.client.kafka_settings import (
+    PLAINTEXT_SETTINGS,
+    KafkaClientSettings,
+    KafkaSettingsFile,
+)
 from coordinator.client.transport import TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
@@ -140,14 +145,16 @@ class KafkaTransport:
         *,
         client_id: str = "staticfleet",
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
-        settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+        settings: KafkaClientSettings | KafkaSettingsFile = PLAINTEXT_SETTINGS,
     ) -> None:
         self._bootstrap = (
             parse_bootstrap(bootstrap) if isinstance(bootstrap, str) else list(bootstrap)
         )
         self._client_id = client_id
-        self._settings = settings
-        self._token_provider = token_source(settings)
+        # A KafkaSettingsFile is read again for each new connection (rotated credentials).
+        self._settings_source = settings
+        self._settings = settings.current() if isinstance(settings, KafkaSettingsFile) else settings
+        self._token_provider = token_source(self._settings)
         self._timeout_s = request_timeout_ms / 1000
         self._long_poll_s = self._timeout_s
         self._metadata_connection: KafkaConnection | None = None
@@ -426,6 +433,11 @@ class KafkaTransport:
     # ------------------------------------------------------------------ plumbing
 
     def _new_connection(self, address: BrokerAddress) -> KafkaConnection:
+        if isinstance(self._settings_source, KafkaSettingsFile):
+            settings = self._settings_source.current()
+            if settings != self._settings:
+                self._settings = settings
+                self._token_provider = token_source(settings)
         return KafkaConnection(
             address,
             self._client_id,

@@ -31,7 +31,11 @@ from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
 from coordinator.client.http import HttpTransport
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.kafka_security import tls_context
-from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
+from coordinator.client.kafka_settings import (
+    PLAINTEXT_SETTINGS,
+    KafkaClientSettings,
+    KafkaSettingsFile,
+)
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.listener import Partitions
 from coordinator.client.member import GroupMember, MemberAccessDenied
@@ -211,6 +215,7 @@ class Settings:
         max_poll_records: int = 2000,
         standby_id: str | None = None,
         kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+        kafka_settings_file: KafkaSettingsFile | None = None,
     ) -> None:
         self.url = url
         self.token = token
@@ -225,8 +230,10 @@ class Settings:
         self.max_poll_records = max_poll_records
         # Set: wait as a hot standby first (config.group_instance_id is None until promoted).
         self.standby_id = standby_id
-        # How kafka:// connections (coordinator and source) reach the cluster.
+        # How kafka:// connections (coordinator and source) reach the cluster; the file, when
+        # given, is read again for each new coordinator connection (rotated credentials).
         self.kafka_settings = kafka_settings
+        self.kafka_settings_file = kafka_settings_file
 
 
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -299,6 +306,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
 
         kafka_bootstrap = bootstrap_of(source_url)
     kafka_settings = PLAINTEXT_SETTINGS
+    kafka_settings_file: KafkaSettingsFile | None = None
     kafka_config = pick(getattr(args, "kafka_config", None), env.KAFKA_CONFIG)
     if kafka_config is not None:
         if kafka_bootstrap is None and not url.startswith("kafka://"):
@@ -306,7 +314,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
                 f"--kafka-config/{env.KAFKA_CONFIG} is for kafka:// connections, but neither "
                 "the coordinator nor the source is kafka://"
             )
-        kafka_settings = KafkaClientSettings.from_file(kafka_config)
+        kafka_settings_file = KafkaSettingsFile(kafka_config)
+        kafka_settings = kafka_settings_file.current()
         # Read the certificates now: a missing or unreadable file is a usage error at start,
         # not a failure at the first connection.
         tls_context(kafka_settings)
@@ -328,6 +337,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str]) -> Setti
         max_poll_records=args.max_poll_records,
         standby_id=standby_id,
         kafka_settings=kafka_settings,
+        kafka_settings_file=kafka_settings_file,
     )
 
 
@@ -475,7 +485,7 @@ def open_transport(
     url: str,
     token: str | None,
     client_id: str,
-    kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+    kafka_settings: KafkaClientSettings | KafkaSettingsFile = PLAINTEXT_SETTINGS,
 ) -> Transport:
     """Our coordinator over HTTP, or a Kafka cluster's group coordinator for kafka:// URLs
     (the group and its offsets then live on the cluster)."""
@@ -497,7 +507,10 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     transport = open_transport(
-        settings.url, settings.token, config.client_id, settings.kafka_settings
+        settings.url,
+        settings.token,
+        config.client_id,
+        settings.kafka_settings_file or settings.kafka_settings,
     )
     reader: PartitionReader
     if settings.kafka_bootstrap is not None:

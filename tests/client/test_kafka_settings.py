@@ -19,6 +19,7 @@ from coordinator.client.kafka_settings import (
     REDACTED,
     KafkaClientSettings,
     KafkaSettingsError,
+    KafkaSettingsFile,
     SaslMechanism,
     SecurityProtocol,
     jaas_quote,
@@ -370,3 +371,22 @@ def test_round_trip(s: KafkaClientSettings) -> None:
 def test_jaas_quote_round_trips(value: str) -> None:
     _module, options = parse_jaas_config(f"{PLAIN} required password={jaas_quote(value)};")
     assert options == {"password": value}
+
+
+def test_a_settings_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "kafka.properties"
+    path.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=a\n"
+        + "sasl.password=one\n"
+    )
+    source = KafkaSettingsFile(path)
+    assert source.current().sasl_password == SecretStr("one")
+    path.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=a\n"
+        + "sasl.password=two!\n"
+    )
+    assert source.current().sasl_password == SecretStr("two!")
+    path.write_text("security.protocol=SASL_SSL\n")  # broken mid-rotation: keep the last good
+    assert source.current().sasl_password == SecretStr("two!")
+    path.unlink()
+    assert source.current().sasl_password == SecretStr("two!")

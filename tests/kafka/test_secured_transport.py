@@ -24,7 +24,7 @@ from coordinator.client.kafka_errors import (
     KafkaTLSHostnameMismatch,
     KafkaTLSVerificationFailed,
 )
-from coordinator.client.kafka_settings import KafkaClientSettings
+from coordinator.client.kafka_settings import KafkaClientSettings, KafkaSettingsFile
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
 from coordinator.errors import ErrorCode
@@ -235,3 +235,28 @@ async def test_an_expired_server_certificate(
     error = await refusal(f"127.0.0.1:{port}", settings)
     assert isinstance(error, KafkaTLSVerificationFailed), error
     assert "expired" in str(error)
+
+
+async def test_a_rotated_password_is_used_by_the_next_connection(
+    kafka_broker: KafkaBroker, secured_user: SecuredUser, tmp_path: Path
+) -> None:
+    grant_group(kafka_broker, secured_user.principal, "g-rotation")
+
+    def write(password: str) -> None:
+        props = kafka_broker.client_properties("SASL_SSL", secured_user.name, password=password)
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), encoding="utf-8")
+
+    path = tmp_path / "kafka.properties"
+    write(secured_user.password)
+    transport = KafkaTransport(
+        f"kafka://{kafka_broker.sasl_ssl_bootstrap}", settings=KafkaSettingsFile(path)
+    )
+    try:
+        await transport.wait_for_coordinator("g-rotation")
+        kafka_broker.set_password(secured_user.name, "rotated-" + secured_user.password)
+        write("rotated-" + secured_user.password)
+        await transport.close()  # the next request opens new connections
+        described = await transport.describe_group("g-rotation")
+        assert described.error_code is ErrorCode.NONE
+    finally:
+        await transport.close()
