@@ -260,3 +260,46 @@ async def test_a_rotated_password_is_used_by_the_next_connection(
         assert described.error_code is ErrorCode.NONE
     finally:
         await transport.close()
+
+
+async def test_every_mechanism_and_spelling_gets_in(
+    kafka_broker: KafkaBroker, ssl_client: SslClient, tmp_path: Path
+) -> None:
+    """PLAIN, OAUTHBEARER, Java's sasl.jaas.config from a file, inline PEM, an encrypted key."""
+    group = "g-every-way"
+    for principal in ("User:alice", "User:oauth-client", ssl_client.principal):
+        grant_group(kafka_broker, principal, group)
+    plain = kafka_broker.client_properties("SASL_SSL", "alice", "PLAIN")
+    oauth = kafka_broker.client_properties("SASL_SSL", mechanism="OAUTHBEARER")
+    jaas_file = tmp_path / "jaas.properties"
+    jaas_file.write_text(
+        "security.protocol=SASL_SSL\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n"
+        '    username="alice" password="alice-secret";\n'
+        f"ssl.ca.location={kafka_broker.pki.ca_path}\n",
+        encoding="utf-8",
+    )
+    pair = kafka_broker.pki.client_certificate(ssl_client.name)
+    inline = {
+        "security.protocol": "SSL",
+        "ssl.ca.pem": kafka_broker.pki.ca_path.read_text(),
+        "ssl.certificate.pem": pair.cert.read_text(),
+        "ssl.key.pem": pair.key.read_text(),
+    }
+    encrypted = kafka_broker.pki.client_certificate(ssl_client.name, key_password="key-secret")
+    with_password = {
+        **kafka_broker.client_properties("SSL", ssl_client.name),
+        "ssl.certificate.location": str(encrypted.cert),
+        "ssl.key.location": str(encrypted.key),
+        "ssl.key.password": "key-secret",
+    }
+    cases = [
+        (kafka_broker.sasl_ssl_bootstrap, settings_of(plain)),
+        (kafka_broker.sasl_ssl_bootstrap, settings_of(oauth)),
+        (kafka_broker.sasl_ssl_bootstrap, KafkaClientSettings.from_file(jaas_file)),
+        (kafka_broker.ssl_bootstrap, settings_of(inline)),
+        (kafka_broker.ssl_bootstrap, settings_of(with_password)),
+    ]
+    for bootstrap, settings in cases:
+        assert await describe(bootstrap, settings, group) is ErrorCode.NONE, settings.describe()
