@@ -554,3 +554,27 @@ def test_secured_example_is_a_valid_consumer_group(spec_schema: Json) -> None:
     s = client_settings(kafka, secrets, PLAINTEXT_SETTINGS)
     assert s.security_protocol is SecurityProtocol.SASL_SSL
     assert s.sasl_mechanism is SaslMechanism.SCRAM_SHA_512
+
+
+def test_operator_run_kafka_config(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`operator run --kafka-config FILE`: the default settings for groups without
+    spec.coordinator.kafka; a bad file is refused naming the file and the property."""
+    from staticfleet.cli import build_parser, main
+    from staticfleet.commands.operator_cmd import options_from_args
+
+    good = tmp_path / "operator.properties"
+    good.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.username=operator\nsasl.password=s3cret\n"
+    )
+    args = build_parser().parse_args(["operator", "run", "--kafka-config", str(good)])
+    options = options_from_args(args)
+    assert options.kafka_settings.sasl_username == "operator"
+    default = build_parser().parse_args(["operator", "run"])
+    assert options_from_args(default).kafka_settings == PLAINTEXT_SETTINGS
+
+    bad = tmp_path / "bad.properties"
+    bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n")
+    assert main(["operator", "run", "--kafka-config", str(bad)]) == 2
+    error = capsys.readouterr().err
+    assert "bad.properties" in error and "sasl.username" in error
