@@ -335,6 +335,28 @@ def test_existing_secret_issuer_and_extra_args(helm: Path) -> None:
     assert cert["spec"]["issuerRef"] == {"name": "corp-ca", "kind": "ClusterIssuer"}
 
 
+@slow
+@builds_helm
+def test_kafka_config_secret_is_mounted_and_passed(helm: Path) -> None:
+    text = render(helm, "--set", "kafkaConfig.secretName=operator-kafka")
+    assert check_manifests(text, "none").returncode == 0
+    docs = documents(text)
+    assert "--kafka-config=/etc/staticfleet/operator-kafka/client.properties" in deployment_args(
+        docs
+    )
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "kafka-config", "secret": {"secretName": "operator-kafka"}} in pod["volumes"]
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {
+        "name": "kafka-config",
+        "mountPath": "/etc/staticfleet/operator-kafka",
+        "readOnly": True,
+    } in mounts
+    # Without it: no flag, no volume.
+    assert not [a for a in deployment_args(documents(render(helm))) if "kafka-config" in a]
+
+
 # --- no helm needed ------------------------------------------------------------------------
 
 
