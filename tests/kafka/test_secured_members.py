@@ -143,11 +143,23 @@ def listener_settings(
             "SASL_SSL", user.name, "SCRAM-SHA-512", password=user.password
         )
         return broker.sasl_ssl_bootstrap, props, user.principal
+    if listener == "SASL_SSL-OAUTHBEARER":  # the broker's own OIDC client
+        props = broker.client_properties("SASL_SSL", mechanism="OAUTHBEARER")
+        return broker.sasl_ssl_bootstrap, props, f"User:{props['sasl.oauthbearer.client.id']}"
     return broker.ssl_bootstrap, broker.client_properties("SSL", client.name), client.principal
 
 
-@pytest.mark.parametrize("protocol", ["eager", "cooperative"])
-@pytest.mark.parametrize("listener", ["SASL_SSL", "SSL"])
+@pytest.mark.parametrize(
+    ("listener", "protocol"),
+    [
+        ("SASL_SSL", "eager"),
+        ("SASL_SSL", "cooperative"),
+        ("SSL", "eager"),
+        ("SSL", "cooperative"),
+        # librdkafka's own OIDC client for the source, ours for the coordinator.
+        ("SASL_SSL-OAUTHBEARER", "cooperative"),
+    ],
+)
 def test_members_on_a_secured_listener(
     kafka_broker: KafkaBroker,
     kafka_topic: Callable[[int], str],
