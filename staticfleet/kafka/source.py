@@ -87,7 +87,10 @@ class _AccessErrors:
 
     def __call__(self, error: KafkaError) -> None:
         access = access_error(error, self.where)
-        if access is not None and self.first is None:
+        if access is None:
+            # With an error_cb, librdkafka hands its errors here instead of to consume().
+            logger.warning("kafka source: %s", error)
+        elif self.first is None:
             self.first = access
 
     def raise_first(self) -> None:
