@@ -517,7 +517,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         from staticfleet.kafka.source import KafkaReader
 
         reader = KafkaReader(
-            settings.kafka_bootstrap, client_id=config.client_id, security=settings.kafka_settings
+            settings.kafka_bootstrap, client_id=config.client_id, settings=settings.kafka_settings
         )
         # The leader assigns what the cluster has, as a Kafka consumer does.
         transport = ClusterTopicMetadata(

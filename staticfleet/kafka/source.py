@@ -154,8 +154,8 @@ class KafkaReader:
         bootstrap: str,
         *,
         client_id: str,
-        settings: Mapping[str, Any] | None = None,
-        security: KafkaClientSettings = PLAINTEXT_SETTINGS,
+        settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+        extra_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self._errors = _AccessErrors(bootstrap)
@@ -164,7 +164,7 @@ class KafkaReader:
                 "bootstrap.servers": bootstrap,
                 "client.id": client_id,
                 "error_cb": self._errors,
-                **security.librdkafka_config(),
+                **settings.librdkafka_config(),
                 # librdkafka wants a group id even for manual assignment; this one never joins
                 # (no subscribe) and never commits, so it touches no group on the cluster.
                 "group.id": f"staticfleet-reader-{client_id}",
@@ -172,7 +172,7 @@ class KafkaReader:
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
                 "enable.partition.eof": False,
-                **(settings or {}),
+                **(extra_config or {}),
             }
         )
         self._assigned: set[TopicPartition] = set()
