@@ -143,13 +143,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
-    """A KRaft broker for the Kafka-coordinated scenarios (8a-8c), on loopback, where the
-    operator and the member processes reach it; a fresh log directory every session."""
+    """The secured KRaft broker for the Kafka-coordinated scenarios (8a-8c), on loopback,
+    where the operator and the member processes reach it on its SASL_SSL and SSL listeners
+    (PLAINTEXT is the tests' own view); a fresh log directory every session."""
     ensure_built()  # the Java peer, once, before six pods would each check the build
     workdir = BUILD / "e2e" / "kafka-broker"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    broker = KafkaBroker(workdir)
+    broker = KafkaBroker(workdir, secured=True)
     broker.start()
     try:
         broker.wait_ready(timeout=120)

@@ -1,26 +1,127 @@
 """Kafka-coordinated fleets for scenarios 8a-8c: ConsumerGroups with `spec.coordinator.type:
-kafka` on the broker the session starts (`kafka_broker` in conftest.py), the broker's own
-describe, and the scenario every client family goes through."""
+kafka` on the secured broker the session starts (`kafka_broker` in conftest.py), each group
+with its own principal (a SCRAM user over TLS, or a client certificate on the mutual-TLS
+listener) granted exactly the ACLs docs/kafka.md lists, the broker's own describe, and the
+scenario every client family goes through.
+
+The operator and the members reach the broker only on the secured listener the group's
+`bootstrapServers` names (`spec.coordinator.kafka`, docs/operator.md "Secured clusters");
+`describe` is the test's own witness and stays on PLAINTEXT, whose principal (ANONYMOUS) is
+a super user."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
 from e2e.cluster import Cluster
 from e2e.fleet import Record, wait_for
-from e2e.groups import group_status, patch_spec
+from e2e.groups import apply, group_status, patch_spec
 from staticfleet.demo.ownership import MemberLog, all_holdings, ownership_overlaps
+from staticfleet.kafka.broker import Acl, KafkaBroker
 
 PARTITIONS = 12
 STRATEGY_ENV = "KAFKA_PARTITION_ASSIGNMENT_STRATEGY"
 
 LogReader = Callable[[], list[MemberLog]]
+Security = Literal["scram", "mtls"]
+CA_SECRET = "kafka-cluster-ca-cert"  # as Strimzi names it: <cluster>-cluster-ca-cert
+
+
+@dataclass(frozen=True)
+class SecuredAccess:
+    """How a group reaches the secured broker: the listener, `spec.coordinator.kafka`, and
+    what the results record (listener/mechanism)."""
+
+    bootstrap: str
+    kafka: dict[str, Any]
+    security: str
+    principal: str
+
+
+def group_acls(principal: str, group: str, topics: list[str]) -> list[Acl]:
+    """Exactly docs/kafka.md's ACLs for the operator and the members, which share the group's
+    principal: READ on the group (members: join, sync, heartbeat, commit; the operator:
+    describe and LeaveGroup) and READ on each topic (members fetch; the operator's
+    Metadata needs DESCRIBE, which READ implies). No cluster ACL."""
+    return [Acl(principal, "READ", "GROUP", group)] + [
+        Acl(principal, "READ", "TOPIC", topic) for topic in topics
+    ]
+
+
+def secure_group(
+    cluster: Cluster,
+    ns: str,
+    broker: KafkaBroker,
+    group: str,
+    security: Security,
+    topics: list[str] | None = None,
+) -> SecuredAccess:
+    """A principal of the group's own on `broker` (a SCRAM-SHA-512 user with a random
+    password, or a client certificate with CN=<ns>.<group>), its ACLs, and the Secrets in
+    `ns` that `spec.coordinator.kafka` names (Strimzi's shapes: the KafkaUser's Secret, the
+    cluster CA's Secret)."""
+    topics = topics if topics is not None else [group]
+    ca = broker.pki.ca_path.read_text()
+    user = f"{ns}.{group}"
+    secret: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": user},
+        "type": "Opaque",
+    }
+    trusted = {"trustedCertificates": [{"secretName": CA_SECRET, "certificate": "ca.crt"}]}
+    if security == "scram":
+        password = secrets.token_urlsafe(24)
+        broker.add_user(user, password, "SCRAM-SHA-512")
+        secret["stringData"] = {"password": password}
+        kafka: dict[str, Any] = {
+            "authentication": {
+                "type": "scram-sha-512",
+                "username": user,
+                "passwordSecret": {"secretName": user, "password": "password"},
+            },
+            "tls": trusted,
+        }
+        access = SecuredAccess(
+            broker.sasl_ssl_bootstrap, kafka, "SASL_SSL/SCRAM-SHA-512", f"User:{user}"
+        )
+    else:
+        cert, key = broker.pki.client_certificate(user)
+        secret["stringData"] = {"user.crt": cert.read_text(), "user.key": key.read_text()}
+        kafka = {
+            "authentication": {
+                "type": "tls",
+                "certificateAndKey": {
+                    "secretName": user,
+                    "certificate": "user.crt",
+                    "key": "user.key",
+                },
+            },
+            "tls": trusted,
+        }
+        access = SecuredAccess(broker.ssl_bootstrap, kafka, "SSL/mutual TLS", f"User:{user}")
+    broker.grant(*group_acls(access.principal, group, topics))
+    apply(cluster, ns, secret)
+    apply(
+        cluster,
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": CA_SECRET},
+            "type": "Opaque",
+            "stringData": {"ca.crt": ca},
+        },
+    )
+    return access
 
 
 def kafka_group(
@@ -29,9 +130,18 @@ def kafka_group(
     family: str,
     container: dict[str, Any],
     *,
+    kafka: dict[str, Any] | None = None,
     replicas: int = 6,
     session_timeout_ms: int = 30_000,
 ) -> dict[str, Any]:
+    """The ConsumerGroup; `kafka` is `spec.coordinator.kafka` (`SecuredAccess.kafka`)."""
+    coordinator: dict[str, Any] = {
+        "type": "kafka",
+        "bootstrapServers": bootstrap,
+        "clientFamily": family,
+    }
+    if kafka is not None:
+        coordinator["kafka"] = kafka
     return {
         "apiVersion": "staticfleet.dev/v1alpha1",
         "kind": "ConsumerGroup",
@@ -40,7 +150,7 @@ def kafka_group(
             "groupId": name,
             "topics": [{"name": name}],  # partitions: read from the cluster
             "replicas": replicas,
-            "coordinator": {"type": "kafka", "bootstrapServers": bootstrap, "clientFamily": family},
+            "coordinator": coordinator,
             "membership": {"sessionTimeoutMs": session_timeout_ms},
             "rebalance": {"protocol": "eager"},
             "rollout": {"memberReadyTimeoutSeconds": 180},

@@ -4,8 +4,12 @@
 process) describes the group on the broker and sends the batch LeaveGroup there; each pod
 runs the Java peer (`python -m staticfleet.kafka.java_pod`, which execs the JVM) configured
 by the env the operator injected (`KAFKA_GROUP_INSTANCE_ID`, the strategy as class names).
-The scenario is `kafka_fleet.fleet_scenario`; the witnesses are the broker's describe and
-the consumers' own callback logs.
+On the secured broker's mutual-TLS listener (SSL, `authentication.type: tls`): the group's
+client certificate (CN = its principal) has exactly the ACLs docs/kafka.md lists, and the
+operator and the consumers use it through `spec.coordinator.kafka` (the consumers read the
+Java properties of the group's `-kafka-client` Secret, PEM inline).
+The scenario is `kafka_fleet.fleet_scenario`; the witnesses are the broker's describe (on
+PLAINTEXT, the test's own view) and the consumers' own callback logs.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 from e2e.cluster import Cluster, LocalCluster
 from e2e.fleet import Record
 from e2e.groups import IMAGE, apply, namespace
-from e2e.kafka_fleet import PARTITIONS, fleet_scenario, kafka_group
+from e2e.kafka_fleet import PARTITIONS, fleet_scenario, kafka_group, secure_group
 from staticfleet.commands.member_cmd import read_events
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
@@ -41,6 +45,9 @@ def test_java_fleet_on_kafka(
         return found
 
     with namespace(cluster, "e2e-kafka-java") as ns:
-        apply(cluster, ns, kafka_group(GROUP, kafka_broker.bootstrap, "java", container))
+        access = secure_group(cluster, ns, kafka_broker, GROUP, "mtls")
+        record("security", access.security)
+        group = kafka_group(GROUP, access.bootstrap, "java", container, kafka=access.kafka)
+        apply(cluster, ns, group)
         fleet_scenario(cluster, ns, kafka_broker.bootstrap, GROUP, lambda: logs(ns), record)
         cluster.kubectl("-n", ns, "delete", "cg", GROUP, "--wait=true", "--timeout=120s")

@@ -2,8 +2,11 @@
 
 `clientFamily: staticfleet`: each pod runs `staticfleet member run` with the
 `STATICFLEET_*` env the operator injects, its coordinator `kafka://<bootstrap>` (the Kafka
-transport of the member client). The same scenario as the Java fleet (scenario 8a); the
-witnesses are the broker's describe and the members' event logs (their container logs).
+transport of the member client), on the secured broker's SASL_SSL listener with a
+SCRAM-SHA-512 user of the group's own (exactly docs/kafka.md's ACLs), read from the group's
+`-kafka-client` Secret (`STATICFLEET_KAFKA_CONFIG`, PEM inline). The same scenario as the
+Java fleet (scenario 8a); the witnesses are the broker's describe (on PLAINTEXT, the test's
+own view) and the members' event logs (their container logs).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from e2e.cluster import Cluster
 from e2e.fleet import Record, member_logs_from_text
 from e2e.groups import IMAGE, apply, namespace
-from e2e.kafka_fleet import PARTITIONS, fleet_scenario, kafka_group
+from e2e.kafka_fleet import PARTITIONS, fleet_scenario, kafka_group, secure_group
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
 
@@ -36,6 +39,9 @@ def test_our_members_on_kafka(
         return found
 
     with namespace(cluster, "e2e-kafka-members") as ns:
-        apply(cluster, ns, kafka_group(GROUP, kafka_broker.bootstrap, "staticfleet", container))
+        access = secure_group(cluster, ns, kafka_broker, GROUP, "scram")
+        record("security", access.security)
+        group = kafka_group(GROUP, access.bootstrap, "staticfleet", container, kafka=access.kafka)
+        apply(cluster, ns, group)
         fleet_scenario(cluster, ns, kafka_broker.bootstrap, GROUP, lambda: logs(ns), record)
         cluster.kubectl("-n", ns, "delete", "cg", GROUP, "--wait=true", "--timeout=120s")

@@ -6,7 +6,10 @@ confluent-kafka) configured by the operator's env. librdkafka refuses a strategy
 eager and cooperative assignors, so KIP-429's bridge bounce is impossible: the change is
 refused with a condition and an Event and no pod is touched. With `Switch`, the fleet stops,
 one batch LeaveGroup names every instance id, and all restart on cooperative-sticky: one
-rebalance, a gap in consumption (measured here), no partition owned twice.
+rebalance, a gap in consumption (measured here), no partition owned twice. On the secured
+broker's SASL_SSL listener with a SCRAM-SHA-512 user of the group's own (exactly
+docs/kafka.md's ACLs), the consumers reading the group's `-kafka-client` Secret
+(`KAFKA_CLIENT_CONFIG`, PEM inline); `describe` is the test's view, on PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from e2e.kafka_fleet import (
     kafka_group,
     operator_events,
     pod_uid,
+    secure_group,
     wait_settled,
 )
 from staticfleet.demo.ownership import MemberLog, all_holdings, ownership_overlaps
@@ -62,7 +66,11 @@ def test_librdkafka_two_bounce_refused_and_switch_works(
         return found
 
     with namespace(cluster, "e2e-kafka-rdk") as ns:
-        group = kafka_group(GROUP, bootstrap, "librdkafka", container, replicas=REPLICAS)
+        access = secure_group(cluster, ns, kafka_broker, GROUP, "scram")
+        record("security", access.security)
+        group = kafka_group(
+            GROUP, access.bootstrap, "librdkafka", container, kafka=access.kafka, replicas=REPLICAS
+        )
         apply(cluster, ns, group)
         wait_settled(cluster, ns, bootstrap, GROUP, REPLICAS)
         assert describe(bootstrap, GROUP)["protocol"] == "range"
