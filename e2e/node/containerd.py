@@ -62,14 +62,16 @@ def containerd_config(workdir: Path) -> str:
     )
 
 
-def containerd16_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
+def containerd16_cri_config(
+    workdir: Path, cni_conf_dir: Path, runc: Path = Path("/usr/bin/runc")
+) -> str:
     """The config.toml (version 2) of Debian's containerd 1.6 with CRI for a kubelet.
 
     kubelet v1.36.3 still runs on it: containerd 1.6 has no CRI RuntimeConfig call, and
     kubelet falls back to its own cgroupDriver (docs/node.md).
     """
     cri = 'plugins."io.containerd.grpc.v1.cri"'
-    runc = f"{cri}.containerd.runtimes.runc"
+    runc_table = f"{cri}.containerd.runtimes.runc"
     return (
         "version = 2\n"
         f'root = "{workdir / "root"}"\n'
@@ -80,12 +82,15 @@ def containerd16_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
         f'  address = "{workdir / "containerd.sock.ttrpc"}"\n'
         f"[{cri}]\n"
         f'  sandbox_image = "{PAUSE_IMAGE}"\n'
+        # Root here lacks CAP_SYS_RESOURCE: no container may get a lower oom_score_adj than
+        # containerd's own (kubelet asks -998 for sandboxes; runc's init would fail).
+        "  restrict_oom_score_adj = true\n"
         f"[{cri}.containerd]\n"
         '  snapshotter = "overlayfs"\n'
-        f"[{runc}]\n"
+        f"[{runc_table}]\n"
         '  runtime_type = "io.containerd.runc.v2"\n'
-        f"[{runc}.options]\n"
-        '  BinaryName = "/usr/bin/runc"\n'
+        f"[{runc_table}.options]\n"
+        f'  BinaryName = "{runc}"\n'
         f'  Root = "{workdir / "runc"}"\n'
         "  SystemdCgroup = false\n"
         f"[{cri}.cni]\n"
@@ -94,14 +99,16 @@ def containerd16_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
     )
 
 
-def containerd2_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
+def containerd2_cri_config(
+    workdir: Path, cni_conf_dir: Path, runc: Path = Path("/usr/bin/runc")
+) -> str:
     """The config.toml (version 3) of a containerd v2 with CRI for a kubelet (docs/node.md).
 
     cgroupfs (not systemd) cgroups: this machine has no systemd; runc's state under workdir.
     """
     cri_images = "plugins.'io.containerd.cri.v1.images'"
     cri_runtime = "plugins.'io.containerd.cri.v1.runtime'"
-    runc = f"{cri_runtime}.containerd.runtimes.runc"
+    runc_table = f"{cri_runtime}.containerd.runtimes.runc"
     return (
         "version = 3\n"
         f'root = "{workdir / "root"}"\n'
@@ -114,12 +121,15 @@ def containerd2_cri_config(workdir: Path, cni_conf_dir: Path) -> str:
         "  snapshotter = 'overlayfs'\n"
         f"[{cri_images}.pinned_images]\n"
         f"  sandbox = '{PAUSE_IMAGE}'\n"
-        f"[{runc}]\n"
+        f"[{runc_table}]\n"
         "  runtime_type = 'io.containerd.runc.v2'\n"
-        f"[{runc}.options]\n"
-        "  BinaryName = '/usr/bin/runc'\n"
+        f"[{runc_table}.options]\n"
+        f"  BinaryName = '{runc}'\n"
         f"  Root = '{workdir / 'runc'}'\n"
         "  SystemdCgroup = false\n"
+        # Root here lacks CAP_SYS_RESOURCE (see containerd16_cri_config).
+        f"[{cri_runtime}]\n"
+        "  restrict_oom_score_adj = true\n"
         f"[{cri_runtime}.cni]\n"
         "  bin_dirs = ['/usr/lib/cni']\n"
         f"  conf_dir = '{cni_conf_dir}'\n"
@@ -160,7 +170,9 @@ class Containerd:
         return names[0]
 
     def image_names(self) -> list[str]:
-        return self.ctr("image", "list", "--quiet").split()
+        # CRI (namespace k8s.io) also names each image by its id, sha256:...; not a name.
+        names = self.ctr("image", "list", "--quiet").split()
+        return [name for name in names if not name.startswith("sha256:")]
 
     def run(
         self,

@@ -44,13 +44,20 @@ NODE_NAME = "staticfleet-node"
 POD_CIDR = "10.244.0.0/24"
 BRIDGE = "sfnode0"
 CNI_NETWORK = "staticfleet-node"
-# The kernel settings kubelet sets at start (protectKernelDefaults: false); put back at the end.
+# The kernel settings kubelet sets at start (protectKernelDefaults: false), and forwarding,
+# which the bridge plugin turns on for its gateway; all put back at the end.
 KERNEL_SETTINGS = (
     "vm.overcommit_memory",
     "vm.panic_on_oom",
     "kernel.panic",
     "kernel.panic_on_oops",
+    "net.ipv4.ip_forward",
+    "net.ipv6.conf.all.forwarding",
 )
+# kubelet's own iptables chains (its canary, and KUBE-FIREWALL, which drops packets to
+# 127.0.0.0/8 from other sources), made in every table of iptables and ip6tables.
+IPTABLES = ("iptables", "ip6tables")
+IPTABLES_TABLES = ("filter", "nat", "mangle")
 NETNS_DIR = Path("/run/netns")
 KUBELET_LEFTOVERS = (Path("/var/lib/kubelet"), Path("/var/log/pods"), Path("/etc/kubernetes"))
 
@@ -223,6 +230,35 @@ def _restore(settings: dict[str, str]) -> None:
             subprocess.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
 
 
+def _kube_chains() -> set[tuple[str, str, str]]:
+    """(binary, table, chain) of every KUBE-* chain there is now."""
+    chains = set()
+    for binary in IPTABLES:
+        for table in IPTABLES_TABLES:
+            proc = subprocess.run(
+                [binary, "-w", "-t", table, "-S"], capture_output=True, text=True, check=False
+            )
+            for line in proc.stdout.splitlines():
+                if line.startswith("-N KUBE-"):
+                    chains.add((binary, table, line.split()[1]))
+    return chains
+
+
+def _remove_chains(chains: set[tuple[str, str, str]]) -> None:
+    """Delete the rules that jump to these chains, then the chains themselves."""
+    for binary, table, chain in sorted(chains):
+        rules = subprocess.run(
+            [binary, "-w", "-t", table, "-S"], capture_output=True, text=True, check=False
+        ).stdout.splitlines()
+        for rule in rules:
+            words = rule.split()
+            if words[:1] == ["-A"] and words[-2:] == ["-j", chain]:
+                subprocess.run([binary, "-w", "-t", table, "-D", *words[1:]], check=False)
+        subprocess.run([binary, "-w", "-t", table, "-F", chain], check=False)
+    for binary, table, chain in sorted(chains):
+        subprocess.run([binary, "-w", "-t", table, "-X", chain], check=False)
+
+
 def _clean_network(netns_before: set[str]) -> None:
     subprocess.run(["ip", "link", "delete", BRIDGE], check=False, capture_output=True)
     if NETNS_DIR.is_dir():
@@ -272,12 +308,15 @@ def _kubelet(cp: ControlPlane, cd: Containerd, workdir: Path) -> Iterator[subpro
                 proc.wait()
 
 
-def run(workdir: Path, timeout_s: float, runtime: str) -> int:
+def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
     probe = Probe(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    # Every run starts afresh (the last one unmounted everything under workdir).
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
     settings = _sysctls()
     netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()
     leftovers_before = {p for p in KUBELET_LEFTOVERS if p.exists()}
+    chains_before = _kube_chains()
     ok = False
     try:
         with contextlib.ExitStack() as stack:
@@ -289,7 +328,9 @@ def run(workdir: Path, timeout_s: float, runtime: str) -> int:
             (cni_dir / "10-staticfleet.conflist").write_text(json.dumps(conflist, indent=2))
             ctd_dir = workdir / "containerd"
             v2 = runtime == "v2"
-            config = (containerd2_cri_config if v2 else containerd16_cri_config)(ctd_dir, cni_dir)
+            config = (containerd2_cri_config if v2 else containerd16_cri_config)(
+                ctd_dir, cni_dir, runc
+            )
             with probe.stage(
                 f"containerd ({runtime}) with CRI", log=lambda: _tail(ctd_dir / "containerd.log")
             ):
@@ -331,11 +372,21 @@ def run(workdir: Path, timeout_s: float, runtime: str) -> int:
                     return bool(entry["phase"] == "Succeeded")
 
                 _wait("Succeeded pod image-probe", succeeded, alive, timeout_s)
+                # What the container printed, from the CRI log kubelet keeps (kubectl logs
+                # would need the API server to reach kubelet, which listens on loopback).
+                entry["output"] = [
+                    line.split(" ", 3)[-1]
+                    for log in sorted(
+                        (kubelet_dir / "pod-logs").glob("default_image-probe_*/*/*.log")
+                    )
+                    for line in log.read_text().splitlines()
+                ]
             ok = True
     except Exception as exc:  # the stage has recorded it; the teardown below still runs
         print(f"node probe: FAILED: {exc}", file=sys.stderr)
     finally:
         _clean_network(netns_before)
+        _remove_chains(_kube_chains() - chains_before)
         leave_machine_clean(workdir / "kubelet", "kubepods", shim_dir_existed=True)
         _restore(settings)
         # kubelet makes /var/lib/kubelet/device-plugins whatever its --root-dir (a fixed path).
@@ -372,12 +423,15 @@ def main(argv: list[str] | None = None) -> int:
         default="debian",
         help="Debian's containerd 1.6 (default) or v2 from scripts/node/build.sh",
     )
+    parser.add_argument(
+        "--runc", type=Path, default=Path("/usr/bin/runc"), help="the OCI runtime binary"
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error(
             "needs root: kubelet and containerd mount, make cgroups and network namespaces"
         )
-    return run(args.workdir.resolve(), args.timeout, args.containerd)
+    return run(args.workdir.resolve(), args.timeout, args.containerd, args.runc.resolve())
 
 
 if __name__ == "__main__":
