@@ -111,13 +111,18 @@ build_seconds=$(since "$start")
 
 # --- 4. the OCI archive ---------------------------------------------------------------------
 start=$(now)
-say "[4/4] $ARCHIVE ($ARCHIVE_REF)"
-rm -f "$ARCHIVE.tmp"
-bah push --quiet "$IMAGE" "oci-archive:$ARCHIVE.tmp:$ARCHIVE_REF" >/dev/null || fail "buildah push to $ARCHIVE"
-mv -f "$ARCHIVE.tmp" "$ARCHIVE"
+image_id="$(bah inspect --type image --format '{{.FromImageID}}' "$IMAGE")"
+# An unchanged image (every layer from the cache) keeps the archive written for it.
+if [[ -s "$ARCHIVE" && -s "$OUT/build.json" ]] && grep -q "\"image_id\": \"$image_id\"" "$OUT/build.json"; then
+    say "[4/4] $ARCHIVE ... unchanged image, reusing"
+else
+    say "[4/4] $ARCHIVE ($ARCHIVE_REF)"
+    rm -f "$ARCHIVE.tmp"
+    bah push --quiet "$IMAGE" "oci-archive:$ARCHIVE.tmp:$ARCHIVE_REF" >/dev/null || fail "buildah push to $ARCHIVE"
+    mv -f "$ARCHIVE.tmp" "$ARCHIVE"
+fi
 archive_seconds=$(since "$start")
 
-image_id="$(bah inspect --type image --format '{{.FromImageID}}' "$IMAGE")"
 image_bytes="$(bah images --format '{{.Size}}' --noheading "$IMAGE" | head -n1)"
 cat >"$OUT/build.json" <<EOF
 {
