@@ -101,12 +101,13 @@ def client_env_from(spec: ConsumerGroupSpec) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- secured clusters
-# The operator writes one Secret per group (`client_config_secret_name`) holding the client
-# configuration in the family's own dialect plus the PEM files it names, mounts it read-only
-# at CLIENT_CONFIG_DIR in every member container and points the client at the configuration
-# file with one env variable: STATICFLEET_KAFKA_CONFIG for our member, env.clientConfig
-# (KAFKA_CLIENT_CONFIG) for stock clients. No secret is put in env. docs/operator.md,
-# "Secured clusters".
+# The operator writes one Secret per group (`client_config_secret_name`) holding one file,
+# the client configuration in the family's own dialect with every PEM inline (no path to a
+# sibling file: the file is self-contained, replaced whole on rotation, and means the same
+# wherever it is mounted), mounts it read-only at CLIENT_CONFIG_DIR in every member container
+# and points the client at it with one env variable: STATICFLEET_KAFKA_CONFIG for our member,
+# env.clientConfig (KAFKA_CLIENT_CONFIG) for stock clients. No secret is put in env.
+# docs/operator.md, "Secured clusters".
 
 CLIENT_CONFIG_DIR: Final = "/etc/staticfleet/kafka"
 CLIENT_CONFIG_VOLUME: Final = "staticfleet-kafka-client"
@@ -114,10 +115,6 @@ CLIENT_CONFIG_SUFFIX: Final = "-kafka-client"
 STATICFLEET_KAFKA_CONFIG: Final = "STATICFLEET_KAFKA_CONFIG"  # `member run --kafka-config`
 PROPERTIES_FILE: Final = "client.properties"
 JSON_FILE: Final = "client.json"  # kafka-python: its KafkaConsumer's keyword arguments
-CA_FILE: Final = "ca.crt"
-CERTIFICATE_FILE: Final = "user.crt"
-KEY_FILE: Final = "user.key"
-KEYSTORE_FILE: Final = "keystore.pem"  # Java's PEM key store: the key, then the chain
 JAVA_SCRAM_MODULE: Final = "org.apache.kafka.common.security.scram.ScramLoginModule"
 JAVA_PLAIN_MODULE: Final = "org.apache.kafka.common.security.plain.PlainLoginModule"
 JAVA_OAUTH_MODULE: Final = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
@@ -141,39 +138,20 @@ def client_config_env(spec: ConsumerGroupSpec) -> str:
     return spec.coordinator.env.client_config
 
 
-def _pem_files(settings: KafkaClientSettings) -> dict[str, str]:
-    files: dict[str, str] = {}
-    if settings.ssl_ca_pem:
-        files[CA_FILE] = settings.ssl_ca_pem
-    if settings.ssl_certificate_pem and settings.ssl_key_pem is not None:
-        files[CERTIFICATE_FILE] = settings.ssl_certificate_pem
-        files[KEY_FILE] = settings.ssl_key_pem.get_secret_value()
-    return files
-
-
 def _path(name: str, directory: str = CLIENT_CONFIG_DIR) -> str:
     return f"{directory}/{name}"
 
 
-def librdkafka_properties(
-    settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
-) -> dict[str, str]:
-    """librdkafka's names (and our member's: the same), PEMs as mounted files."""
-    props = settings.to_properties()
-    for inline, location, name in (
-        ("ssl.ca.pem", "ssl.ca.location", CA_FILE),
-        ("ssl.certificate.pem", "ssl.certificate.location", CERTIFICATE_FILE),
-        ("ssl.key.pem", "ssl.key.location", KEY_FILE),
-    ):
-        if props.pop(inline, None) is not None:
-            props[location] = _path(name, directory)
-    return props
+def librdkafka_properties(settings: KafkaClientSettings) -> dict[str, str]:
+    """librdkafka's names (and our member's: the same), PEMs inline: `ssl.ca.pem`,
+    `ssl.certificate.pem`, `ssl.key.pem`."""
+    return settings.to_properties()
 
 
-def java_properties(
-    settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
-) -> dict[str, str]:
-    """Java's client properties: sasl.jaas.config, PEM trust and key stores."""
+def java_properties(settings: KafkaClientSettings) -> dict[str, str]:
+    """Java's client properties: sasl.jaas.config, PEM trust and key stores inline
+    (`ssl.truststore.certificates`; `ssl.keystore.certificate.chain` and `ssl.keystore.key`,
+    the key as PKCS#8, KIP-651)."""
     props = {"security.protocol": settings.security_protocol.value}
     mechanism = settings.sasl_mechanism
     if mechanism is not None:
@@ -197,10 +175,11 @@ def java_properties(
     if settings.security_protocol.uses_tls:
         if settings.ssl_ca_pem:
             props["ssl.truststore.type"] = "PEM"
-            props["ssl.truststore.location"] = _path(CA_FILE, directory)
-        if settings.ssl_certificate_pem:
+            props["ssl.truststore.certificates"] = settings.ssl_ca_pem
+        if settings.ssl_certificate_pem and settings.ssl_key_pem is not None:
             props["ssl.keystore.type"] = "PEM"
-            props["ssl.keystore.location"] = _path(KEYSTORE_FILE, directory)
+            props["ssl.keystore.certificate.chain"] = settings.ssl_certificate_pem
+            props["ssl.keystore.key"] = pkcs8(settings.ssl_key_pem.get_secret_value())
         # Java spells "no hostname check" as an empty algorithm.
         props["ssl.endpoint.identification.algorithm"] = (
             "https" if settings.ssl_endpoint_identification else ""
@@ -208,12 +187,13 @@ def java_properties(
     return props
 
 
-def kafka_python_config(
-    settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
-) -> dict[str, Any]:
-    """kafka-python's KafkaConsumer keyword arguments. OAUTHBEARER needs a token provider
-    object, which JSON cannot hold: its settings go under `sasl_oauth_token_provider` for the
-    pod program to build one (kafka-python's AbstractTokenProvider)."""
+def kafka_python_config(settings: KafkaClientSettings) -> dict[str, Any]:
+    """kafka-python's KafkaConsumer keyword arguments, plus what JSON cannot hold as such:
+    OAUTHBEARER's settings under `sasl_oauth_token_provider` (the pod program builds
+    kafka-python's AbstractTokenProvider from them), and the PEMs inline under
+    `ssl_ca_pem`, `ssl_certificate_pem`, `ssl_key_pem` (kafka-python takes only file
+    names: the program builds its `ssl_context` from them, `cadata=` for the CA and a
+    private temporary file for the certificate chain, which `load_cert_chain` reads)."""
     config: dict[str, Any] = {"security_protocol": settings.security_protocol.value}
     mechanism = settings.sasl_mechanism
     if mechanism is not None:
@@ -231,29 +211,21 @@ def kafka_python_config(
     if settings.security_protocol.uses_tls:
         config["ssl_check_hostname"] = settings.ssl_endpoint_identification
         if settings.ssl_ca_pem:
-            config["ssl_cafile"] = _path(CA_FILE, directory)
-        if settings.ssl_certificate_pem:
-            config["ssl_certfile"] = _path(CERTIFICATE_FILE, directory)
-            config["ssl_keyfile"] = _path(KEY_FILE, directory)
+            config["ssl_ca_pem"] = settings.ssl_ca_pem
+        if settings.ssl_certificate_pem and settings.ssl_key_pem is not None:
+            config["ssl_certificate_pem"] = settings.ssl_certificate_pem
+            config["ssl_key_pem"] = settings.ssl_key_pem.get_secret_value()
     return config
 
 
-def client_config_files(
-    family: ClientFamily, settings: KafkaClientSettings, directory: str = CLIENT_CONFIG_DIR
-) -> dict[str, str]:
-    """The files of a group's client configuration Secret (name -> text) for `family`, the
-    configuration naming the others in `directory` (where the pod mounts them)."""
-    files = _pem_files(settings)
+def client_config_files(family: ClientFamily, settings: KafkaClientSettings) -> dict[str, str]:
+    """The files of a group's client configuration Secret (name -> text) for `family`: one,
+    the configuration in the family's dialect, self-contained."""
     if family is ClientFamily.KAFKA_PYTHON:
-        config = kafka_python_config(settings, directory)
-        files[JSON_FILE] = json.dumps(config, indent=2, sort_keys=True)
-    elif family is ClientFamily.JAVA:
-        files[PROPERTIES_FILE] = properties_text(java_properties(settings, directory))
-        if CERTIFICATE_FILE in files:
-            files[KEYSTORE_FILE] = pkcs8(files[KEY_FILE]) + files[CERTIFICATE_FILE]
-    else:
-        files[PROPERTIES_FILE] = properties_text(librdkafka_properties(settings, directory))
-    return files
+        return {JSON_FILE: json.dumps(kafka_python_config(settings), indent=2, sort_keys=True)}
+    if family is ClientFamily.JAVA:
+        return {PROPERTIES_FILE: properties_text(java_properties(settings))}
+    return {PROPERTIES_FILE: properties_text(librdkafka_properties(settings))}
 
 
 def client_config_secret(

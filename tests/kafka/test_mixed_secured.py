@@ -77,7 +77,7 @@ def operator_settings(broker: KafkaBroker, user: SecuredUser) -> KafkaClientSett
 def mount(family: ClientFamily, settings: KafkaClientSettings, directory: Path) -> Path:
     """The group's Secret as the kubelet would mount it; returns the configuration file."""
     directory.mkdir(parents=True)
-    files = client_config_files(family, settings, str(directory))
+    files = client_config_files(family, settings)
     for name, text in files.items():
         (directory / name).write_text(text)
     return directory / PROPERTIES_FILE

@@ -320,7 +320,7 @@ PATH = CLIENT_CONFIG_DIR
                 "sasl.mechanism": "SCRAM-SHA-512",
                 "sasl.username": "orders",
                 "sasl.password": 'pa"ss\\word',
-                "ssl.ca.location": f"{PATH}/ca.crt",
+                "ssl.ca.pem": CA + "\n",
                 "ssl.endpoint.identification.algorithm": "https",
             },
         ),
@@ -328,9 +328,9 @@ PATH = CLIENT_CONFIG_DIR
             MTLS_SETTINGS,
             {
                 "security.protocol": "SSL",
-                "ssl.ca.location": f"{PATH}/ca.crt",
-                "ssl.certificate.location": f"{PATH}/user.crt",
-                "ssl.key.location": f"{PATH}/user.key",
+                "ssl.ca.pem": CA + "\n",
+                "ssl.certificate.pem": CERT + "\n",
+                "ssl.key.pem": KEY + "\n",
                 "ssl.endpoint.identification.algorithm": "none",
             },
         ),
@@ -351,7 +351,7 @@ def test_librdkafka_dialect(settings_: KafkaClientSettings, expected: dict[str, 
                 "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
                 'required username="orders" password="pa\\"ss\\\\word";',
                 "ssl.truststore.type": "PEM",
-                "ssl.truststore.location": f"{PATH}/ca.crt",
+                "ssl.truststore.certificates": CA + "\n",
                 "ssl.endpoint.identification.algorithm": "https",
             },
         ),
@@ -360,9 +360,10 @@ def test_librdkafka_dialect(settings_: KafkaClientSettings, expected: dict[str, 
             {
                 "security.protocol": "SSL",
                 "ssl.truststore.type": "PEM",
-                "ssl.truststore.location": f"{PATH}/ca.crt",
+                "ssl.truststore.certificates": CA + "\n",
                 "ssl.keystore.type": "PEM",
-                "ssl.keystore.location": f"{PATH}/keystore.pem",
+                "ssl.keystore.certificate.chain": CERT + "\n",
+                "ssl.keystore.key": KEY + "\n",
                 "ssl.endpoint.identification.algorithm": "",
             },
         ),
@@ -402,7 +403,7 @@ def test_java_dialect(settings_: KafkaClientSettings, expected: dict[str, str]) 
                 "sasl_plain_username": "orders",
                 "sasl_plain_password": 'pa"ss\\word',
                 "ssl_check_hostname": True,
-                "ssl_cafile": f"{PATH}/ca.crt",
+                "ssl_ca_pem": CA + "\n",
             },
         ),
         (
@@ -410,9 +411,9 @@ def test_java_dialect(settings_: KafkaClientSettings, expected: dict[str, str]) 
             {
                 "security_protocol": "SSL",
                 "ssl_check_hostname": False,
-                "ssl_cafile": f"{PATH}/ca.crt",
-                "ssl_certfile": f"{PATH}/user.crt",
-                "ssl_keyfile": f"{PATH}/user.key",
+                "ssl_ca_pem": CA + "\n",
+                "ssl_certificate_pem": CERT + "\n",
+                "ssl_key_pem": KEY + "\n",
             },
         ),
         (
@@ -435,17 +436,25 @@ def test_kafka_python_dialect(settings_: KafkaClientSettings, expected: dict[str
     assert kafka_python_config(settings_) == expected
 
 
-def test_files_per_family() -> None:
-    assert sorted(client_config_files(ClientFamily.STATICFLEET, MTLS_SETTINGS)) == [
-        "ca.crt",
-        "client.properties",
-        "user.crt",
-        "user.key",
-    ]
-    java = client_config_files(ClientFamily.JAVA, MTLS_SETTINGS)
-    assert java["keystore.pem"] == KEY + "\n" + CERT + "\n"  # the key, then its chain
-    python = client_config_files(ClientFamily.KAFKA_PYTHON, SCRAM_SETTINGS)
-    assert json.loads(python["client.json"])["sasl_plain_username"] == "orders"
+def test_one_self_contained_file_per_family() -> None:
+    """One file, PEMs inline: nothing names a sibling file by path (the node agent, or any
+    mount elsewhere, would break such a path; a rotation replaces the one file whole)."""
+    for family in ClientFamily:
+        for settings_ in (SCRAM_SETTINGS, MTLS_SETTINGS):
+            files = client_config_files(family, settings_)
+            name = "client.json" if family is ClientFamily.KAFKA_PYTHON else "client.properties"
+            assert list(files) == [name]
+            text = next(iter(files.values()))
+            assert PATH not in text and ".location" not in text and "_cafile" not in text
+    java = client_config_files(ClientFamily.JAVA, MTLS_SETTINGS)["client.properties"]
+    parsed = Properties()
+    parsed.load(java.encode(), "utf-8")  # Java's Properties.load reads the same escapes
+    assert parsed["ssl.keystore.key"].data == KEY + "\n"
+    assert parsed["ssl.keystore.certificate.chain"].data == CERT + "\n"
+    python = client_config_files(ClientFamily.KAFKA_PYTHON, MTLS_SETTINGS)["client.json"]
+    assert json.loads(python)["ssl_key_pem"] == KEY + "\n"
+    python = client_config_files(ClientFamily.KAFKA_PYTHON, SCRAM_SETTINGS)["client.json"]
+    assert json.loads(python)["sasl_plain_username"] == "orders"
 
 
 def test_our_members_file_reads_back_as_the_same_settings(tmp_path: Any) -> None:
@@ -459,7 +468,8 @@ def test_our_members_file_reads_back_as_the_same_settings(tmp_path: Any) -> None
     assert {k: v.data for k, v in parsed.items()} == librdkafka_properties(SCRAM_SETTINGS)
     back = KafkaClientSettings.from_file(path)
     assert back.sasl_password == SCRAM_SETTINGS.sasl_password
-    assert back.ssl_ca_location == f"{PATH}/ca.crt"
+    assert back.ssl_ca_pem is not None and back.ssl_ca_pem.strip() == CA  # inline, no path
+    assert back.ssl_ca_location is None
 
 
 def test_properties_escapes() -> None:

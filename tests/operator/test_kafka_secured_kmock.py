@@ -14,10 +14,11 @@ import uuid
 from typing import Any
 
 import pytest
+from jproperties import Properties  # type: ignore[import-untyped]
 
 from coordinator.client.kafka_settings import KafkaClientSettings
 from staticfleet.kafka.broker import Acl, KafkaBroker
-from staticfleet_operator.kafka_clients import CA_FILE, PROPERTIES_FILE
+from staticfleet_operator.kafka_clients import PROPERTIES_FILE
 from tests.conftest import SecuredUser
 from tests.operator.kube_harness import NAMESPACE, managed_spec, running_cluster
 
@@ -115,16 +116,18 @@ async def test_refusals_are_reported_as_themselves_then_the_fixed_secret_is_used
 
         await cluster.eventually(healthy, timeout=30, what="Ready with the fixed password")
 
-        # The members' configuration: librdkafka names, the CA as a mounted file.
+        # The members' configuration: one file, librdkafka names, the CA inline.
         written = {s["metadata"]["name"]: s for s in await cluster.secrets()}
         data = {
             key: base64.b64decode(value).decode()
             for key, value in written["orders-kafka-client"]["data"].items()
         }
-        assert data[CA_FILE] == kafka_broker.pki.ca_path.read_text().strip() + "\n"
-        properties = dict(line.split("=", 1) for line in data[PROPERTIES_FILE].splitlines() if line)
+        assert list(data) == [PROPERTIES_FILE]
+        parsed = Properties()
+        parsed.load(data[PROPERTIES_FILE].encode(), "utf-8")
+        properties = {key: value.data for key, value in parsed.items()}
         assert properties["sasl.password"] == secured_user.password
-        assert properties["ssl.ca.location"] == f"/etc/staticfleet/kafka/{CA_FILE}"
+        assert properties["ssl.ca.pem"] == kafka_broker.pki.ca_path.read_text().strip() + "\n"
         settings = KafkaClientSettings.from_properties(properties)
         assert settings.sasl_username == secured_user.name
         owner = written["orders-kafka-client"]["metadata"]["ownerReferences"][0]
