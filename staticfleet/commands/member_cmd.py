@@ -517,7 +517,10 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         from staticfleet.kafka.source import KafkaReader
 
         reader = KafkaReader(
-            settings.kafka_bootstrap, client_id=config.client_id, settings=settings.kafka_settings
+            settings.kafka_bootstrap,
+            client_id=config.client_id,
+            group_id=config.group_id,
+            settings=settings.kafka_settings,
         )
         # The leader assigns what the cluster has, as a Kafka consumer does.
         transport = ClusterTopicMetadata(

@@ -154,6 +154,7 @@ class KafkaReader:
         bootstrap: str,
         *,
         client_id: str,
+        group_id: str | None = None,
         settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
         extra_config: Mapping[str, Any] | None = None,
     ) -> None:
@@ -165,9 +166,11 @@ class KafkaReader:
                 "client.id": client_id,
                 "error_cb": self._errors,
                 **settings.librdkafka_config(),
-                # librdkafka wants a group id even for manual assignment; this one never joins
-                # (no subscribe) and never commits, so it touches no group on the cluster.
-                "group.id": f"staticfleet-reader-{client_id}",
+                # librdkafka wants a group id even for manual assignment, and looks up its
+                # coordinator: the member's own group, so the member's ACLs (READ on its
+                # group, docs/kafka.md) cover it. It never joins (no subscribe) and never
+                # commits, so the group's membership is the member's alone.
+                "group.id": group_id or f"staticfleet-reader-{client_id}",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",

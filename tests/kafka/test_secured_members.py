@@ -218,6 +218,9 @@ def test_members_on_a_secured_listener(
         for name in ("a", "a2", "b"):
             err = members.stderr(name)
             assert "Traceback" not in err, err
+            # Exactly the documented ACLs: nothing the member (or its source's librdkafka
+            # consumer, which looks up its group's coordinator) asks for is refused.
+            assert "AUTHORIZATION_FAILED" not in err, err
             if "sasl.password" in props:
                 assert props["sasl.password"] not in err
     finally:
