@@ -216,7 +216,7 @@ def _pod(image: str) -> dict[str, Any]:
     }
 
 
-def _sysctls() -> dict[str, str]:
+def kernel_settings() -> dict[str, str]:
     out = {}
     for key in KERNEL_SETTINGS:
         proc = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, check=False)
@@ -230,7 +230,7 @@ def _restore(settings: dict[str, str]) -> None:
             subprocess.run(["sysctl", "-q", "-w", f"{key}={value}"], check=False)
 
 
-def _kube_chains() -> set[tuple[str, str, str]]:
+def kube_chains() -> set[tuple[str, str, str]]:
     """(binary, table, chain) of every KUBE-* chain there is now."""
     chains = set()
     for binary in IPTABLES:
@@ -313,10 +313,10 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
     # Every run starts afresh (the last one unmounted everything under workdir).
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    settings = _sysctls()
+    settings = kernel_settings()
     netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()
     leftovers_before = {p for p in KUBELET_LEFTOVERS if p.exists()}
-    chains_before = _kube_chains()
+    chains_before = kube_chains()
     ok = False
     try:
         with contextlib.ExitStack() as stack:
@@ -386,7 +386,7 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
         print(f"node probe: FAILED: {exc}", file=sys.stderr)
     finally:
         _clean_network(netns_before)
-        _remove_chains(_kube_chains() - chains_before)
+        _remove_chains(kube_chains() - chains_before)
         leave_machine_clean(workdir / "kubelet", "kubepods", shim_dir_existed=True)
         _restore(settings)
         # kubelet makes /var/lib/kubelet/device-plugins whatever its --root-dir (a fixed path).

@@ -1,0 +1,63 @@
+"""A real node beside the e2e control plane: kubelet v1.36.3 on this machine's cgroup v1 goes
+Ready and runs a pod of the chart's image, with Debian's containerd 1.6 and with containerd v2
+(e2e/node/probe.py, docs/node.md). Then the machine is as it was.
+
+Builds what is absent first: the control plane (e2e/build.sh), the node's binaries and pause
+image (scripts/node/build.sh; kubelet alone takes ~10 minutes from nothing) and the chart's
+image (scripts/build-image.sh). Needs root.
+
+    .venv/bin/pytest e2e/node/test_node.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from e2e.node import probe
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+pytestmark = pytest.mark.timeout(3600)
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
+    subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
+    if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
+        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+
+
+def _host_state() -> dict[str, object]:
+    """What a node run could leave behind on the host."""
+    return {
+        "kube_chains": sorted(probe.kube_chains()),
+        "kernel": probe.kernel_settings(),
+        "netns": sorted(os.listdir(probe.NETNS_DIR)) if probe.NETNS_DIR.is_dir() else [],
+        "links": subprocess.run(
+            ["ip", "-br", "link"], capture_output=True, text=True, check=True
+        ).stdout.split("\n"),
+        "mounts": [
+            line for line in Path("/proc/self/mounts").read_text().splitlines() if "/node/" in line
+        ],
+        "kubelet_dirs": [str(p) for p in probe.KUBELET_LEFTOVERS if p.exists()],
+    }
+
+
+@pytest.mark.parametrize("containerd", ["debian", "v2"])
+def test_node_goes_ready_and_runs_the_image(built: None, containerd: str) -> None:
+    before = _host_state()
+    workdir = ROOT / "build" / "node" / f"run-test-{containerd}"
+    assert probe.run(workdir, 180.0, containerd, Path("/usr/bin/runc")) == 0
+    stages = json.loads((workdir / "probe.json").read_text())["stages"]
+    assert [s["outcome"] for s in stages] == ["ok"] * 5
+    assert stages[-1]["phase"] == "Succeeded"
+    assert stages[-1]["output"] == [f"staticfleet {VERSION}"]
+    assert _host_state() == before
