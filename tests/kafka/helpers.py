@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -82,3 +86,76 @@ def complete_and_disjoint(
         and union == every
         and sum(map(len, owned.values())) == len(every)
     )
+
+
+class MemberProcess:
+    """A member process (ours or librdkafka's pod program), stopped with SIGTERM."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log: Path, stdout: bool) -> None:
+        self.stderr_path = log.with_suffix(".err")
+        self.process = subprocess.Popen(
+            command,
+            env={**os.environ, **env},
+            stdout=log.open("ab") if stdout else subprocess.DEVNULL,
+            stderr=self.stderr_path.open("ab"),
+        )
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def our_member(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    instance: str,
+    phase: str,
+    log: Path,
+    config: Path | None = None,
+) -> MemberProcess:
+    """`staticfleet member run` with its group on the broker and its records from it;
+    `config`: its --kafka-config (STATICFLEET_KAFKA_CONFIG) for a secured listener."""
+    command = [
+        sys.executable,
+        "-m",
+        "staticfleet.cli",
+        "member",
+        "run",
+        "--coordinator",
+        f"kafka://{bootstrap}",
+        "--source",
+        f"kafka://{bootstrap}",
+        "--group-id",
+        group,
+        "--instance-id",
+        instance,
+        "--topics",
+        topic,
+        "--rebalance-protocol",
+        phase,
+        "--eager-assignor",
+        "range",
+        "--cooperative-assignor",
+        "cooperative-sticky",
+        "--session-timeout-ms",
+        "10000",
+        "--heartbeat-interval-ms",
+        "500",
+        "--commit-interval-ms",
+        "500",
+        "--event-log",
+        str(log),
+    ]
+    env = {"STATICFLEET_KAFKA_CONFIG": str(config)} if config is not None else {}
+    return MemberProcess(command, env, log, stdout=False)

@@ -12,9 +12,6 @@ partition ever owned by two members at once.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,9 +30,11 @@ from staticfleet_operator.kafka_clients import PROPERTIES_FILE, client_config_fi
 from tests.conftest import SecuredUser
 
 from .helpers import (
+    MemberProcess,
     complete_and_disjoint,
     group_assignor,
     member_logs,
+    our_member,
     owned_now,
     produce,
     wait_for,
@@ -83,71 +82,9 @@ def mount(family: ClientFamily, settings: KafkaClientSettings, directory: Path) 
     return directory / PROPERTIES_FILE
 
 
-class Process:
-    """A member process (ours or librdkafka's pod program), stopped with SIGTERM."""
-
-    def __init__(self, command: list[str], env: dict[str, str], log: Path, stdout: bool) -> None:
-        self.stderr_path = log.with_suffix(".err")
-        self.process = subprocess.Popen(
-            command,
-            env={**os.environ, **env},
-            stdout=log.open("ab") if stdout else subprocess.DEVNULL,
-            stderr=self.stderr_path.open("ab"),
-        )
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-def our_member(
-    bootstrap: str, config: Path, group: str, topic: str, instance: str, phase: str, log: Path
-) -> Process:
-    command = [
-        sys.executable,
-        "-m",
-        "staticfleet.cli",
-        "member",
-        "run",
-        "--coordinator",
-        f"kafka://{bootstrap}",
-        "--source",
-        f"kafka://{bootstrap}",
-        "--group-id",
-        group,
-        "--instance-id",
-        instance,
-        "--topics",
-        topic,
-        "--rebalance-protocol",
-        phase,
-        "--eager-assignor",
-        "range",
-        "--cooperative-assignor",
-        "cooperative-sticky",
-        "--session-timeout-ms",
-        "10000",
-        "--heartbeat-interval-ms",
-        "500",
-        "--commit-interval-ms",
-        "500",
-        "--event-log",
-        str(log),
-    ]
-    return Process(command, {"STATICFLEET_KAFKA_CONFIG": str(config)}, log, stdout=False)
-
-
-def rdkafka_member(bootstrap: str, config: Path, group: str, topic: str, log: Path) -> Process:
+def rdkafka_member(
+    bootstrap: str, config: Path, group: str, topic: str, log: Path
+) -> MemberProcess:
     env = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "KAFKA_GROUP_ID": group,
@@ -163,7 +100,7 @@ def rdkafka_member(bootstrap: str, config: Path, group: str, topic: str, log: Pa
         "--session-timeout-ms",
         "10000",
     ]
-    return Process(command, env, log, stdout=True)
+    return MemberProcess(command, env, log, stdout=True)
 
 
 def test_java_librdkafka_and_ours_on_sasl_ssl_two_bounce_without_double_ownership(
@@ -187,14 +124,14 @@ def test_java_librdkafka_and_ours_on_sasl_ssl_two_bounce_without_double_ownershi
     every = {(topic, partition) for partition in range(PARTITIONS)}
     produce(kafka_broker.bootstrap, topic, PARTITIONS, per_partition=50)
     logs: list[tuple[str, Path]] = []
-    members: dict[str, Process | JavaPeer] = {}
+    members: dict[str, MemberProcess | JavaPeer] = {}
 
     def start(instance: str, phase: str) -> None:
         path = tmp_path / f"{instance}-{phase}.jsonl"
         logs.append((instance, path))
         if instance in OURS:
             config = configs[ClientFamily.STATICFLEET]
-            members[instance] = our_member(bootstrap, config, group, topic, instance, phase, path)
+            members[instance] = our_member(bootstrap, group, topic, instance, phase, path, config)
         elif instance == RDKAFKA:
             config = configs[ClientFamily.LIBRDKAFKA]
             members[instance] = rdkafka_member(bootstrap, config, group, topic, path)
@@ -218,7 +155,7 @@ def test_java_librdkafka_and_ours_on_sasl_ssl_two_bounce_without_double_ownershi
         return [
             f"{name}: {member.stderr_path.read_text()[-2000:]}"
             for name, member in members.items()
-            if isinstance(member, Process) and member.process.poll() is not None
+            if isinstance(member, MemberProcess) and member.process.poll() is not None
         ]
 
     selected: list[str] = []

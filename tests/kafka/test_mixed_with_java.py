@@ -9,9 +9,6 @@ Kafka's ConsumerProtocol bytes, and no partition is ever owned by two members at
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,9 +20,11 @@ from staticfleet.kafka.broker import KafkaBroker
 from staticfleet.kafka.java_peer import JavaPeer
 
 from .helpers import (
+    MemberProcess,
     complete_and_disjoint,
     group_assignor,
     member_logs,
+    our_member,
     owned_now,
     produce,
     wait_for,
@@ -44,64 +43,6 @@ JAVA_STRATEGIES = {
 }
 
 
-class OurMember:
-    """`staticfleet member run` with the group on the broker and the records from it."""
-
-    def __init__(
-        self, bootstrap: str, group: str, topic: str, instance: str, phase: str, log: Path
-    ):
-        self.stderr_path = log.with_suffix(".err")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "staticfleet.cli",
-                "member",
-                "run",
-                "--coordinator",
-                f"kafka://{bootstrap}",
-                "--source",
-                f"kafka://{bootstrap}",
-                "--group-id",
-                group,
-                "--instance-id",
-                instance,
-                "--topics",
-                topic,
-                "--rebalance-protocol",
-                phase,
-                "--eager-assignor",
-                "range",
-                "--cooperative-assignor",
-                "cooperative-sticky",
-                "--session-timeout-ms",
-                "10000",
-                "--heartbeat-interval-ms",
-                "500",
-                "--commit-interval-ms",
-                "500",
-                "--event-log",
-                str(log),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self.stderr_path.open("ab"),
-        )
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
 def test_our_members_and_java_members_upgrade_together_without_double_ownership(
     kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
 ) -> None:
@@ -111,13 +52,13 @@ def test_our_members_and_java_members_upgrade_together_without_double_ownership(
     every = {(topic, partition) for partition in range(PARTITIONS)}
     produce(bootstrap, topic, PARTITIONS, per_partition=50)
     logs: list[tuple[str, Path]] = []
-    members: dict[str, OurMember | JavaPeer] = {}
+    members: dict[str, MemberProcess | JavaPeer] = {}
 
     def start(instance: str, phase: str) -> None:
         path = tmp_path / f"{instance}-{phase}.jsonl"
         logs.append((instance, path))
         if instance in OURS:
-            members[instance] = OurMember(bootstrap, group, topic, instance, phase, path)
+            members[instance] = our_member(bootstrap, group, topic, instance, phase, path)
         else:
             peer = JavaPeer(
                 bootstrap,
