@@ -12,6 +12,7 @@ a super user."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import secrets
 import time
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from coordinator.client import env
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
 from e2e.cluster import Cluster
@@ -122,6 +124,23 @@ def secure_group(
         },
     )
     return access
+
+
+def check_secured(cluster: Cluster, ns: str, group: str, access: SecuredAccess) -> None:
+    """The members were given the secured listener and nothing else, and the configuration
+    the operator wrote them is one self-contained file for that listener (no path in it)."""
+    pods = cluster.member_pods(ns, group)
+    assert pods, f"{group}: no member pods"
+    for pod in pods:
+        values = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        bootstrap = values.get("KAFKA_BOOTSTRAP_SERVERS") or values[env.COORDINATOR_URL]
+        assert bootstrap.removeprefix("kafka://") == access.bootstrap, values
+    data = cluster.get_json("-n", ns, "get", "secret", f"{group}-kafka-client")["data"]
+    assert len(data) == 1, sorted(data)
+    text = base64.b64decode(next(iter(data.values()))).decode()
+    protocol = access.security.split("/")[0]
+    assert f"security.protocol={protocol}\n" in text, text.splitlines()[0]
+    assert "/etc/staticfleet/" not in text and ".location=" not in text
 
 
 def kafka_group(

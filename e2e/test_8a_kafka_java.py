@@ -17,7 +17,7 @@ from __future__ import annotations
 from e2e.cluster import Cluster, LocalCluster
 from e2e.fleet import Record
 from e2e.groups import IMAGE, apply, namespace
-from e2e.kafka_fleet import PARTITIONS, fleet_scenario, kafka_group, secure_group
+from e2e.kafka_fleet import PARTITIONS, check_secured, fleet_scenario, kafka_group, secure_group
 from staticfleet.commands.member_cmd import read_events
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
@@ -50,4 +50,5 @@ def test_java_fleet_on_kafka(
         group = kafka_group(GROUP, access.bootstrap, "java", container, kafka=access.kafka)
         apply(cluster, ns, group)
         fleet_scenario(cluster, ns, kafka_broker.bootstrap, GROUP, lambda: logs(ns), record)
+        check_secured(cluster, ns, GROUP, access)
         cluster.kubectl("-n", ns, "delete", "cg", GROUP, "--wait=true", "--timeout=120s")

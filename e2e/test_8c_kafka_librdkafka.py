@@ -24,6 +24,7 @@ from e2e.groups import IMAGE, apply, group_status, namespace, patch_spec
 from e2e.kafka_fleet import (
     PARTITIONS,
     STRATEGY_ENV,
+    check_secured,
     describe,
     kafka_group,
     operator_events,
@@ -74,6 +75,7 @@ def test_librdkafka_two_bounce_refused_and_switch_works(
         apply(cluster, ns, group)
         wait_settled(cluster, ns, bootstrap, GROUP, REPLICAS)
         assert describe(bootstrap, GROUP)["protocol"] == "range"
+        check_secured(cluster, ns, GROUP, access)
         uids = {s: pod_uid(cluster, ns, f"{GROUP}-{s}") for s in range(REPLICAS)}
 
         # The unsafe two-bounce is refused: a condition, one Event, no pod touched.
