@@ -21,7 +21,7 @@ import kopf
 from coordinator import JournalEvent
 from staticfleet_operator import index_readiness, relists
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
-from staticfleet_operator.members import GROUP_LABEL
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.passes import Passes
 from staticfleet_operator.reconcile import Operator, RetryLater, finalize, reconcile_pass
 from staticfleet_operator.webhook import admit_pod

@@ -9,7 +9,6 @@ authenticates it, through the client Secret's settings).
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Mapping
 from typing import Any, Final
@@ -19,7 +18,8 @@ from pydantic import SecretStr
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.client.kafka_settings import KafkaClientSettings, SaslMechanism, jaas_quote
-from staticfleet_operator.crd import API_VERSION, KIND, ClientFamily, ConsumerGroupSpec
+from staticfleet_operator.crd import ClientFamily, ConsumerGroupSpec
+from staticfleet_operator.owned import group_secret
 
 JAVA_PACKAGE: Final = "org.apache.kafka.clients.consumer."
 # Protocol (assignor) names as members put them in JoinGroup -> Java's class names.
@@ -232,34 +232,9 @@ def client_config_secret(
     namespace: str, group_name: str, owner_uid: str, files: Mapping[str, str]
 ) -> dict[str, Any]:
     """The manifest of the group's client configuration Secret (owned by the group)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": client_config_secret_name(group_name),
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/managed-by": "staticfleet",
-                "staticfleet.dev/group": group_name,
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": group_name,
-                    "uid": owner_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "data": secret_data(files),
-    }
-
-
-def secret_data(files: Mapping[str, str]) -> dict[str, str]:
-    return {name: base64.b64encode(text.encode()).decode() for name, text in files.items()}
+    return group_secret(
+        namespace, client_config_secret_name(group_name), group_name, owner_uid, files
+    )
 
 
 def client_config_mount(

@@ -16,19 +16,17 @@ from typing import Any, Final
 
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
-from staticfleet_operator.crd import API_VERSION, KIND, ClientEnvNames, ConsumerGroupSpec
+from staticfleet_operator.crd import ClientEnvNames, ConsumerGroupSpec
 from staticfleet_operator.kafka_clients import (
     client_config_mount,
     client_env_from,
     kafka_member_env,
 )
+from staticfleet_operator.owned import GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL, group_owner
 from staticfleet_operator.rollout import MemberPod
 from staticfleet_operator.tokens import token_secret_ref
 
-GROUP_LABEL: Final = "staticfleet.dev/group"
 SLOT_LABEL: Final = "staticfleet.dev/slot"
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "staticfleet"
 
 SLOT_ANNOTATION: Final = "staticfleet.dev/slot"
 INSTANCE_ID_ANNOTATION: Final = "staticfleet.dev/instance-id"
@@ -176,14 +174,7 @@ def member_manifest(
         raise ValueError("a member pod needs spec.template")
     template = spec.template.model_dump(mode="json", by_alias=True, exclude_none=True)
     metadata = template.get("metadata") or {}
-    owner = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": settings.group_name,
-        "uid": owner_uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    owner = group_owner(settings.group_name, owner_uid)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

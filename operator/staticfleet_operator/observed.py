@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from staticfleet_operator.kube import KubeApi
-from staticfleet_operator.members import GROUP_LABEL
+from staticfleet_operator.owned import GROUP_LABEL
 
 Body = dict[str, Any]
 Key = tuple[str, str]

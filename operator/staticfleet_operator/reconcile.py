@@ -44,19 +44,13 @@ from staticfleet_operator.kafka_clients import (
     client_config_files,
     client_config_secret,
     client_config_secret_name,
-    secret_data,
 )
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import Conflict, KubeApi
-from staticfleet_operator.members import (
-    GROUP_LABEL,
-    MemberSettings,
-    managed_pod,
-    members_of,
-    template_hash,
-)
+from staticfleet_operator.members import MemberSettings, managed_pod, members_of, template_hash
 from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.observed import Observed, pod_identity
+from staticfleet_operator.owned import GROUP_LABEL, secret_data
 from staticfleet_operator.passes import Passes
 from staticfleet_operator.readiness import TokensGate
 from staticfleet_operator.rollout import (

@@ -22,8 +22,9 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from staticfleet_operator.crd import API_VERSION, KIND, ConsumerGroupSpec
+from staticfleet_operator.crd import ConsumerGroupSpec
 from staticfleet_operator.kube import Conflict, KubeApi
+from staticfleet_operator.owned import group_secret
 
 if TYPE_CHECKING:
     from staticfleet_operator.observed import Observed
@@ -52,30 +53,13 @@ def new_token() -> str:
 
 def managed_secret(namespace: str, group_name: str, owner_uid: str, token: str) -> dict[str, Any]:
     """The manifest of the operator-made member token Secret."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": managed_secret_name(group_name),
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/managed-by": "staticfleet",
-                "staticfleet.dev/group": group_name,
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": group_name,
-                    "uid": owner_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
-        "data": {MANAGED_TOKEN_KEY: base64.b64encode(token.encode()).decode()},
-    }
+    return group_secret(
+        namespace,
+        managed_secret_name(group_name),
+        group_name,
+        owner_uid,
+        {MANAGED_TOKEN_KEY: token},
+    )
 
 
 def secret_value(secret: Mapping[str, Any], key: str) -> str | None:

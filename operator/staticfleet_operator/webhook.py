@@ -22,7 +22,6 @@ from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, valida
 from staticfleet_operator.kafka_clients import client_config_mount, client_env_from
 from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
-    GROUP_LABEL,
     POD_KEY_ANNOTATION,
     SLOT_LABEL,
     MemberSettings,
@@ -31,6 +30,7 @@ from staticfleet_operator.members import (
     template_hash,
     with_member_env,
 )
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.reconcile import Operator, describe, group_key, sync_member_token
 from staticfleet_operator.rollout import CoordinatorView
 from staticfleet_operator.status import read_status

@@ -62,7 +62,8 @@ from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import USER_AGENT, KubeApi
-from staticfleet_operator.members import GROUP_LABEL, POD_KEY_ANNOTATION
+from staticfleet_operator.members import POD_KEY_ANNOTATION
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.reconcile import Operator
 from staticfleet_operator.webhook import WEBHOOK_PATH
 

@@ -8,7 +8,8 @@ from coordinator import GroupCoordinator, GroupState
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator import adopted
 from staticfleet_operator.crd import RolloutStatus, parse_spec
-from staticfleet_operator.members import GROUP_LABEL, SLOT_LABEL, identity_annotations
+from staticfleet_operator.members import SLOT_LABEL, identity_annotations
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.reconcile import Operator
 from staticfleet_operator.rollout import CoordinatorView
 

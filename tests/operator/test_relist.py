@@ -20,8 +20,8 @@ from kubernetes_asyncio.client import CoreV1Api
 
 from staticfleet_operator import relists
 from staticfleet_operator.kube import KubeApi, Labels, label_selector
-from staticfleet_operator.members import GROUP_LABEL
 from staticfleet_operator.observed import Observed
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.passes import Passes
 from tests.operator.kube_harness import (
     GONE,

@@ -11,7 +11,8 @@ than the test, so only the admission path can free the slot.
 from __future__ import annotations
 
 from coordinator.client import env as member_env
-from staticfleet_operator.members import GROUP_LABEL, INSTANCE_ID_ANNOTATION
+from staticfleet_operator.members import INSTANCE_ID_ANNOTATION
+from staticfleet_operator.owned import GROUP_LABEL
 from tests.operator.kube_harness import Cluster, env_of, running_cluster
 from tests.operator.test_handlers_kmock import adopted_spec, executor
 
