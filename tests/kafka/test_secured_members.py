@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.client import GroupMember
+from coordinator.client.kafka_errors import KafkaSaslMechanismUnsupported
 from coordinator.client.kafka_settings import KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.errors import ErrorCode
@@ -262,14 +263,18 @@ async def group_state(bootstrap: str, settings: KafkaClientSettings, group: str)
 # ---------------------------------------------------------------------- OAUTHBEARER
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def reauth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A secured broker that ends a SASL session when its token expires (KIP-368:
-    connections.max.reauth.ms > 0 bounds a session by the token's lifetime)."""
+    connections.max.reauth.ms > 0 bounds a session by the token's lifetime), and whose
+    SASL_SSL listener does not enable PLAIN (a mechanism the cluster refuses)."""
     broker = KafkaBroker(
         tmp_path_factory.mktemp("kafka-reauth"),
         secured=True,
-        settings={"connections.max.reauth.ms": "600000"},
+        settings={
+            "connections.max.reauth.ms": "600000",
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+        },
     )
     broker.start()
     try:
@@ -324,6 +329,22 @@ async def test_oauth_members_heartbeat_across_token_refreshes(reauth_broker: Kaf
             await member.close(leave=True)
         for transport in transports:
             await transport.close()
+
+
+async def test_a_mechanism_the_listener_does_not_enable(reauth_broker: KafkaBroker) -> None:
+    """The broker answers SaslHandshake with UNSUPPORTED_SASL_MECHANISM (33) and the
+    mechanisms it enables; the transport says so as its own error, not "unreachable"."""
+    settings = KafkaClientSettings.from_properties(
+        reauth_broker.client_properties("SASL_SSL", "alice", "PLAIN")
+    )
+    transport = KafkaTransport(f"kafka://{reauth_broker.sasl_ssl_bootstrap}", settings=settings)
+    try:
+        with pytest.raises(KafkaSaslMechanismUnsupported) as refused:
+            await transport.describe_group("any-group")
+    finally:
+        await transport.close()
+    message = str(refused.value)
+    assert "PLAIN" in message and "SCRAM-SHA-512" in message, message
 
 
 # ---------------------------------------------------------------------- refusals
