@@ -59,7 +59,14 @@ KERNEL_SETTINGS = (
 IPTABLES = ("iptables", "ip6tables")
 IPTABLES_TABLES = ("filter", "nat", "mangle")
 NETNS_DIR = Path("/run/netns")
-KUBELET_LEFTOVERS = (Path("/var/lib/kubelet"), Path("/var/log/pods"), Path("/etc/kubernetes"))
+# Fixed host paths a node run makes whatever its configured directories: kubelet's
+# /var/lib/kubelet/device-plugins, and libcni's result cache /var/lib/cni (containerd's CRI).
+HOST_PATHS = (
+    Path("/var/lib/kubelet"),
+    Path("/var/log/pods"),
+    Path("/etc/kubernetes"),
+    Path("/var/lib/cni"),
+)
 
 
 class ProbeError(RuntimeError):
@@ -315,7 +322,7 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
     workdir.mkdir(parents=True)
     settings = kernel_settings()
     netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()
-    leftovers_before = {p for p in KUBELET_LEFTOVERS if p.exists()}
+    paths_before = {p for p in HOST_PATHS if p.exists()}
     chains_before = kube_chains()
     ok = False
     try:
@@ -389,9 +396,8 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
         _remove_chains(kube_chains() - chains_before)
         leave_machine_clean(workdir / "kubelet", "kubepods", shim_dir_existed=True)
         _restore(settings)
-        # kubelet makes /var/lib/kubelet/device-plugins whatever its --root-dir (a fixed path).
-        for path in KUBELET_LEFTOVERS:
-            if path.exists() and path not in leftovers_before:
+        for path in HOST_PATHS:
+            if path.exists() and path not in paths_before:
                 shutil.rmtree(path, ignore_errors=True)
         print(f"node probe: {'Ready' if ok else 'FAILED'}; stages in {probe.write()}")
     return 0 if ok else 1

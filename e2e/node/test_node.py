@@ -47,7 +47,7 @@ def _host_state() -> dict[str, object]:
         "mounts": [
             line for line in Path("/proc/self/mounts").read_text().splitlines() if "/node/" in line
         ],
-        "kubelet_dirs": [str(p) for p in probe.KUBELET_LEFTOVERS if p.exists()],
+        "host_paths": [str(p) for p in probe.HOST_PATHS if p.exists()],
     }
 
 
