@@ -55,8 +55,10 @@ def _host_state() -> dict[str, object]:
 def test_node_goes_ready_and_runs_the_image(built: None, containerd: str) -> None:
     before = _host_state()
     workdir = ROOT / "build" / "node" / f"run-test-{containerd}"
-    assert probe.run(workdir, 180.0, containerd, Path("/usr/bin/runc")) == 0
-    stages = json.loads((workdir / "probe.json").read_text())["stages"]
+    code = probe.run(workdir, 180.0, containerd, Path("/usr/bin/runc"))
+    record = (workdir / "probe.json").read_text()
+    assert code == 0, record  # each stage's outcome, error and log tail
+    stages = json.loads(record)["stages"]
     assert [s["outcome"] for s in stages] == ["ok"] * 5
     assert stages[-1]["phase"] == "Succeeded"
     assert stages[-1]["output"] == [f"staticfleet {VERSION}"]
