@@ -15,7 +15,8 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from staticfleet.commands.member_cmd import read_events
-from staticfleet.demo.ownership import MemberLog, holdings
+from staticfleet.demo.ownership import MemberLog, acknowledged_offsets, holdings
+from staticfleet.processes import terminate
 
 
 def produce(
@@ -101,13 +102,7 @@ class MemberProcess:
         )
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+        return terminate(self.process, 30)
 
     def kill(self) -> None:
         if self.process.poll() is None:
@@ -159,3 +154,49 @@ def our_member(
     ]
     env = {"STATICFLEET_KAFKA_CONFIG": str(config)} if config is not None else {}
     return MemberProcess(command, env, log, stdout=False)
+
+
+class MemberRuns:
+    """`member run` processes by name, each with its event log (`NAME.jsonl`) and stderr
+    (`NAME.err`) in `directory`; a test's subclass says how one is started (`start`)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def event_log(self, name: str) -> Path:
+        return self.directory / f"{name}.jsonl"
+
+    def launch(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        self.processes[name] = subprocess.Popen(
+            argv,
+            env={**os.environ, **env},
+            stderr=open(self.directory / f"{name}.err", "w"),  # noqa: SIM115
+        )
+
+    def stop(self, name: str) -> int:
+        process = self.processes[name]
+        process.send_signal(signal.SIGTERM)
+        return process.wait(timeout=30)
+
+    def stderr(self, name: str) -> str:
+        return (self.directory / f"{name}.err").read_text()
+
+    def logs(self) -> list[MemberLog]:
+        return [
+            MemberLog(owner=name, process=name, rows=read_events(self.event_log(name)))
+            for name in self.processes
+            if self.event_log(name).exists()
+        ]
+
+    def owned_now(self) -> dict[str, set[tuple[str, int]]]:
+        return owned_now(self.logs())
+
+    def committed(self) -> dict[tuple[str, int], int]:
+        return acknowledged_offsets(self.logs(), before_ms=2**62)
+
+    def kill_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()

@@ -7,28 +7,22 @@ committed through the group.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from staticfleet.commands.member_cmd import EXIT_OK, read_events
+from staticfleet.commands.member_cmd import EXIT_OK
 from staticfleet.demo.ownership import (
-    MemberLog,
-    acknowledged_offsets,
     all_holdings,
     commit_regressions,
-    holdings,
     ownership_overlaps,
 )
 from staticfleet.kafka.broker import KafkaBroker
 from tests.serve import serve_coordinator, staticfleet
 
-from .helpers import end_offsets, produce, wait_for
+from .helpers import MemberRuns, end_offsets, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -53,14 +47,15 @@ def coordinator_url(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-class Members:
+class Members(MemberRuns):
+    """Our members, grouped by the coordinator at `url`, reading records from `source`."""
+
     def __init__(self, url: str, source: str, topic: str, directory: Path) -> None:
-        self.url, self.source, self.topic, self.directory = url, source, topic, directory
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        super().__init__(directory)
+        self.url, self.source, self.topic = url, source, topic
 
     def start(self, name: str, instance_id: str) -> None:
         environment = {
-            **os.environ,
             "STATICFLEET_COORDINATOR_URL": self.url,
             "STATICFLEET_SOURCE": self.source,
             "STATICFLEET_GROUP_ID": GROUP,
@@ -70,42 +65,9 @@ class Members:
             "STATICFLEET_SESSION_TIMEOUT_MS": "10000",
             "STATICFLEET_REBALANCE_TIMEOUT_MS": "5000",
             "STATICFLEET_HEARTBEAT_INTERVAL_MS": "300",
-            "STATICFLEET_EVENT_LOG": str(self.directory / f"{name}.jsonl"),
+            "STATICFLEET_EVENT_LOG": str(self.event_log(name)),
         }
-        self.processes[name] = subprocess.Popen(
-            staticfleet("member", "run", "--commit-interval-ms", "200"),
-            env=environment,
-            stderr=open(self.directory / f"{name}.err", "w"),  # noqa: SIM115
-        )
-
-    def stop(self, name: str) -> int:
-        process = self.processes[name]
-        process.send_signal(signal.SIGTERM)
-        return process.wait(timeout=30)
-
-    def logs(self) -> list[MemberLog]:
-        return [
-            MemberLog(owner=name, process=name, rows=read_events(self.directory / f"{name}.jsonl"))
-            for name in self.processes
-            if (self.directory / f"{name}.jsonl").exists()
-        ]
-
-    def owned_now(self) -> dict[str, set[tuple[str, int]]]:
-        owned: dict[str, set[tuple[str, int]]] = {}
-        for log in self.logs():
-            for holding in holdings(log):
-                if holding.end_ms is None:
-                    owned.setdefault(holding.owner, set()).add(holding.partition)
-        return owned
-
-    def committed(self) -> dict[tuple[str, int], int]:
-        return acknowledged_offsets(self.logs(), before_ms=2**62)
-
-    def kill_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        self.launch(name, staticfleet("member", "run", "--commit-interval-ms", "200"), environment)
 
 
 def test_members_consume_a_real_topic_and_a_static_restart_causes_no_rebalance(

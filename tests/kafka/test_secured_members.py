@@ -9,8 +9,6 @@ member with exit code EXIT_KAFKA_ACCESS within 60 s, its cause in the log, no pa
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,11 +25,10 @@ from coordinator.errors import ErrorCode
 from coordinator.messages import LeaveGroupRequest, MemberIdentity
 from coordinator.protocol import TopicPartition
 from staticfleet.commands.member_cmd import EXIT_KAFKA_ACCESS, EXIT_OK, read_events
-from staticfleet.demo.ownership import MemberLog, holdings
 from staticfleet.kafka.broker import Acl, KafkaBroker
 from tests.client.helpers import member_config, settled, wait_until
 from tests.conftest import SecuredUser, SslClient
-from tests.kafka.helpers import end_offsets, produce, wait_for
+from tests.kafka.helpers import MemberRuns, end_offsets, produce, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -49,85 +46,42 @@ def member_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "staticfleet.cli", "member", "run", *args]
 
 
-class Members:
+class Members(MemberRuns):
     """`member run` processes of one group, coordinator and source on one secured listener."""
 
     def __init__(
         self, bootstrap: str, config: Path, group: str, topic: str, protocol: str, directory: Path
     ) -> None:
+        super().__init__(directory)
         self.bootstrap, self.config, self.group, self.topic = bootstrap, config, group, topic
-        self.protocol, self.directory = protocol, directory
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self.protocol = protocol
 
     def start(self, name: str, instance_id: str) -> None:
-        environment = {**os.environ, "STATICFLEET_KAFKA_CONFIG": str(self.config)}
-        self.processes[name] = subprocess.Popen(
-            member_command(
-                "--coordinator",
-                f"kafka://{self.bootstrap}",
-                "--source",
-                f"kafka://{self.bootstrap}",
-                "--group-id",
-                self.group,
-                "--instance-id",
-                instance_id,
-                "--topics",
-                self.topic,
-                "--rebalance-protocol",
-                self.protocol,
-                "--session-timeout-ms",
-                "10000",
-                "--rebalance-timeout-ms",
-                "10000",
-                "--heartbeat-interval-ms",
-                "300",
-                "--commit-interval-ms",
-                "200",
-                "--event-log",
-                str(self.directory / f"{name}.jsonl"),
-            ),
-            env=environment,
-            stderr=open(self.directory / f"{name}.err", "w"),  # noqa: SIM115
+        argv = member_command(
+            "--coordinator",
+            f"kafka://{self.bootstrap}",
+            "--source",
+            f"kafka://{self.bootstrap}",
+            "--group-id",
+            self.group,
+            "--instance-id",
+            instance_id,
+            "--topics",
+            self.topic,
+            "--rebalance-protocol",
+            self.protocol,
+            "--session-timeout-ms",
+            "10000",
+            "--rebalance-timeout-ms",
+            "10000",
+            "--heartbeat-interval-ms",
+            "300",
+            "--commit-interval-ms",
+            "200",
+            "--event-log",
+            str(self.event_log(name)),
         )
-
-    def stop(self, name: str) -> int:
-        process = self.processes[name]
-        process.send_signal(signal.SIGTERM)
-        return process.wait(timeout=30)
-
-    def stderr(self, name: str) -> str:
-        return (self.directory / f"{name}.err").read_text()
-
-    def logs(self) -> list[MemberLog]:
-        return [
-            MemberLog(owner=name, process=name, rows=read_events(self.directory / f"{name}.jsonl"))
-            for name in self.processes
-            if (self.directory / f"{name}.jsonl").exists()
-        ]
-
-    def owned_now(self) -> dict[str, set[tuple[str, int]]]:
-        owned: dict[str, set[tuple[str, int]]] = {}
-        for log in self.logs():
-            for holding in holdings(log):
-                if holding.end_ms is None:
-                    owned.setdefault(holding.owner, set()).add(holding.partition)
-        return owned
-
-    def committed(self) -> dict[tuple[str, int], int]:
-        latest: dict[tuple[str, int], int] = {}
-        for log in self.logs():
-            for row in log.rows:
-                if row["event"] == "commit":
-                    for topic, partition, offset in row["offsets"]:
-                        key = (topic, partition)
-                        latest[key] = max(latest.get(key, 0), offset)
-        return latest
-
-    def kill_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        self.launch(name, argv, {"STATICFLEET_KAFKA_CONFIG": str(self.config)})
 
 
 def member_access(broker: KafkaBroker, principal: str, group: str, topic: str) -> None:
