@@ -16,12 +16,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from staticfleet.processes import terminate
 
 # Where the runc shim of containerd 1.6 keeps its sockets, fifos and runc state whatever the
 # config says (its defaults, not settable from containerd's config without the CRI plugin).
@@ -300,13 +301,7 @@ def running_containerd(
                 with contextlib.suppress(ContainerdError, subprocess.TimeoutExpired):
                     cd.remove_all()
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate(proc, 30)
             leave_machine_clean(workdir, namespace, shim_dir_existed)
             # The content store and snapshots (hundreds of MB); config and log stay to read.
             shutil.rmtree(workdir / "root", ignore_errors=True)

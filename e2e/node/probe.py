@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from e2e.node.containerd import (
     leave_machine_clean,
     running_containerd,
 )
+from staticfleet.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_BIN = ROOT / "build" / "node" / "bin"
@@ -306,13 +306,7 @@ def _kubelet(cp: ControlPlane, cd: Containerd, workdir: Path) -> Iterator[subpro
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc, 30)
 
 
 def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
