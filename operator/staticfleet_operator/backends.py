@@ -172,10 +172,12 @@ class KafkaBackends:
     def get(
         self, bootstrap_servers: str, settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     ) -> KafkaBackend:
-        key = (bootstrap_servers, settings_fingerprint(settings))
+        return self._get((bootstrap_servers, settings_fingerprint(settings)), settings)
+
+    def _get(self, key: BackendKey, settings: KafkaClientSettings) -> KafkaBackend:
         backend = self._backends.get(key)
         if backend is None:
-            backend = self._backends[key] = KafkaBackend(bootstrap_servers, settings=settings)
+            backend = self._backends[key] = KafkaBackend(key[0], settings=settings)
         return backend
 
     async def for_group(
@@ -183,8 +185,8 @@ class KafkaBackends:
     ) -> KafkaBackend:
         """The group's backend; one the group used before with other settings is closed
         when no other group uses it."""
-        backend = self.get(bootstrap_servers, settings)
         key = (bootstrap_servers, settings_fingerprint(settings))
+        backend = self._get(key, settings)
         previous = self._users.get(group)
         self._users[group] = key
         if previous is not None and previous != key:

@@ -27,6 +27,7 @@ from staticfleet_operator.backends import (
     CoordinatorUnreachable,
     EmbeddedBackend,
     GroupBackend,
+    KafkaBackend,
     KafkaBackends,
     leave_errors,
     widen_offers,
@@ -784,9 +785,9 @@ async def sync_client_config(
     """The group's client configuration Secret (kafka_clients.py): the settings the operator
     connects with, in the members' dialect, written when its content differs. Pods are not
     restarted for a change (docs/operator.md, "Secured clusters": rotation)."""
-    settings = getattr(backend, "settings", None)
-    if not isinstance(settings, KafkaClientSettings):
+    if not isinstance(backend, KafkaBackend):
         return
+    settings = backend.settings
     metadata = body.get("metadata") or {}
     namespace, name = str(metadata["namespace"]), str(metadata["name"])
     files = client_config_files(spec.coordinator.client_family, settings)
