@@ -18,9 +18,9 @@ from e2e.cluster import Cluster, LocalCluster
 from e2e.fleet import Record
 from e2e.groups import IMAGE, apply, namespace
 from e2e.kafka_fleet import PARTITIONS, check_secured, fleet_scenario, kafka_group, secure_group
-from staticfleet.commands.member_cmd import read_events
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.member.events import read_events
 
 GROUP = "javafleet"
 

@@ -36,12 +36,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make `pipeline` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from coordinator.client import env
+
+if TYPE_CHECKING:
+    from staticfleet.member.settings import Settings
 
 EXECUTOR_BACKEND = "CoarseGrainedExecutorBackend"
 # The Kubernetes scheduler's executor JVM (its class extends the one above).
@@ -96,16 +99,14 @@ def claim_slot(slot_dir: Path, slots: int, timeout_s: float = 120.0) -> tuple[in
         time.sleep(0.2)
 
 
-def _member_settings(environ: dict[str, str]) -> Any:
-    from staticfleet.cli import build_parser
-    from staticfleet.commands.member_cmd import settings_from
+def _member_settings(environ: dict[str, str]) -> Settings:
+    from staticfleet.member.settings import Overrides, settings_from
 
-    args = build_parser().parse_args(["member", "run", "--commit-interval-ms", "500"])
-    return settings_from(args, environ)
+    return settings_from(Overrides(commit_interval_ms=500), environ)
 
 
 async def _run(environ: dict[str, str], stop_file: Path, duration_s: float) -> int:
-    from staticfleet.commands.member_cmd import run_member
+    from staticfleet.member.runtime import run_member
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ from coordinator.client.inprocess import InProcessTransport
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import Transport
 from coordinator.server.routes import OPERATIONS
-from staticfleet.commands.member_cmd import ClusterTopicMetadata
+from staticfleet.member.cluster_metadata import ClusterTopicMetadata
 from tests.client.helpers import FaultyTransport
 
 # mypy checks that each class implements GroupApi (a changed signature fails `make lint`).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from coordinator.assignors import RebalanceProtocol, get_assignor
@@ -17,7 +15,8 @@ from coordinator.protocol import (
     decode_subscription,
 )
 from staticfleet.cli import build_parser
-from staticfleet.commands.member_cmd import settings_from
+from staticfleet.commands.member_cmd import overrides_from
+from staticfleet.member.settings import Overrides, settings_from
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 
@@ -113,8 +112,12 @@ def test_leader_withholds_a_partition_still_owned_by_someone_else():
     assert safe == {"a": Assignment((T0,)), "b": Assignment((T2,))}
 
 
+def flags(*argv: str) -> Overrides:
+    """What `staticfleet member run ARGV` gives the runtime."""
+    return overrides_from(build_parser().parse_args(["member", "run", *argv]))
+
+
 def test_member_run_settings_come_from_env_and_flags_win():
-    parser = build_parser()
     environ = {
         "STATICFLEET_COORDINATOR_URL": "http://coordinator:8080",
         "STATICFLEET_GROUP_ID": "orders",
@@ -129,7 +132,7 @@ def test_member_run_settings_come_from_env_and_flags_win():
         "STATICFLEET_TOKEN": "secret",
         "STATICFLEET_EVENT_LOG": "/tmp/events.jsonl",
     }
-    settings = settings_from(parser.parse_args(["member", "run"]), environ)
+    settings = settings_from(flags(), environ)
     cfg = settings.config
     assert settings.url == "http://coordinator:8080" and settings.token == "secret"
     assert settings.event_log == "/tmp/events.jsonl"
@@ -143,16 +146,32 @@ def test_member_run_settings_come_from_env_and_flags_win():
     assert cfg.leave_on_close  # dynamic
     assert cfg.authorization_retry_ms == 120_000
 
-    args = parser.parse_args(["member", "run", "--instance-id", "orders-3", "--topics", "x"])
-    cfg = settings_from(args, environ).config
+    cfg = settings_from(flags("--instance-id", "orders-3", "--topics", "x"), environ).config
     assert (cfg.group_instance_id, cfg.topics, cfg.leave_on_close) == ("orders-3", ("x",), False)
-    args = parser.parse_args(["member", "run", "--authorization-retry-ms", "0"])
-    assert settings_from(args, environ).config.authorization_retry_ms == 0
+    assert (
+        settings_from(flags("--authorization-retry-ms", "0"), environ).config.authorization_retry_ms
+        == 0
+    )
+
+
+def test_settings_need_no_command_line():
+    """A caller in code (the Spark executors) gives values as the flags would."""
+    environ = {
+        "STATICFLEET_COORDINATOR_URL": "http://x",
+        "STATICFLEET_GROUP_ID": "g",
+        "STATICFLEET_TOPICS": "t",
+        "STATICFLEET_INSTANCE_ID": "g-0",
+    }
+    given = Overrides(commit_interval_ms=500, leave_on_close=True)
+    assert given == flags("--commit-interval-ms", "500", "--leave-on-close")
+    settings = settings_from(given, environ)
+    assert (settings.commit_interval_ms, settings.config.group_instance_id) == (500, "g-0")
+    assert settings.config.leave_on_close  # given, though static
+    assert settings_from(Overrides(), environ).commit_interval_ms == 1000
 
 
 def test_member_run_reports_missing_settings():
-    args = build_parser().parse_args(["member", "run"])
-    assert isinstance(args, argparse.Namespace)
+    args = flags()
     with pytest.raises(ValueError, match="STATICFLEET_COORDINATOR_URL"):
         settings_from(args, {"STATICFLEET_GROUP_ID": "g", "STATICFLEET_TOPICS": "t"})
     with pytest.raises(ValueError, match="STATICFLEET_SESSION_TIMEOUT_MS"):
@@ -168,17 +187,17 @@ def test_member_run_reports_missing_settings():
 
 
 def test_member_run_reads_the_synthetic_source_unless_a_kafka_one_is_named():
-    parser = build_parser()
     environ = {
         "STATICFLEET_COORDINATOR_URL": "http://x",
         "STATICFLEET_GROUP_ID": "g",
         "STATICFLEET_TOPICS": "t",
     }
-    assert settings_from(parser.parse_args(["member", "run"]), environ).kafka_bootstrap is None
+    assert settings_from(flags(), environ).kafka_bootstrap is None
     with_kafka = {**environ, "STATICFLEET_SOURCE": "kafka://127.0.0.1:20001"}
-    settings = settings_from(parser.parse_args(["member", "run"]), with_kafka)
+    settings = settings_from(flags(), with_kafka)
     assert settings.kafka_bootstrap == "127.0.0.1:20001"
-    flag = parser.parse_args(["member", "run", "--source", "synthetic"])
-    assert settings_from(flag, with_kafka).kafka_bootstrap is None  # a flag wins
+    assert (
+        settings_from(flags("--source", "synthetic"), with_kafka).kafka_bootstrap is None
+    )  # a flag wins
     with pytest.raises(ValueError, match="kafka://host:port"):
-        settings_from(parser.parse_args(["member", "run", "--source", "kafka:9092"]), environ)
+        settings_from(flags("--source", "kafka:9092"), environ)

@@ -19,7 +19,7 @@ from coordinator.client.kafka_errors import (
 )
 from coordinator.client.member import MemberAccessDenied
 from coordinator.client.transport import TransportError
-from staticfleet.commands.member_cmd import EXIT_USAGE
+from staticfleet.member.runtime import EXIT_USAGE
 
 from .helpers import FaultyTransport, member_config, wait_until
 

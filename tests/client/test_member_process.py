@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from coordinator.protocol import TopicPartition
-from staticfleet.commands.member_cmd import EXIT_FENCED, EXIT_OK, read_events
 from staticfleet.demo.ownership import MemberLog, all_holdings, holdings, ownership_overlaps
+from staticfleet.member.events import read_events
+from staticfleet.member.runtime import EXIT_FENCED, EXIT_OK
 from tests.serve import serve_coordinator, staticfleet
 
 pytestmark = pytest.mark.slow

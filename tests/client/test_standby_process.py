@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.protocol import TopicPartition
-from staticfleet.commands.member_cmd import EXIT_OK, read_events
+from staticfleet.member.events import read_events
+from staticfleet.member.runtime import EXIT_OK
 from tests.client import test_member_process as processes
 from tests.client.test_member_process import (
     GROUP,

@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, ConsumerGroupState, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
-from staticfleet.commands.member_cmd import read_events
 from staticfleet.demo.ownership import MemberLog, acknowledged_offsets, holdings
+from staticfleet.member.events import read_events
 from staticfleet.processes import terminate
 
 

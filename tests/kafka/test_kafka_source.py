@@ -12,9 +12,11 @@ from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, System
 from coordinator.client import GroupMember, InProcessTransport
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.protocol import TopicPartition
-from staticfleet.commands.member_cmd import ClusterTopicMetadata, EventLog, SourceConsumer
 from staticfleet.kafka.broker import KafkaBroker
 from staticfleet.kafka.source import KafkaReader, bootstrap_of, partition_counts
+from staticfleet.member.cluster_metadata import ClusterTopicMetadata
+from staticfleet.member.events import EventLog
+from staticfleet.member.source_consumer import SourceConsumer
 from tests.client.helpers import member_config
 
 from .helpers import produce

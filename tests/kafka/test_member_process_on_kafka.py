@@ -17,8 +17,9 @@ import pytest
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.errors import ErrorCode
 from coordinator.messages import OffsetFetchRequest, OffsetFetchResponse
-from staticfleet.commands.member_cmd import EXIT_OK, read_events
 from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.member.events import read_events
+from staticfleet.member.runtime import EXIT_OK
 
 pytestmark = pytest.mark.kafka
 

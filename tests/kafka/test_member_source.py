@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.commands.member_cmd import EXIT_OK
 from staticfleet.demo.ownership import (
     all_holdings,
     commit_regressions,
     ownership_overlaps,
 )
 from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.member.runtime import EXIT_OK
 from tests.serve import serve_coordinator, staticfleet
 
 from .helpers import MemberRuns, end_offsets, produce, wait_for

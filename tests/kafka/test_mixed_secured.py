@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
-from staticfleet.commands.member_cmd import EXIT_OK
 from staticfleet.demo.ownership import all_holdings, ownership_overlaps
 from staticfleet.kafka.broker import Acl, KafkaBroker
 from staticfleet.kafka.java_peer import JavaPeer
+from staticfleet.member.runtime import EXIT_OK
 from staticfleet_operator.backends import KafkaBackend
 from staticfleet_operator.crd import ClientFamily, KafkaClientSpec
 from staticfleet_operator.kafka_auth import client_settings

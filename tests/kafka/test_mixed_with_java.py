@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from staticfleet.commands.member_cmd import EXIT_OK
 from staticfleet.demo.ownership import all_holdings, ownership_overlaps
 from staticfleet.kafka.broker import KafkaBroker
 from staticfleet.kafka.java_peer import JavaPeer
+from staticfleet.member.runtime import EXIT_OK
 
 from .helpers import (
     MemberProcess,

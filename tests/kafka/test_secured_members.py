@@ -24,8 +24,9 @@ from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.errors import ErrorCode
 from coordinator.messages import LeaveGroupRequest, MemberIdentity
 from coordinator.protocol import TopicPartition
-from staticfleet.commands.member_cmd import EXIT_KAFKA_ACCESS, EXIT_OK, read_events
 from staticfleet.kafka.broker import Acl, KafkaBroker
+from staticfleet.member.events import read_events
+from staticfleet.member.runtime import EXIT_KAFKA_ACCESS, EXIT_OK
 from tests.client.helpers import member_config, settled, wait_until
 from tests.conftest import SecuredUser, SslClient
 from tests.kafka.helpers import MemberRuns, end_offsets, produce, wait_for

@@ -16,6 +16,7 @@ import yaml
 
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet.commands import member_cmd
+from staticfleet.member.settings import settings_from
 from staticfleet_operator.crd import parse_spec
 from staticfleet_operator.members import MemberSettings, managed_pod
 
@@ -40,7 +41,7 @@ def member_topics(group: dict[str, Any]) -> tuple[str, ...]:
     parser = argparse.ArgumentParser()
     member_cmd.register(parser.add_subparsers())
     args = parser.parse_args(container["args"])
-    return tuple(member_cmd.settings_from(args, environ).config.topics)
+    return tuple(settings_from(member_cmd.overrides_from(args), environ).config.topics)
 
 
 def test_the_managed_example_subscribes_to_its_spec_topics() -> None:

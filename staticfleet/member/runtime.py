@@ -1,0 +1,229 @@
+"""`run_member`: join the group, consume until stopped, close cleanly; and its exit codes.
+
+The member resumes from committed offsets on assignment, commits through the group
+periodically and before giving partitions away, and writes every ownership event to its
+event log (`staticfleet.member.events`).
+
+Exit codes: 0 after SIGTERM/SIGINT (or the caller's stop event) and a clean close, 2 for
+bad settings, 3 when fenced (another process took this group.instance.id), 4 when a Kafka
+cluster refused access, 1 for any other fatal error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+
+from coordinator.client.http import HttpTransport
+from coordinator.client.kafka_errors import KafkaAccessError
+from coordinator.client.kafka_settings import (
+    PLAINTEXT_SETTINGS,
+    KafkaClientSettings,
+    KafkaSettingsFile,
+)
+from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.client.member import GroupMember, MemberAccessDenied
+from coordinator.client.standby import wait_for_promotion
+from coordinator.client.strategy import ConfigurationError
+from coordinator.client.transport import Transport
+from coordinator.errors import CoordinatorError, ErrorCode
+from coordinator.standby import Promoted
+from staticfleet.member.cluster_metadata import ClusterTopicMetadata
+from staticfleet.member.events import FATAL, PROMOTED, STANDBY, STARTED, STOPPED, EventLog
+from staticfleet.member.settings import Settings
+from staticfleet.member.source_consumer import SourceConsumer
+from staticfleet.source import PartitionReader, SyntheticReader
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_USAGE = 2
+EXIT_FENCED = 3
+# A Kafka cluster refused the member's access (credentials, certificates, ACLs): a retry
+# cannot fix it (docs/kafka.md, "Secured clusters").
+EXIT_KAFKA_ACCESS = 4
+
+
+def open_transport(
+    url: str,
+    token: str | None,
+    client_id: str,
+    kafka_settings: KafkaClientSettings | KafkaSettingsFile = PLAINTEXT_SETTINGS,
+) -> Transport:
+    """Our coordinator over HTTP, or a Kafka cluster's group coordinator for kafka:// URLs
+    (the group and its offsets then live on the cluster)."""
+    if url.startswith("kafka://"):
+        return KafkaTransport(url, client_id=client_id, settings=kafka_settings)
+    return HttpTransport(url, token)
+
+
+async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+    config = settings.config
+    events = EventLog.open(
+        settings.event_log, group_id=config.group_id, instance_id=config.group_instance_id
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        # Not possible off the main thread or on some platforms; the caller's stop event
+        # still works there.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    transport = open_transport(
+        settings.url,
+        settings.token,
+        config.client_id,
+        settings.kafka_settings_file or settings.kafka_settings,
+    )
+    reader: PartitionReader
+    if settings.kafka_bootstrap is not None:
+        from staticfleet.kafka.source import KafkaReader
+
+        reader = KafkaReader(
+            settings.kafka_bootstrap,
+            client_id=config.client_id,
+            group_id=config.group_id,
+            settings=settings.kafka_settings,
+        )
+        # The leader assigns what the cluster has, as a Kafka consumer does.
+        transport = ClusterTopicMetadata(
+            transport, settings.kafka_bootstrap, config.topics, settings.kafka_settings
+        )
+    else:
+        reader = SyntheticReader(settings.source)
+    consumer = SourceConsumer(reader, events)
+    promoted: Promoted | None = None
+    if settings.standby_id is not None:
+        exit_code = EXIT_OK
+        try:
+            promoted = await _wait_as_standby(settings, transport, events, stop)
+        except CoordinatorError as error:
+            print(f"staticfleet member run: standby refused: {error}", file=sys.stderr)
+            exit_code = EXIT_FATAL
+        if promoted is None:  # stopped (or refused) while still a standby: nothing to hand back
+            events.write(STOPPED, consumed=0)
+            await transport.close()
+            reader.close()
+            events.close()
+            return exit_code
+        config = dataclasses.replace(config, group_instance_id=promoted.instance_id)
+        events.instance_id = promoted.instance_id
+    try:
+        member = GroupMember(transport, config, consumer)
+    except ConfigurationError as error:
+        print(f"staticfleet member run: {error}", file=sys.stderr)
+        await transport.close()
+        reader.close()
+        events.close()
+        return EXIT_USAGE
+    consumer.member = member
+    events.member = member
+    events.write(
+        STARTED,
+        rebalance_protocol=config.rebalance_protocol.value,
+        protocols=list(config.offered_assignors),
+        topics=list(config.topics),
+        pid=os.getpid(),
+    )
+    if promoted is not None:
+        events.write(PROMOTED, standby_id=settings.standby_id, member_id=promoted.member_id)
+    await member.start(promoted=promoted)
+    try:
+        code = await _consume_until_stopped(member, consumer, settings, stop)
+    finally:
+        # Also after a fatal error: close then skips what a fenced member must not send.
+        await member.close(leave=settings.leave_on_close)
+        events.write(STOPPED, consumed=consumer.consumed)
+        await transport.close()
+        reader.close()
+        events.close()
+    return code
+
+
+async def _wait_as_standby(
+    settings: Settings, transport: Transport, events: EventLog, stop: asyncio.Event
+) -> Promoted | None:
+    """Heartbeat as a standby until promoted (the promotion) or stopped (None)."""
+    if not isinstance(transport, HttpTransport):
+        raise CoordinatorError(ErrorCode.INVALID_REQUEST, "a standby needs our coordinator")
+    config = settings.config
+    events.write(STANDBY, standby_id=settings.standby_id, pid=os.getpid())
+    waiting = asyncio.ensure_future(
+        wait_for_promotion(
+            transport,
+            config.group_id,
+            str(settings.standby_id),
+            session_timeout_ms=config.session_timeout_ms,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+        )
+    )
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if not waiting.done():
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return None
+    return waiting.result()
+
+
+async def _consume_until_stopped(
+    member: GroupMember, consumer: SourceConsumer, settings: Settings, stop: asyncio.Event
+) -> int:
+    fatal = asyncio.ensure_future(member.run())
+    stopped = asyncio.ensure_future(stop.wait())
+    poll_s = settings.poll_interval_ms / 1000
+    next_commit = asyncio.get_running_loop().time() + settings.commit_interval_ms / 1000
+    try:
+        while not stop.is_set() and not fatal.done():
+            try:
+                consumed = consumer.consume_available(settings.max_poll_records)
+                if asyncio.get_running_loop().time() >= next_commit:
+                    await consumer.commit()
+                    next_commit += settings.commit_interval_ms / 1000
+            except KafkaAccessError as error:  # the source's cluster refused us
+                fatal.cancel()
+                return _report_access(consumer, error)
+            # Records came: more may be waiting, so only yield to the member's tasks; the
+            # poll interval is slept only when the source had nothing.
+            busy = consumed > 0
+            await asyncio.wait(
+                {fatal, stopped}, timeout=0 if busy else poll_s, return_when=asyncio.FIRST_COMPLETED
+            )
+    finally:
+        stopped.cancel()
+    if fatal.done() and not fatal.cancelled() and fatal.exception() is not None:
+        return _report_fatal(member, consumer)
+    fatal.cancel()
+    return EXIT_OK
+
+
+def _report_access(consumer: SourceConsumer, error: KafkaAccessError) -> int:
+    """One line naming the cause (never a secret: the errors hold none), and its exit code."""
+    consumer.events.write(FATAL, reason=error.reason, message=str(error))
+    print(f"staticfleet member run: fatal: {error.reason}: {error}", file=sys.stderr)
+    return EXIT_KAFKA_ACCESS
+
+
+def _report_fatal(member: GroupMember, consumer: SourceConsumer) -> int:
+    error = member.error
+    if isinstance(error, MemberAccessDenied):
+        return _report_access(consumer, error.access)
+    code = error.code if error is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+    consumer.events.write(FATAL, error_code=int(code), error=code.name, message=str(error))
+    if code is ErrorCode.FENCED_INSTANCE_ID:
+        print(
+            f"staticfleet member run: fenced: another process now uses group.instance.id "
+            f"{member.group_instance_id!r}; this one stops without touching its partitions "
+            "(check for two pods with one identity)",
+            file=sys.stderr,
+        )
+        return EXIT_FENCED
+    print(f"staticfleet member run: fatal: {error}", file=sys.stderr)
+    return EXIT_FATAL

@@ -1,0 +1,208 @@
+"""What a member process needs, resolved from given values and the environment.
+
+`settings_from` takes `Overrides` (a CLI's flags, or values a caller sets in code) and the
+`STATICFLEET_*` environment the operator injects (`coordinator.client.env`, docs/client.md);
+a given value wins over the environment, which wins over the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+
+from coordinator.client import env
+from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
+from coordinator.client.kafka_security import tls_context
+from coordinator.client.kafka_settings import (
+    PLAINTEXT_SETTINGS,
+    KafkaClientSettings,
+    KafkaSettingsFile,
+)
+from staticfleet.source import SyntheticSource
+
+logger = logging.getLogger("staticfleet.member")
+
+
+@dataclasses.dataclass(frozen=True)
+class Overrides:
+    """Values given to the member (flags, or code); None: the environment's, else the default.
+
+    Fields with a non-None default have no environment variable.
+    """
+
+    coordinator_url: str | None = None
+    kafka_config: str | None = None
+    group_id: str | None = None
+    instance_id: str | None = None
+    standby_id: str | None = None
+    topics: str | None = None  # comma-separated
+    rebalance_protocol: str | None = None
+    eager_assignor: str | None = None
+    cooperative_assignor: str | None = None
+    session_timeout_ms: int | None = None
+    rebalance_timeout_ms: int | None = None
+    heartbeat_interval_ms: int | None = None
+    token: str | None = None
+    event_log: str | None = None
+    # None: LeaveGroup on close for a dynamic member, not for a static one (KIP-345).
+    leave_on_close: bool | None = None
+    source: str | None = None
+    client_id: str | None = None
+    authorization_retry_ms: int = 120_000
+    commit_interval_ms: int = 1000
+    poll_interval_ms: int = 100
+    max_poll_records: int = 2000
+    records_per_second: float = 10.0  # synthetic source, per partition
+    retention_records: int = 10_000  # synthetic source, per partition
+    source_epoch_ms: int = 0  # when the synthetic logs began
+
+
+DEFAULTS = Overrides()
+
+
+class Settings:
+    """Everything a member process needs, resolved (`settings_from`)."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        token: str | None,
+        config: MemberConfig,
+        event_log: str | None,
+        leave_on_close: bool | None,
+        commit_interval_ms: int,
+        poll_interval_ms: int,
+        source: SyntheticSource,
+        kafka_bootstrap: str | None = None,
+        max_poll_records: int = 2000,
+        standby_id: str | None = None,
+        kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+        kafka_settings_file: KafkaSettingsFile | None = None,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.config = config
+        self.event_log = event_log
+        self.leave_on_close = leave_on_close
+        self.commit_interval_ms = commit_interval_ms
+        self.poll_interval_ms = poll_interval_ms
+        self.source = source
+        # Set: read real topics from this cluster instead of the synthetic source.
+        self.kafka_bootstrap = kafka_bootstrap
+        self.max_poll_records = max_poll_records
+        # Set: wait as a hot standby first (config.group_instance_id is None until promoted).
+        self.standby_id = standby_id
+        # How kafka:// connections (coordinator and source) reach the cluster; the file, when
+        # given, is read again for each new coordinator connection (rotated credentials).
+        self.kafka_settings = kafka_settings
+        self.kafka_settings_file = kafka_settings_file
+
+
+def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
+    """Resolve the settings; ValueError (or ConfigurationError) names what is wrong."""
+
+    def pick(value: object, name: str) -> str | None:
+        if value is not None:
+            return str(value)
+        return env.text(environ, name)
+
+    def number(value: int | None, name: str, default: int) -> int:
+        text = pick(value, name)
+        if text is None:
+            return default
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, not {text!r}") from None
+
+    url = pick(given.coordinator_url, env.COORDINATOR_URL)
+    group_id = pick(given.group_id, env.GROUP_ID)
+    topics = env.split_topics(pick(given.topics, env.TOPICS) or "")
+    missing = [
+        name
+        for name, value in (
+            (env.COORDINATOR_URL, url),
+            (env.GROUP_ID, group_id),
+            (env.TOPICS, topics),
+        )
+        if not value
+    ]
+    if missing or url is None or group_id is None:
+        raise ValueError(f"missing setting(s): {', '.join(missing)} (flag or environment)")
+    protocol = pick(given.rebalance_protocol, env.REBALANCE_PROTOCOL) or "eager"
+    try:
+        setting = RebalanceProtocolSetting(protocol)
+    except ValueError:
+        raise ValueError(
+            f"{env.REBALANCE_PROTOCOL} must be eager, compatible or cooperative, not {protocol!r}"
+        ) from None
+    instance_id = pick(given.instance_id, env.INSTANCE_ID) or None
+    standby_id = pick(given.standby_id, env.STANDBY_ID) or None
+    if standby_id is not None and (instance_id is not None or url.startswith("kafka://")):
+        raise ValueError(
+            f"{env.STANDBY_ID} needs our coordinator (not kafka://) and no {env.INSTANCE_ID}: "
+            "a standby is given its instance id when it is promoted"
+        )
+    config = MemberConfig(
+        group_id=group_id,
+        topics=topics,
+        group_instance_id=instance_id,
+        session_timeout_ms=number(given.session_timeout_ms, env.SESSION_TIMEOUT_MS, 10_000),
+        rebalance_timeout_ms=number(given.rebalance_timeout_ms, env.REBALANCE_TIMEOUT_MS, 30_000),
+        heartbeat_interval_ms=number(given.heartbeat_interval_ms, env.HEARTBEAT_INTERVAL_MS, 3_000),
+        rebalance_protocol=setting,
+        eager_assignor=pick(given.eager_assignor, env.EAGER_ASSIGNOR) or "range",
+        cooperative_assignor=(
+            pick(given.cooperative_assignor, env.COOPERATIVE_ASSIGNOR) or "cooperative-sticky"
+        ),
+        client_id=given.client_id or f"staticfleet-member-{instance_id or os.getpid()}",
+        leave_group_on_close=given.leave_on_close,
+        authorization_retry_ms=given.authorization_retry_ms,
+    )
+    if given.commit_interval_ms <= 0 or given.poll_interval_ms <= 0 or given.max_poll_records <= 0:
+        raise ValueError(
+            "--commit-interval-ms, --poll-interval-ms and --max-poll-records must be positive"
+        )
+    source_url = pick(given.source, env.SOURCE) or "synthetic"
+    kafka_bootstrap = None
+    if source_url != "synthetic":
+        from staticfleet.kafka.source import bootstrap_of
+
+        kafka_bootstrap = bootstrap_of(source_url)
+    kafka_settings = PLAINTEXT_SETTINGS
+    kafka_settings_file: KafkaSettingsFile | None = None
+    kafka_config = pick(given.kafka_config, env.KAFKA_CONFIG)
+    if kafka_config is not None:
+        if kafka_bootstrap is None and not url.startswith("kafka://"):
+            raise ValueError(
+                f"--kafka-config/{env.KAFKA_CONFIG} is for kafka:// connections, but neither "
+                "the coordinator nor the source is kafka://"
+            )
+        kafka_settings_file = KafkaSettingsFile(kafka_config)
+        kafka_settings = kafka_settings_file.current()
+        # Read the certificates now: a missing or unreadable file is a usage error at start,
+        # not a failure at the first connection.
+        tls_context(kafka_settings)
+        logger.info("Kafka client settings from %s: %s", kafka_config, kafka_settings.describe())
+    return Settings(
+        url=url,
+        token=pick(given.token, env.TOKEN),
+        config=config,
+        event_log=pick(given.event_log, env.EVENT_LOG),
+        leave_on_close=given.leave_on_close,
+        commit_interval_ms=given.commit_interval_ms,
+        poll_interval_ms=given.poll_interval_ms,
+        source=SyntheticSource(
+            records_per_second=given.records_per_second,
+            retention_records=given.retention_records,
+            epoch_ms=given.source_epoch_ms,
+        ),
+        kafka_bootstrap=kafka_bootstrap,
+        max_poll_records=given.max_poll_records,
+        standby_id=standby_id,
+        kafka_settings=kafka_settings,
+        kafka_settings_file=kafka_settings_file,
+    )
