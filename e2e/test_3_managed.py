@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from coordinator.journal_metrics import partition_moves
 from e2e.cluster import Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
-from staticfleet.demo.journal_metrics import partition_moves
 
 GROUP = "orders"
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from coordinator.journal_metrics import partition_moves
 from e2e.cluster import Cluster
 from e2e.fleet import PodRecorder, Record, rows_of
 from e2e.groups import (
@@ -17,7 +18,6 @@ from e2e.groups import (
     wait_stable,
 )
 from e2e.rollouts import PhaseWatcher, bounces_per_slot, doubly_assigned, member_logs, ownership
-from staticfleet.demo.journal_metrics import partition_moves
 
 GROUP = "upgrade"
 REPLICAS = 6

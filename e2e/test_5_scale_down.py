@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from coordinator.journal_metrics import generation_assignments, partition_moves
 from e2e.cluster import Cluster
 from e2e.fleet import Record, rows_of, wait_for
 from e2e.groups import (
@@ -16,7 +17,6 @@ from e2e.groups import (
     patch_spec,
     wait_stable,
 )
-from staticfleet.demo.journal_metrics import generation_assignments, partition_moves
 
 GROUP = "shrink"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
+from coordinator.journal_metrics import partition_moves
 from e2e.cluster import Cluster
 from e2e.fleet import Record, rows_of
 from e2e.groups import apply, managed_group, namespace, patch_spec, wait_stable
-from staticfleet.demo.journal_metrics import partition_moves
 
 
 def _scale_up(cluster: Cluster, ns: str, group: str, pre_register: bool) -> dict[str, int]:

@@ -192,7 +192,7 @@ ALIAS_SCHEMA = "member_id string, alias string"
 
 def assignment_rows(journal: DataFrame, aliases: DataFrame | None) -> DataFrame:
     """Assignment rows with `owner`: the member id's alias, else the instance id, else the
-    member id (staticfleet.demo.journal_metrics.owner_of); and `next_rb` (seq, ts_ms): the
+    member id (coordinator.journal_metrics.owner_of); and `next_rb` (seq, ts_ms): the
     group's first `rebalance_started` after the row, if any (one backwards scan of the
     group's assignment and rebalance rows)."""
     markers = journal.where(F.col("kind").isin("assignment", "rebalance_started"))
@@ -254,7 +254,7 @@ def assignments(rows: DataFrame, exploded: DataFrame) -> DataFrame:
 
 def moves(owners: DataFrame) -> DataFrame:
     """Partitions whose owner differs from their owner in the previous generation that
-    assigned them (staticfleet.demo.journal_metrics.partition_moves)."""
+    assigned them (coordinator.journal_metrics.partition_moves)."""
     history = Window.partitionBy("group_id", "topic", "partition").orderBy("generation_id")
     return (
         owners.withColumn("from_owner", F.lag("owner").over(history))

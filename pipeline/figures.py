@@ -120,7 +120,7 @@ def _nullable(values: Ints, valid: Bools) -> pa.Array:
 
 def _owners(table: pa.Table, aliases: Mapping[str, str]) -> pa.Array:
     """The alias of the member id if one is given, else the instance id, else the member id
-    (staticfleet.demo.journal_metrics.owner_of), else ""."""
+    (coordinator.journal_metrics.owner_of), else ""."""
     member = table.column("member_id").combine_chunks()
     instance = table.column("group_instance_id").combine_chunks()
     empty = pa.scalar(None, pa.string())

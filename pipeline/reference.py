@@ -2,8 +2,8 @@
 
 The Spark job (`pipeline.analytics`) must compute exactly these numbers; the cross-check test
 compares the two on a journal produced by a real coordinator. Rebalances, partition moves and
-time to Stable call straight into the demo's own journal metrics
-(`staticfleet.demo.journal_metrics`), so Spark, this module and the demo share one definition;
+time to Stable call straight into the journal's own definitions
+(`coordinator.journal_metrics`), so Spark, this module and the demo share one definition;
 partition-seconds without an owner as the coordinator sees it, and load skew per generation,
 are defined here (the demo measures unowned time from the member logs instead).
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from staticfleet.demo import journal_metrics as jm
+from coordinator import journal_metrics as jm
+from coordinator.journal import JournalKind
 
 Row = Mapping[str, Any]
 Partition = tuple[str, int]
@@ -102,12 +103,12 @@ def unowned_intervals(rows: Sequence[Row]) -> list[tuple[Partition, int, int]]:
     intervals: list[tuple[Partition, int, int]] = []
     for row in rows:
         ts = int(row["ts_ms"])
-        if row["kind"] == jm.REBALANCE_STARTED:
+        if row["kind"] == JournalKind.REBALANCE_STARTED:
             for partition, is_owned in owned.items():
                 if is_owned:
                     owned[partition] = False
                     since[partition] = ts
-        elif row["kind"] == jm.ASSIGNMENT:
+        elif row["kind"] == JournalKind.ASSIGNMENT:
             for partition in partitions_of(row):
                 if owned.get(partition) is False:
                     intervals.append((partition, since[partition], ts))
@@ -183,15 +184,15 @@ def generation_figures(
         for row in items:
             kind = row["kind"]
             generation = int(row["generation_id"])
-            if kind == jm.REBALANCE_STARTED and pending is None:
+            if kind == JournalKind.REBALANCE_STARTED and pending is None:
                 pending = int(row["ts_ms"])
-            elif kind == "generation_started":
+            elif kind == JournalKind.GENERATION_STARTED:
                 if pending is not None:
                     first_rebalance[generation] = pending
                 pending = None
-            elif kind == jm.STABLE:
+            elif kind == JournalKind.STABLE:
                 stable.setdefault(generation, int(row["ts_ms"]))
-            elif kind == jm.ASSIGNMENT:
+            elif kind == JournalKind.ASSIGNMENT:
                 counts[generation].setdefault(owner_name(row, aliases), 0)
         for assigned in jm.generation_assignments(items, aliases):
             per_owner = counts[assigned.generation_id]

@@ -8,8 +8,9 @@ Layout (one job per module):
 * `fleet`     — the coordinator subprocess and the member subprocesses;
 * `settle`    — when is a group "Stable again" (describe + the members' own logs);
 * `scenarios` — the six scenarios, recording what happened and when;
-* `ownership`, `journal_metrics`, `metrics`, `checks` — pure functions over rows (member
-  event-log lines and journal rows) that turn the recordings into numbers;
+* `ownership`, `metrics`, `checks` — pure functions over rows (member event-log lines and
+  journal rows, the latter read with `coordinator.journal_metrics`) that turn the
+  recordings into numbers;
 * `timeline`  — the PNG; `report` — the rich tables and `report.json`;
 * `runner`    — one run, end to end, with a progress display.
 """

@@ -3,7 +3,7 @@
 A Kafka cluster keeps no rebalance journal, so on Kafka the journal figures (rebalances,
 moved, to Stable) are computed from journal-shaped rows derived here from what the members
 logged: every `assigned` line carries the generation the broker's JoinGroup answered and
-when the member started owning. Pure functions over rows, like `journal_metrics`, which
+when the member started owning. Pure functions over rows, like `coordinator.journal_metrics`, which
 then computes the figures exactly as for the embedded coordinator's journal:
 
 - `rebalance_started` for generation G: the first `assigned` line of G (a generation the
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from staticfleet.demo.journal_metrics import ASSIGNMENT, REBALANCE_STARTED, STABLE
+from coordinator.journal import JournalKind
 from staticfleet.demo.ownership import (
     ASSIGNED,
     FATAL,
@@ -56,7 +56,7 @@ def journal_from_logs(group_id: str, logs: Iterable[MemberLog]) -> list[dict[str
                 assignments.append(
                     {
                         "ts_ms": ts,
-                        "kind": ASSIGNMENT,
+                        "kind": JournalKind.ASSIGNMENT,
                         "generation_id": generation,
                         "member_id": str(row.get("member_id") or ""),
                         "group_instance_id": row.get("instance_id") or None,
@@ -71,11 +71,17 @@ def journal_from_logs(group_id: str, logs: Iterable[MemberLog]) -> list[dict[str
     rows = list(assignments)
     for generation, owners in first_by_owner.items():
         rows.append(
-            {"ts_ms": min(owners.values()), "kind": REBALANCE_STARTED, "generation_id": generation}
+            {
+                "ts_ms": min(owners.values()),
+                "kind": JournalKind.REBALANCE_STARTED,
+                "generation_id": generation,
+            }
         )
-        rows.append({"ts_ms": max(owners.values()), "kind": STABLE, "generation_id": generation})
+        rows.append(
+            {"ts_ms": max(owners.values()), "kind": JournalKind.STABLE, "generation_id": generation}
+        )
     # Ties: a generation starts before its assignments, which come before its `stable`.
-    order = {REBALANCE_STARTED: 0, ASSIGNMENT: 1, STABLE: 2}
+    order = {JournalKind.REBALANCE_STARTED: 0, JournalKind.ASSIGNMENT: 1, JournalKind.STABLE: 2}
     rows.sort(key=lambda row: (int(row["ts_ms"]), order[row["kind"]]))
     for seq, row in enumerate(rows, start=1):
         row["seq"] = seq

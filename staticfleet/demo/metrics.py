@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from staticfleet.demo import journal_metrics as jm
+from coordinator import journal_metrics as jm
 from staticfleet.demo import ownership as om
 from staticfleet.demo.ownership import Holding, MemberLog, Overlap, Partition
 from staticfleet.demo.record import ScenarioRecord, Step

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from coordinator import journal_metrics as jm
 from coordinator.journal import JournalEvent, write_jsonl
 from staticfleet.demo import engine
-from staticfleet.demo import journal_metrics as jm
 from staticfleet.demo.engine import JournalFigures, ScenarioWindows
 from staticfleet.demo.report import engine_line
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from staticfleet.demo import journal_metrics as jm
+from coordinator import journal_metrics as jm
 from tests.demo.rows import assignment, journal
 
 T = "t"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from staticfleet.demo import journal_metrics as jm
+from coordinator import journal_metrics as jm
 from staticfleet.demo.log_journal import journal_from_logs
 from staticfleet.demo.ownership import member_aliases
 from tests.demo.rows import TOPIC, event, log

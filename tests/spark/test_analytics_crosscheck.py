@@ -15,12 +15,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
+from coordinator import journal_metrics as jm
 from coordinator.client import GroupMember, InProcessTransport, MemberConfig
 from coordinator.journal import write_jsonl
 from coordinator.messages import UNKNOWN_MEMBER_ID, LeaveGroupRequest, MemberIdentity
 from pipeline import analytics
 from pipeline import reference as ref
-from staticfleet.demo import journal_metrics as jm
 
 pytestmark = pytest.mark.spark
 

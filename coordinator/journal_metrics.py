@@ -1,8 +1,10 @@
-"""Numbers from the coordinator's rebalance journal.
+"""Numbers from the coordinator's rebalance journal: what a rebalance, a partition move
+and the time to Stable are (docs/spark.md, "Definitions"), for the demo and the pipeline.
 
 Pure functions over journal rows (`JournalEvent.to_row()` dicts, as `/v1/journal` returns
-them). The journal is the coordinator's view: what it decided and when (rebalances,
-generations, assignments, membership), not what the member processes did.
+them); a row's kind is one of `JournalKind`'s values. The journal is the coordinator's view:
+what it decided and when (rebalances, generations, assignments, membership), not what the
+member processes did.
 """
 
 from __future__ import annotations
@@ -11,14 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator.journal import JournalKind
+
 Row = Mapping[str, Any]
 Partition = tuple[str, int]
-
-REBALANCE_STARTED = "rebalance_started"
-ASSIGNMENT = "assignment"
-STABLE = "stable"
-MEMBER_REMOVED = "member_removed"
-MEMBER_LEFT = "member_left"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +53,9 @@ def owner_of(row: Row, aliases: Mapping[str, str]) -> str:
 def rebalance_count(journal: Iterable[Row], start_ms: int, end_ms: int) -> int:
     """Rebalances started in [start_ms, end_ms] (the group left Stable/Empty to rejoin)."""
     return sum(
-        1 for row in journal if row["kind"] == REBALANCE_STARTED and _within(row, start_ms, end_ms)
+        1
+        for row in journal
+        if row["kind"] == JournalKind.REBALANCE_STARTED and _within(row, start_ms, end_ms)
     )
 
 
@@ -66,7 +66,7 @@ def generation_assignments(
     no member was given (a cooperative revocation in flight) are absent."""
     by_generation: dict[int, tuple[int, dict[Partition, str]]] = {}
     for row in _ordered(journal):
-        if row["kind"] != ASSIGNMENT:
+        if row["kind"] != JournalKind.ASSIGNMENT:
             continue
         generation = int(row["generation_id"])
         _ts, owners = by_generation.get(generation, (0, {}))
@@ -112,13 +112,13 @@ def time_to_stable_ms(journal: Iterable[Row], start_ms: int, end_ms: int) -> int
     """
     rows = [row for row in _ordered(journal) if _within(row, start_ms, end_ms)]
     last_rebalance = max(
-        (index for index, row in enumerate(rows) if row["kind"] == REBALANCE_STARTED),
+        (index for index, row in enumerate(rows) if row["kind"] == JournalKind.REBALANCE_STARTED),
         default=None,
     )
     if last_rebalance is None:
         return 0
     for row in rows[last_rebalance + 1 :]:
-        if row["kind"] == STABLE:
+        if row["kind"] == JournalKind.STABLE:
             return int(row["ts_ms"]) - start_ms
     return None
 
@@ -129,7 +129,7 @@ def first_stable_after(journal: Iterable[Row], after_ms: int) -> int | None:
         (
             int(row["ts_ms"])
             for row in journal
-            if row["kind"] == STABLE and int(row["ts_ms"]) >= after_ms
+            if row["kind"] == JournalKind.STABLE and int(row["ts_ms"]) >= after_ms
         ),
         default=None,
     )
@@ -140,7 +140,8 @@ def departures(journal: Iterable[Row], start_ms: int, end_ms: int) -> list[Row]:
     return [
         row
         for row in _ordered(journal)
-        if row["kind"] in (MEMBER_REMOVED, MEMBER_LEFT) and _within(row, start_ms, end_ms)
+        if row["kind"] in (JournalKind.MEMBER_REMOVED, JournalKind.MEMBER_LEFT)
+        and _within(row, start_ms, end_ms)
     ]
 
 
