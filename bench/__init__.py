@@ -1,1 +1,1 @@
-"""Benchmarks (DESIGN §5). Run them with `make bench` or `python -m bench.run`."""
+"""Benchmarks (docs/performance.md). Run them with `make bench` or `python -m bench.run`."""

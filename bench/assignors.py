@@ -1,4 +1,4 @@
-"""Assignor benchmarks (DESIGN §5).
+"""Assignor benchmarks (docs/performance.md).
 
 The target: cooperative-sticky over 1,000,000 partitions (500 topics x 2,000) and 2,000
 members with equal subscriptions, first assignment plus one rebalance in which every member
@@ -54,7 +54,7 @@ class Case:
     scenario: str
     changed: int
     different_subscriptions: bool = False
-    # The DESIGN §5 target applies to this case.
+    # The target of docs/performance.md, "Targets", applies to this case.
     target: bool = False
 
 

@@ -1,4 +1,4 @@
-"""Coordinator benchmarks (DESIGN §5): the embedded `GroupCoordinator`, in-process.
+"""Coordinator benchmarks (docs/performance.md): the embedded `GroupCoordinator`, in-process.
 
 What is measured, for each store (`MemoryStore`, and `SqliteStore` on a temporary file with
 its default `synchronous=FULL`), in a child process pinned to one core:
@@ -15,9 +15,10 @@ its default `synchronous=FULL`), in a child process pinned to one core:
    LeaveGroup by instance id, as the operator's scale-down sends it) and the others rejoin
    with their member ids and owned partitions (cooperative), the leader assigns again,
    everyone syncs. Time from the LeaveGroup to the last SyncGroup answer (how soon members
-   notice the rebalance, a heartbeat interval in real life, is not included). DESIGN §5
-   target: under 2 s, judged on the median run; every run is reported with the process's
-   CPU time, so a run slowed by other work on the machine shows as wall >> CPU.
+   notice the rebalance, a heartbeat interval in real life, is not included). The
+   target (docs/performance.md, "Targets"): under 2 s, judged on the median run; every
+   run is reported with the process's CPU time, so a run slowed by other work on the
+   machine shows as wall >> CPU.
 
 Members here are plain request loops (`Fleet`, shared with `bench.http_bench`), not
 `GroupMember`s: the figure is the coordinator's (plus the leader's assignor, which is on the

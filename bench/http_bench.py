@@ -1,4 +1,4 @@
-"""HTTP benchmarks (issue 3, DESIGN §5): the real coordinator server on loopback.
+"""HTTP benchmarks (issue 3, docs/performance.md): the real coordinator server on loopback.
 
 `staticfleet coordinator serve` runs as a subprocess pinned to one core (SQLite store in a
 temporary directory, bearer tokens, `--ready-file`); this process, pinned to the other
@@ -12,9 +12,9 @@ core(s), drives it over aiohttp with one `ClientSession` (connector limit 2,000)
    the first generation would close over whichever members had arrived.
 2. Full rebalance, `REBALANCE_RUNS` (5) times in a row, after step 3: one member leaves
    (admin batch LeaveGroup by instance id), the others rejoin with member id and owned
-   partitions, leader assigns, all sync; on the keep-alive connections of step 1. DESIGN §5
-   target: under 2 s on loopback, judged on the median run; every run is reported, with
-   the server's CPU time and this process's.
+   partitions, leader assigns, all sync; on the keep-alive connections of step 1. The
+   target (docs/performance.md, "Targets"): under 2 s on loopback, judged on the median
+   run; every run is reported, with the server's CPU time and this process's.
 3. Heartbeats per second the server sustains on its one core: a pool of workers (1, 100,
    1,000 at once) sends pre-encoded heartbeat requests for the Stable group's members,
    each level bounded in time and count. The server's and this process's CPU use are

@@ -1,5 +1,5 @@
-"""Partition assignors (DESIGN §1.4): Kafka's range, roundrobin, sticky and
-cooperative-sticky, and our static-sticky.
+"""Partition assignors (docs/coordinator.md, "Assignors, compared with Kafka's"): Kafka's
+range, roundrobin, sticky and cooperative-sticky, and our static-sticky.
 
     assignor = get_assignor("cooperative-sticky")
     assignment = assignor.assign(partitions_per_topic, subscriptions)   # on the leader

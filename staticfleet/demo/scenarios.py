@@ -189,8 +189,9 @@ def rolling_restart(run: ScenarioRun) -> None:
 
 
 def leader_last(view: GroupView, members: int) -> list[int]:
-    """Slot indexes in order, the current leader's moved to the end (DESIGN §2: the
-    leader is bounced last, so the group's assignor changes in one final rebalance).
+    """Slot indexes in order, the current leader's moved to the end (docs/demo.md,
+    "The scenarios": the leader is bounced last, so the group's assignor changes in one
+    final rebalance).
     Scenario (3) leaves this order to the orchestrator (`_bounce_order` there)."""
     order = list(range(members))
     leader = view.leader_instance

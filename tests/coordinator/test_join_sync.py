@@ -1,4 +1,4 @@
-"""JoinGroup / SyncGroup rules of Kafka's classic coordinator (DESIGN.md §1.2)."""
+"""JoinGroup / SyncGroup rules of Kafka's classic coordinator (docs/coordinator.md, "Rules")."""
 
 from __future__ import annotations
 

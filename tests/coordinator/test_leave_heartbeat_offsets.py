@@ -1,4 +1,4 @@
-"""LeaveGroup, Heartbeat, offsets, describe/list/delete (DESIGN.md §1.2)."""
+"""LeaveGroup, Heartbeat, offsets, describe/list/delete (docs/coordinator.md, "Rules")."""
 
 from __future__ import annotations
 
