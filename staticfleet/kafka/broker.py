@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -127,10 +127,17 @@ def ensure_installed(libs_dir: Path = LIBS_DIR) -> Path:
     return libs_dir
 
 
-def free_port(low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:
-    """A loopback port nothing listens on now, below the ephemeral range."""
+def free_port(
+    low: int = PORT_RANGE[0], high: int = PORT_RANGE[1], taken: Collection[int] = ()
+) -> int:
+    """A loopback port nothing listens on now, below the ephemeral range, and not one of
+    `taken` (ports picked for another listener that is not listening yet: a broker's
+    listeners picked independently once drew the same port twice, and Kafka refused to
+    start)."""
     for _ in range(200):
         port = random.randrange(low, high)
+        if port in taken:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
                 probe.bind(("127.0.0.1", port))
@@ -218,10 +225,20 @@ class KafkaBroker:
         # A log directory started before keeps its ports (its bootstrap addresses stay valid)
         # while they are free; otherwise free ones are picked.
         previous = previous_listener_ports(self.workdir)
-        self.port = port or _if_free(previous.get("PLAINTEXT")) or free_port()
-        self.controller_port = (
-            controller_port or _if_free(previous.get("CONTROLLER")) or free_port()
-        )
+        picked: set[int] = set()
+
+        def pick(given: int | None, listener: str) -> int:
+            """The given port, else the previous start's while free, else a free one; never
+            one already picked for another listener."""
+            reused = previous.get(listener)
+            if given is None and reused is not None and reused not in picked:
+                given = _if_free(reused)
+            chosen = given or free_port(taken=picked)
+            picked.add(chosen)
+            return chosen
+
+        self.port = pick(port, "PLAINTEXT")
+        self.controller_port = pick(controller_port, "CONTROLLER")
         self.settings = {**FAST_TEST_SETTINGS, **(settings or {})}
         self.libs_dir = libs_dir
         self.data_dir = self.workdir / "data"
@@ -241,9 +258,9 @@ class KafkaBroker:
         if secured:
             if ADMIN_USER not in users:
                 raise ValueError(f"users: the super user {ADMIN_USER!r} must be one of them")
-            self.sasl_ssl_port = _if_free(previous.get("SASL_SSL")) or free_port()
-            self.ssl_port = _if_free(previous.get("SSL")) or free_port()
-            self.oidc_port = _if_free(previous.get("OIDC")) or free_port()
+            self.sasl_ssl_port = pick(None, "SASL_SSL")
+            self.ssl_port = pick(None, "SSL")
+            self.oidc_port = pick(None, "OIDC")
 
     @property
     def bootstrap(self) -> str:

@@ -86,3 +86,15 @@ def test_a_log_directory_keeps_its_ports_across_broker_objects(tmp_path: Path) -
     first._write_config()
     again = KafkaBroker(tmp_path)
     assert (again.port, again.controller_port) == (first.port, first.controller_port)
+
+
+def test_a_brokers_listeners_never_draw_the_same_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each listener's port was picked on its own, so two could draw the same free port (it
+    happened: CONTROLLER and SSL on one port, and Kafka refused to format its storage)."""
+    draws = iter([21_000, 21_000, 21_000, 21_001, 21_001, 21_002, 21_003, 21_003, 21_004])
+    monkeypatch.setattr("staticfleet.kafka.broker.random.randrange", lambda *_: next(draws))
+    broker = KafkaBroker(tmp_path, secured=True)
+    ports = [broker.port, broker.controller_port, broker.sasl_ssl_port, broker.ssl_port]
+    assert sorted([*ports, broker.oidc_port]) == [21_000, 21_001, 21_002, 21_003, 21_004]
