@@ -16,22 +16,23 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, RolloutStatus
+from staticfleet_operator.group_memory import GroupMemory
 from staticfleet_operator.identity import SlotClaim, SlotTable
 from staticfleet_operator.members import member_pod, members_of
 from staticfleet_operator.rollout import CoordinatorView
 from staticfleet_operator.rollout.fleet import new_pod_protocol
 
-if TYPE_CHECKING:
-    from staticfleet_operator.reconcile import Operator
-
 log = logging.getLogger("staticfleet.operator.adopted")
 
 # Vacant slots expiring within this many seconds of each other leave in one batch.
 LEAVE_BATCH_WINDOW_SECONDS: Final = 6.0
+# How long an admitted pod may take to appear in a listing (the API server's admission
+# timeout is at most 30 s).
+ADMISSION_GRACE_SECONDS: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,49 +44,46 @@ class Admission:
 
 
 async def admit(
-    op: Operator,
-    key: str,
+    memory: GroupMemory,
     spec: ConsumerGroupSpec,
     siblings: Sequence[Mapping[str, Any]],
     view: CoordinatorView,
     pod_key: str,
     rollout: RolloutStatus,
-) -> Admission:
+    now: datetime,
+) -> tuple[Admission, bool]:
     """A slot for the pod `pod_key` (the one it holds, else the lowest free one) and its
-    protocol. `siblings`: the group's pods as the indices show them."""
-    await ensure_table(op, key, spec, siblings, view)
+    protocol; and whether the slot was handed out now. `siblings`: the group's pods as the
+    indices show them."""
+    await ensure_table(memory, spec, siblings, view, now)
     # Free the slots of pods gone (or finished) since the last reconcile pass first: a
     # replacement created right after its predecessor was deleted must get the freed slot
     # (and with it the instance id, so it rejoins without a rebalance), not a new one.
     live = [m for m in members_of(siblings) if m.live]
-    now = op.clock()
-    async with op.allocator.locked(key, spec.instance_id_prefix) as table:
-        release_vanished(op, table, {member.pod_uid for member in live}, now)
-    grant = await op.allocator.admit(key, spec.instance_id_prefix, pod_key)
-    op.admitted[pod_key] = now
-    if grant.fresh:
-        namespace, _, name = key.partition("/")
-        op.metrics.slot_allocated(namespace, name)
-    return Admission(grant.slot, new_pod_protocol(spec, rollout, live))
+    key = str(memory.ref)
+    async with memory.slots.locked(key, spec.instance_id_prefix) as table:
+        release_vanished(memory, table, {member.pod_uid for member in live}, now)
+    grant = await memory.slots.admit(key, spec.instance_id_prefix, pod_key)
+    memory.admitted[pod_key] = now
+    return Admission(grant.slot, new_pod_protocol(spec, rollout, live)), grant.fresh
 
 
 async def settle_slots(
-    op: Operator,
-    key: str,
+    memory: GroupMemory,
     spec: ConsumerGroupSpec,
     pods: Sequence[Mapping[str, Any]],
     view: CoordinatorView,
+    now: datetime,
     leave: Callable[[list[str]], Awaitable[None]],
 ) -> tuple[list[str], int]:
     """One pass over the slot table: a vanished pod's slot becomes vacant (its replacement
     takes it), one vacant past the grace period retires with a batch LeaveGroup (`leave`,
     called only for instance ids the coordinator lists). Returns the instance ids that left
     and the slots in use (held, vacant and retiring)."""
-    await ensure_table(op, key, spec, pods, view)
+    await ensure_table(memory, spec, pods, view, now)
     live_keys = {m.pod_uid for m in members_of(pods) if m.live}
-    now = op.clock()
-    async with op.allocator.locked(key, spec.instance_id_prefix) as table:
-        release_vanished(op, table, live_keys, now)
+    async with memory.slots.locked(str(memory.ref), spec.instance_id_prefix) as table:
+        release_vanished(memory, table, live_keys, now)
         grace = spec.effective_replacement_grace_period_seconds
         table.expire_vacant(now, grace, batch_window_seconds=leave_batch_window(grace))
         listed = {m.instance_id for m in view.members}
@@ -96,10 +94,7 @@ async def settle_slots(
         slots_in_use = len(table.held) + len(table.vacant) + len(table.retiring)
         # A vacant slot retires when its grace period ends, an admitted pod's slot is kept
         # for ADMISSION_GRACE_SECONDS: both are clocks, not events.
-        if table.vacant or table.retiring or op.admitted:
-            op.timed.add(key)
-        else:
-            op.timed.discard(key)
+        memory.timed = bool(table.vacant or table.retiring or memory.admitted)
     return pending, slots_in_use
 
 
@@ -110,30 +105,34 @@ def leave_batch_window(grace_seconds: float) -> float:
     return min(LEAVE_BATCH_WINDOW_SECONDS, grace_seconds / 10)
 
 
-def release_vanished(op: Operator, table: SlotTable, live_keys: set[str], now: datetime) -> None:
+def release_vanished(
+    memory: GroupMemory, table: SlotTable, live_keys: set[str], now: datetime
+) -> None:
     """Mark the slots of pods no longer listed vacant, so a replacement takes its
     predecessor's slot. A pod admitted moments ago may not be listed yet: it keeps its slot
     for ADMISSION_GRACE_SECONDS. Caller holds the table's lock."""
     for pod_key in live_keys:
-        op.admitted.pop(pod_key, None)  # seen: from now on, its absence means it is gone
+        memory.admitted.pop(pod_key, None)  # seen: from now on, its absence means it is gone
     for pod_key in list(table.held.values()):
-        if pod_key not in live_keys and not op.recently_admitted(pod_key, now):
+        since = memory.admitted.get(pod_key)
+        if pod_key not in live_keys and not (
+            since is not None and (now - since).total_seconds() < ADMISSION_GRACE_SECONDS
+        ):
             table.pod_gone(pod_key, now)
-            op.admitted.pop(pod_key, None)
+            memory.admitted.pop(pod_key, None)
 
 
 async def ensure_table(
-    op: Operator,
-    key: str,
+    memory: GroupMemory,
     spec: ConsumerGroupSpec,
     pods: Sequence[Mapping[str, Any]],
     view: CoordinatorView,
+    now: datetime,
 ) -> None:
     """After a (re)start, read the group's slot table back from the pods' annotations before
     handing out any slot: a restarted operator must not give a live pod's slot away."""
-    if key in op.rebuilt:
+    if memory.slots_rebuilt:
         return
-    now = op.clock()
     claims = []
     for pod in pods:
         member = member_pod(pod)
@@ -149,10 +148,11 @@ async def ensure_table(
         and m.instance_id.startswith(prefix)
         and m.instance_id[len(prefix) :].isdigit()
     ]
-    rebuilt = await op.allocator.rebuild(key, spec.instance_id_prefix, claims, listed_slots, now)
+    key = str(memory.ref)
+    rebuilt = await memory.slots.rebuild(key, spec.instance_id_prefix, claims, listed_slots, now)
     if rebuilt.conflicts:
         log.warning("%s: pods share a slot: %s", key, rebuilt.conflicts)
-    op.rebuilt.add(key)
+    memory.slots_rebuilt = True
 
 
 def _timestamp(value: object) -> datetime | None:

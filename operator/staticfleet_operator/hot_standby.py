@@ -1,13 +1,14 @@
 """Hot standby in a managed group on the embedded coordinator: the standby pods, and the
-promotion step of a reconcile pass (the rules are `promotion.decide_promotions`).
+promotion step of a pass, pure (the rules are `promotion.decide_promotions`; the actuator
+makes the promotions).
 
 A standby pod (`<group>-standby-<n>`, label `staticfleet.dev/role: standby`) runs the member
 image with `STATICFLEET_STANDBY_ID` (its pod name) and no instance id: it heartbeats as a
 standby and holds nothing. It has no slot annotation, so every slot rule (scale-down,
 rollout, missing slots) ignores it.
 
-A promotion, one pass:
-1. decide (pure) from the slots' pod health, the coordinator's ready standbys and the
+A promotion, one pass (`plan_promotions`, then the actuator):
+1. decide from the slots' pod health, the coordinator's ready standbys and the
    promotions already in status;
 2. write them into `status.promotions` (write-ahead: a restarted operator resumes them);
 3. `GroupCoordinator.promote` (idempotent; the old holder is fenced, no rebalance);
@@ -20,18 +21,17 @@ A promotion, one pass:
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from enum import Enum
+from typing import Any, Final
 
 from coordinator import ErrorCode
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
-from staticfleet_operator.crd import ConsumerGroupSpec, Mode, PromotionStatus
-from staticfleet_operator.kube import NotFound
+from staticfleet_operator.actions import CreatePod, DeletePod
+from staticfleet_operator.crd import ConsumerGroupSpec, ConsumerGroupStatus, Mode, PromotionStatus
 from staticfleet_operator.members import (
     INSTANCE_ID_ANNOTATION,
     POD_KEY_ANNOTATION,
@@ -47,12 +47,6 @@ from staticfleet_operator.members import (
 )
 from staticfleet_operator.promotion import ActiveSlot, PodHealth, Standby
 from staticfleet_operator.promotion import decide_promotions as decide
-from staticfleet_operator.status import read_status
-
-if TYPE_CHECKING:
-    from staticfleet_operator.reconcile import Operator
-
-log = logging.getLogger("staticfleet.operator.standby")
 
 ROLE_LABEL: Final = "staticfleet.dev/role"
 STANDBY_ROLE: Final = "standby"
@@ -111,6 +105,7 @@ def standby_pod(
     owner_uid: str,
     name: str,
     protocol: RebalanceProtocolSetting,
+    pod_key: str,
 ) -> dict[str, Any]:
     """A standby's manifest: the member template, no slot, STATICFLEET_STANDBY_ID set."""
     if spec.template is None:
@@ -132,7 +127,7 @@ def standby_pod(
             STANDBY_ID_ANNOTATION: name,
             PROTOCOL_ANNOTATION: protocol.value,
             TEMPLATE_HASH_ANNOTATION: template_hash(spec),
-            POD_KEY_ANNOTATION: uuid.uuid4().hex,
+            POD_KEY_ANNOTATION: pod_key,
         },
         entries=entries,
     )
@@ -188,140 +183,92 @@ def active_slots(
     return slots
 
 
-async def promote_standbys(
-    op: Operator,
-    body: Mapping[str, Any],
+def plan_promotions(
     spec: ConsumerGroupSpec,
+    previous: ConsumerGroupStatus,
     pods: Sequence[Mapping[str, Any]],
     listed_instance_ids: set[str],
+    ready_standbys: frozenset[str],
     *,
     rollout_active: bool,
-) -> str | None:
-    """The promotion step of a pass; what it did, or None when there was nothing to do."""
+    now: datetime,
+) -> ConsumerGroupStatus | None:
+    """The status that records this pass's promotions (write-ahead: written before any is
+    made, so a restarted operator resumes them), or None when there is nothing to promote."""
     if not standbys_enabled(spec):
         return None
-    previous = read_status(body)
     recorded = previous.promotions
     if rollout_active and not recorded:
         return None  # a rollout deletes pods on purpose: its own replacements take over
-    ready = set(op.coordinator.standbys(spec.group_id).standby_ids)
-    standbys = [Standby(p.name, p.name in ready and not p.deleting) for p in standby_pods(pods)]
+    standbys = [
+        Standby(p.name, p.name in ready_standbys and not p.deleting) for p in standby_pods(pods)
+    ]
     slots = active_slots(spec, pods, spec.replicas or 0, listed_instance_ids)
     decisions = decide(slots, standbys, recorded)
     if not decisions:
         return None
-    now = op.clock()
     status = previous.model_copy(deep=True)
     # Recorded ones keep when they started; new ones start now.
     status.promotions = [
         d if d.started_at is not None else d.model_copy(update={"started_at": now})
         for d in decisions
     ]
-    await op.write_status(body, status.to_patch())  # write-ahead, before anything is promoted
-    done: list[str] = []
-    for record in list(status.promotions):
-        outcome = await _promote_one(op, body, spec, record, now)
-        if outcome is None:
-            continue  # still in flight: tried again next pass
-        status.promotions.remove(record)
-        if outcome:
-            status.last_promotion = record.model_copy(update={"completed_at": op.clock()})
-            done.append(f"{record.standby} -> {record.instance_id}")
-    await op.write_status(body, status.to_patch())
-    return "promoted: " + ", ".join(done) if done else "promotions in flight"
+    return status
 
 
-async def _promote_one(
-    op: Operator,
-    body: Mapping[str, Any],
-    spec: ConsumerGroupSpec,
-    record: PromotionStatus,
-    now: datetime,
-) -> bool | None:
-    """True: promoted and relabeled; False: given up; None: try again next pass."""
-    metadata = body.get("metadata") or {}
-    namespace, name = str(metadata["namespace"]), str(metadata["name"])
-    answer = await op.coordinator.promote(spec.group_id, record.standby, record.instance_id)
-    relabeled = False
-    if answer.error_code is ErrorCode.NONE:
-        try:
-            await op.patch_pod(
-                namespace, name, record.standby, promoted_patch(record.slot, record.instance_id)
-            )
-            relabeled = True
-        except NotFound:
-            # The standby's pod is gone since: the slot gets a plain replacement, whose
-            # static rejoin fences the member id the standby was given.
-            pass
-    if relabeled:
-        op.metrics.promoted(
-            namespace, name, (op.clock() - (record.started_at or now)).total_seconds()
-        )
-        message = (
-            f"standby {record.standby} took over {record.instance_id} (slot {record.slot}, "
-            f"{record.rule}): same assignment, no rebalance; the old holder is fenced"
-        )
-        log.info("%s/%s: %s", namespace, name, message)
-        await op.kube.post_event(body, "StandbyPromoted", message)
-        return True
+class Outcome(Enum):
+    PROMOTED = "promoted"  # the coordinator handed over the instance id; the pod relabeled
+    GIVEN_UP = "given up"  # the slot gets a plain static replacement
+    RETRY = "retry"  # refused for a rebalance in progress: tried again next pass
+
+
+def promotion_outcome(
+    record: PromotionStatus, error: ErrorCode, relabeled: bool, now: datetime
+) -> Outcome:
+    """What became of one promotion: the coordinator's answer and whether the standby's
+    pod could be relabeled into the slot."""
+    if error is ErrorCode.NONE and relabeled:
+        return Outcome.PROMOTED
     waited = (now - (record.started_at or now)).total_seconds()
-    if answer.error_code is ErrorCode.REBALANCE_IN_PROGRESS and waited < PROMOTION_RETRY_SECONDS:
-        return None
-    detail = "(its pod is gone)" if answer.error_code is ErrorCode.NONE else answer.detail
-    op.metrics.promotion_failed(namespace, name)
-    message = (
-        f"standby {record.standby} not promoted to {record.instance_id}: "
-        f"{answer.error_code.name} {detail}; the slot gets a plain static replacement"
-    )
-    log.warning("%s/%s: %s", namespace, name, message)
-    await op.kube.post_event(body, "PromotionFailed", message, warning=True)
-    return False
+    if error is ErrorCode.REBALANCE_IN_PROGRESS and waited < PROMOTION_RETRY_SECONDS:
+        return Outcome.RETRY
+    return Outcome.GIVEN_UP
 
 
-async def keep_standbys(
-    op: Operator,
-    body: Mapping[str, Any],
+def keep_standbys(
     spec: ConsumerGroupSpec,
+    settings: MemberSettings,
     pods: Sequence[Mapping[str, Any]],
     protocol: RebalanceProtocolSetting,
-) -> list[str]:
+    *,
+    namespace: str,
+    owner_uid: str,
+    pass_id: str,
+) -> list[CreatePod | DeletePod]:
     """Create missing standby pods, delete surplus and outdated ones (they hold nothing, so
-    this costs no rebalance); the pod names acted on."""
+    this costs no rebalance)."""
     wanted = spec.standbys if standbys_enabled(spec) else 0
-    metadata = body.get("metadata") or {}
-    namespace, name = str(metadata["namespace"]), str(metadata["name"])
     current = template_hash(spec)
     live = [p for p in standby_pods(pods) if not p.deleting]
-    acted: list[str] = []
     # A standby becomes a member as it was configured: one made for another template or
     # protocol is replaced now, while that costs nothing.
     outdated = [p for p in live if p.template_hash != current or p.protocol != protocol.value]
     surplus = live[wanted:] if len(live) > wanted else []
-    for pod in {p.name: p for p in outdated + surplus}.values():
-        await op.delete_pod(namespace, name, pod.name)
-        acted.append(pod.name)
-    keeping = len([p for p in live if p.name not in acted])
+    deleting = list({p.name: p for p in outdated + surplus})
+    actions: list[CreatePod | DeletePod] = [DeletePod(name) for name in deleting]
+    keeping = len([p for p in live if p.name not in deleting])
     taken = {str((p.get("metadata") or {}).get("name", "")) for p in pods}
     for _ in range(max(wanted - keeping, 0)):
-        pod_name = standby_pod_name(name, taken)
+        pod_name = standby_pod_name(settings.group_name, taken)
         taken.add(pod_name)
-        await op.create_pod(
-            namespace,
-            name,
-            standby_pod(
-                spec,
-                op.settings(name),
-                namespace=namespace,
-                owner_uid=str(metadata.get("uid", "")),
-                name=pod_name,
-                protocol=protocol,
-            ),
+        manifest = standby_pod(
+            spec,
+            settings,
+            namespace=namespace,
+            owner_uid=owner_uid,
+            name=pod_name,
+            protocol=protocol,
+            pod_key=f"{pass_id}-{pod_name}",
         )
-        acted.append(pod_name)
-    return acted
-
-
-def standbys_ready(op: Operator, spec: ConsumerGroupSpec) -> int | None:
-    if not standbys_enabled(spec):
-        return None
-    return len(op.coordinator.standbys(spec.group_id).standby_ids)
+        actions.append(CreatePod(manifest))
+    return actions

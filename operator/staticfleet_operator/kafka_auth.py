@@ -2,10 +2,10 @@
 Secrets it names, or the operator's default (`--kafka-config`).
 
 `client_settings` is pure: (the spec, the Secrets' decoded data) -> `KafkaClientSettings`
-with every PEM inline (nothing is written to disk here). `read_client_settings` is the I/O
-edge: it reads the named Secrets from the operator's Secret index (Opaque Secrets, which
-Kopf watches: a rotated password or certificate wakes the group, handlers.py) or, for other
-Secret types (kubernetes.io/tls), from the API. The backends are cached by a fingerprint of
+with every PEM inline (nothing is written to disk here). `context.read_client_settings` is
+the I/O edge: it reads the named Secrets from the operator's store of Opaque Secrets (a
+rotated password or certificate wakes the group) or, for other Secret types
+(kubernetes.io/tls), from the API. The backends are cached by a fingerprint of
 the settings (backends.py), so the next pass after a rotation connects anew with
 the new credentials, without a restart. docs/operator.md, "Secured clusters".
 """
@@ -13,7 +13,7 @@ the new credentials, without a restart. docs/operator.md, "Secured clusters".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from pydantic import SecretStr
 
@@ -27,10 +27,6 @@ from coordinator.client.kafka_settings import (
 )
 from staticfleet_operator.crd import KafkaAuthenticationType, KafkaClientSpec
 from staticfleet_operator.tokens import secret_value
-
-if TYPE_CHECKING:
-    from staticfleet_operator.kube import KubeApi
-    from staticfleet_operator.observed import Observed
 
 # A Secret's decoded data (key -> text); None: the Secret does not exist.
 SecretData = Mapping[str, str] | None
@@ -157,29 +153,10 @@ def decoded(secret: Mapping[str, Any] | None) -> SecretData:
     return {key: text for key, text in values.items() if text is not None}
 
 
-async def read_client_settings(
-    kube: KubeApi,
-    observed: Observed | None,
-    namespace: str,
-    kafka: KafkaClientSpec | None,
-    default: KafkaClientSettings,
-) -> KafkaClientSettings:
-    """`client_settings` with the Secrets read: the index first (Opaque Secrets), then the
-    API (a kubernetes.io/tls Secret is not indexed)."""
-    secrets: dict[str, SecretData] = {}
-    for name in referenced_secrets(kafka):
-        body = await observed.secret(kube, namespace, name) if observed is not None else None
-        if body is None:
-            body = await kube.get_secret(namespace, name)
-        secrets[name] = decoded(body)
-    return client_settings(kafka, secrets, default, namespace=namespace)
-
-
 __all__ = [
     "KafkaCredentialsMissing",
     "KafkaSettingsInvalid",
     "client_settings",
     "decoded",
-    "read_client_settings",
     "referenced_secrets",
 ]

@@ -155,3 +155,19 @@ def invalid_spec_status(
             kind.value, value, reason, message, observed_generation=generation, now=now
         )
     return status
+
+
+def status_differs(body: Mapping[str, Any], status: ConsumerGroupStatus) -> bool:
+    """Whether writing `status` would change what the object carries (a merge patch's
+    nulls remove keys, so both are compared with them gone)."""
+    current = _without_nulls(body.get("status") or {})
+    patch = _without_nulls(status.to_patch())
+    return not all(current.get(key) == value for key, value in patch.items())
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(item) for item in value]
+    return value

@@ -7,10 +7,10 @@ that the operator creates once — a random 32-byte urlsafe token, with an owner
 the ConsumerGroup, so it goes when the group goes — and never regenerates while it exists.
 Member pods reference the Secret (`valueFrom.secretKeyRef`), never the literal token.
 
-`ensure_member_token` runs on every reconcile pass and at admission, so the coordinator's
-table follows the Secret (a rotated user Secret is picked up on the next pass) and a
-restarted operator, whose embedded server starts with no member tokens, re-registers every
-group on its first pass.
+The token's part of a pass (`pass_plan._member_token`) runs on every pass and at admission,
+so the coordinator's table follows the Secret (a rotated user Secret is picked up on the
+next pass) and a restarted operator, whose embedded server starts with no member tokens,
+re-registers every group on its first pass.
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ import binascii
 import logging
 import secrets
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from staticfleet_operator.crd import ConsumerGroupSpec
-from staticfleet_operator.kube import Conflict, KubeApi
 from staticfleet_operator.owned import group_secret
-
-if TYPE_CHECKING:
-    from staticfleet_operator.observed import Observed
 
 log = logging.getLogger("staticfleet.operator.tokens")
 
@@ -73,43 +69,3 @@ def secret_value(secret: Mapping[str, Any], key: str) -> str | None:
         return value or None
     plain = (secret.get("stringData") or {}).get(key)
     return plain.strip() or None if isinstance(plain, str) else None
-
-
-class TokenUnavailable(Exception):
-    """The group's token Secret (or its key) is missing or unusable."""
-
-
-async def read_member_token(
-    kube: KubeApi,
-    namespace: str,
-    group_name: str,
-    owner_uid: str,
-    spec: ConsumerGroupSpec,
-    observed: Observed | None = None,
-) -> str:
-    """The group's member token: read from its Secret (from the operator's index of Secrets
-    when `observed` has one, else from the API), creating the managed Secret when there is
-    none. Raises `TokenUnavailable` when a user Secret is missing or has no key."""
-    name, key = token_secret_ref(spec, group_name)
-    if observed is not None:
-        secret = await observed.secret(kube, namespace, name)
-    else:
-        secret = await kube.get_secret(namespace, name)
-    if secret is None and spec.token_secret_ref is None:
-        try:
-            secret = await kube.create_secret(
-                namespace, managed_secret(namespace, group_name, owner_uid, new_token())
-            )
-            if observed is not None:
-                observed.secret_created(secret)
-        except Conflict:
-            # Another pass (or replica) created it first: use theirs.
-            secret = await kube.get_secret(namespace, name)
-        else:
-            log.info("created member token Secret %s/%s", namespace, name)
-    if secret is None:
-        raise TokenUnavailable(f"Secret {namespace}/{name} not found")
-    token = secret_value(secret, key)
-    if token is None:
-        raise TokenUnavailable(f"Secret {namespace}/{name} has no usable key {key!r}")
-    return token

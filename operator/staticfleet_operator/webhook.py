@@ -18,7 +18,9 @@ import aiohttp
 
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator import adopted
+from staticfleet_operator.context import Operator
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kafka_clients import client_config_mount, client_env_from
 from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
@@ -31,7 +33,7 @@ from staticfleet_operator.members import (
     with_member_env,
 )
 from staticfleet_operator.owned import GROUP_LABEL
-from staticfleet_operator.reconcile import Operator, describe, group_key, sync_member_token
+from staticfleet_operator.reconcile import sync_member_token
 from staticfleet_operator.rollout import CoordinatorView
 from staticfleet_operator.status import read_status
 
@@ -93,6 +95,7 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     if not name:
         return None
     # From the operator's indices (observed.py): no API call on the admission path.
+    ref = GroupRef(namespace, name)
     body = await op.observed.group(op.kube, namespace, name)
     if body is None or validate_spec(body.get("spec") or {}):
         log.warning("pod in %s names ConsumerGroup %s, which is absent or invalid", namespace, name)
@@ -106,7 +109,7 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
         # The pod's env references the token Secret: make sure it exists and is registered
         # (a Kafka cluster authenticates members itself: no token).
         if not spec.coordinator.is_kafka:
-            await sync_member_token(op, body, spec)
+            await sync_member_token(op, ref, body)
     except (KubeError, aiohttp.ClientError) as error:
         # Not a reason to refuse the pod: the next reconcile pass creates the Secret (the
         # kubelet waits for it).
@@ -114,12 +117,14 @@ async def _admit_pod(op: Operator, namespace: str, pod: Mapping[str, Any]) -> Po
     annotations = metadata.get("annotations") or {}
     pod_key = annotations.get(POD_KEY_ANNOTATION) or uuid.uuid4().hex
     siblings = await op.observed.member_pods(op.kube, namespace, name)
-    backend = await op.backend(namespace, name, spec)
-    view = CoordinatorView.from_described(await describe(backend, spec.group_id))
+    backend = await op.backend(ref, spec)
+    view = CoordinatorView.from_described(await backend.describe(spec.group_id))
     rollout = read_status(body).rollout
-    admission = await adopted.admit(
-        op, group_key(namespace, name), spec, siblings, view, pod_key, rollout
+    admission, fresh = await adopted.admit(
+        op.memories.of(ref), spec, siblings, view, pod_key, rollout, op.clock()
     )
+    if fresh:
+        op.metrics.slot_allocated(namespace, name)
     return pod_mutation(
         pod,
         spec,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.members import INSTANCE_ID_ANNOTATION, member_pod
 from tests.operator.kube_harness import NAMESPACE, Cluster, running_cluster
 from tests.operator.test_grace_and_pause_kmock import SPARK, _last_seq, _slots, _start_executors
@@ -35,7 +36,7 @@ async def test_failed_executor_pods_leave_in_one_batch_and_their_ids_are_reused(
 
         # The driver dies: every executor exits at about the same time. (Holding the
         # group's lock keeps one pass from seeing only some of them finished.)
-        async with cluster.operator.lock(NAMESPACE, "spark"):
+        async with cluster.operator.memories.of(GroupRef(NAMESPACE, "spark")).lock:
             for index in range(3):
                 await cluster.kubelet.exit(f"exec-{index}", code=0)  # as Spark 4 exits
             exited_at = time.monotonic()

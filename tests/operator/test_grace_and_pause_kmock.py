@@ -10,8 +10,8 @@ import pytest
 
 from coordinator.client import env as member_env
 from staticfleet_operator.blockers import BlockerCode
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.members import INSTANCE_ID_ANNOTATION, PROTOCOL_ANNOTATION
-from staticfleet_operator.reconcile import group_key
 from tests.operator.kube_harness import NAMESPACE, Cluster, env_of, managed_spec, running_cluster
 from tests.operator.test_handlers_kmock import adopted_spec, executor
 
@@ -48,7 +48,9 @@ async def _last_seq(cluster: Cluster, group_id: str) -> int:
 
 
 def _slots(cluster: Cluster) -> tuple[dict[int, str], dict[int, Any], frozenset[int]]:
-    table = cluster.operator.allocator._tables[group_key(NAMESPACE, "spark")]
+    memory = cluster.operator.memories.get(GroupRef(NAMESPACE, "spark"))
+    assert memory is not None
+    table = memory.slots._tables[str(memory.ref)]
     return table.held, table.vacant, table.retiring
 
 
@@ -63,7 +65,7 @@ async def test_adopted_pods_gone_past_the_grace_period_leave_in_one_batch_and_fr
         # Spark releases two executors at once. Holding the group's lock keeps a pass from
         # seeing only one of them gone (each slot's grace period runs from when its pod was
         # seen gone, so two passes would make two LeaveGroups).
-        async with cluster.operator.lock(NAMESPACE, "spark"):
+        async with cluster.operator.memories.of(GroupRef(NAMESPACE, "spark")).lock:
             gone_at = time.monotonic()
             await cluster.kube.delete_pod(NAMESPACE, "exec-1")
             await cluster.kube.delete_pod(NAMESPACE, "exec-2")

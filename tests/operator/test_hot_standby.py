@@ -31,6 +31,7 @@ def _standby(name: str = "orders-standby-0") -> dict[str, Any]:
         owner_uid="uid",
         name=name,
         protocol=RebalanceProtocolSetting.EAGER,
+        pod_key=f"key-{name}",
     )
 
 

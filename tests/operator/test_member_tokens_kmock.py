@@ -82,7 +82,7 @@ async def test_managed_group_token_secret_members_join_over_http_and_delete_unre
         # A restart: the embedded server forgets runtime tokens, the operator its memory.
         # The first pass reads the Secret again (not regenerated) and re-registers it.
         fresh = cluster.forget_operator_memory()
-        assert fresh.authenticator is not None and not fresh.token_groups
+        assert fresh.authenticator is not None and not len(fresh.memories)
         fresh.authenticator.remove_group("orders")
 
         async def registered() -> bool:

@@ -1,0 +1,305 @@
+"""Act: carry one planned pass out. The only code of a pass that writes.
+
+The status goes first (write-ahead: a rollout step, a promotion or a scale-up is recorded
+before it is made, so an operator killed mid-step resumes without repeating or skipping
+one), then the Events, then the actions in order. Every write to the API server is laid
+over the cluster as last seen (observed.py: read your writes) until the watch shows it. An
+action's failure raises: the pass runner tries the group again, and the next pass observes
+what was done and plans from there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+
+from coordinator import ErrorCode
+from coordinator.server import AuthConfigError
+from staticfleet_operator import adopted
+from staticfleet_operator.actions import (
+    Action,
+    ClearExpectedMembers,
+    CreatePod,
+    CreateSecret,
+    CreateTokenSecret,
+    DeletePod,
+    Event,
+    ExpectMembers,
+    LeaveGroup,
+    PassResult,
+    PatchSecret,
+    PromoteStandbys,
+    RaiseTopicPartitions,
+    RegisterToken,
+    SettleSlots,
+    UnregisterTokens,
+)
+from staticfleet_operator.backends import GroupBackend, leave_errors
+from staticfleet_operator.context import Operator
+from staticfleet_operator.crd import ConsumerGroupSpec, ConsumerGroupStatus, PromotionStatus
+from staticfleet_operator.group_memory import GroupMemory
+from staticfleet_operator.group_observation import GroupObservation
+from staticfleet_operator.hot_standby import Outcome, promoted_patch, promotion_outcome
+from staticfleet_operator.kube import Conflict, NotFound
+from staticfleet_operator.observed import pod_identity
+from staticfleet_operator.pass_plan import TOKEN_UNAVAILABLE
+from staticfleet_operator.status import status_differs
+from staticfleet_operator.tokens import managed_secret, new_token, secret_value
+
+log = logging.getLogger("staticfleet.operator")
+
+
+class Actuator:
+    """Applies one `PassResult` for the group `observation` was taken of."""
+
+    def __init__(
+        self,
+        op: Operator,
+        observation: GroupObservation,
+        memory: GroupMemory,
+        backend: GroupBackend | None,
+    ) -> None:
+        self.op = op
+        self.observation = observation
+        self.memory = memory
+        self.backend = backend
+        self.ref = observation.ref
+
+    async def apply(self, result: PassResult) -> str:
+        """Status, Events, actions, memory and gauges; what the pass did (for logs)."""
+        self.op.memories.remember(self.memory, result.remember)
+        if result.status is not None:
+            await self.write_status(result.status)
+        for event in result.events:
+            await self.post(event)
+        summary = result.summary
+        gauges = result.gauges
+        for action in result.actions:
+            if isinstance(action, SettleSlots):
+                left, slots = await self._settle(action)
+                gauges = replace(gauges, slots=slots) if gauges is not None else None
+                summary = f"adopted: left {left}" if left else summary
+            elif isinstance(action, PromoteStandbys):
+                summary = await self._promote(action.records)
+            else:
+                await self._apply(action)
+        if gauges is not None:
+            self.op.metrics.observe_group(
+                self.ref.namespace,
+                self.ref.name,
+                desired=gauges.desired,
+                ready=gauges.ready,
+                slots=gauges.slots,
+                phase=gauges.phase,
+                blocker=gauges.blocker,
+                awaiting=gauges.awaiting,
+                standbys=gauges.standbys,
+            )
+        return summary
+
+    # --- writes ------------------------------------------------------------------------
+
+    async def write_status(self, status: ConsumerGroupStatus) -> bool:
+        """Patch status when it differs from what the object carries; True when written.
+        Until the watch shows the write, passes read it (observed.py)."""
+        body = await self.op.observed.group(self.op.kube, self.ref.namespace, self.ref.name)
+        if body is not None and not status_differs(body, status):
+            return False
+        written = await self.op.kube.patch_group_status(
+            self.ref.namespace, self.ref.name, status.to_patch()
+        )
+        self.op.observed.group_written(written)
+        self.op.status_writes += 1
+        return True
+
+    async def post(self, event: Event) -> None:
+        if event.warning:
+            log.warning("%s: %s: %s", self.ref, event.reason, event.message)
+        await self.op.kube.post_event(
+            self.observation.body, event.reason, event.message, warning=event.warning
+        )
+
+    async def _apply(self, action: Action) -> None:
+        match action:
+            case CreatePod(manifest):
+                await self._create_pod(manifest)
+            case DeletePod(name, bounce):
+                await self._delete_pod(name)
+                if bounce is not None:
+                    self.op.metrics.bounced(self.ref.namespace, self.ref.name, bounce)
+            case LeaveGroup(instance_ids, why):
+                await self._leave(instance_ids, why)
+            case ExpectMembers(instance_ids, timeout_ms):
+                await self.op.coordinator.set_expected_members(
+                    self._spec.group_id, list(instance_ids), timeout_ms
+                )
+            case ClearExpectedMembers():
+                await self.op.coordinator.clear_expected_members(self._spec.group_id)
+            case RaiseTopicPartitions(partitions):
+                await self.op.coordinator.set_topic_metadata(dict(partitions))
+            case CreateTokenSecret(group_id):
+                await self._create_token_secret(group_id)
+            case RegisterToken(group_id, token):
+                await self._register_token(group_id, token)
+            case UnregisterTokens(group_ids):
+                if self.op.authenticator is not None:
+                    for group_id in group_ids:
+                        self.op.authenticator.remove_group(group_id)
+            case CreateSecret(manifest):
+                await self._create_secret(manifest)
+            case PatchSecret(name, patch):
+                patched = await self.op.kube.patch_secret(self.ref.namespace, name, dict(patch))
+                self.op.observed.secret_created(patched)
+                log.info("%s: updated Secret %s", self.ref, name)
+            case PromoteStandbys() | SettleSlots():
+                raise AssertionError(f"{action} is applied by `apply`")
+
+    async def _settle(self, action: SettleSlots) -> tuple[list[str], int]:
+        """The adopted slot table kept true to the pods (adopted.py); the instance ids that
+        left and the slots in use."""
+        return await adopted.settle_slots(
+            self.memory,
+            self._spec,
+            action.pods,
+            action.view,
+            self.observation.now,
+            lambda ids: self._leave(ids, "no replacement within the grace period"),
+        )
+
+    @property
+    def _spec(self) -> ConsumerGroupSpec:
+        spec = self.observation.spec
+        assert spec is not None  # actions are planned for valid specs only
+        return spec
+
+    async def _create_pod(self, manifest: object) -> None:
+        """A pod that exists already (created by an earlier pass the watch has not shown
+        yet) is left to the watch."""
+        assert isinstance(manifest, dict)
+        try:
+            created = await self.op.kube.create_pod(self.ref.namespace, manifest)
+        except Conflict:
+            log.info("%s: pod %s exists already", self.ref, manifest["metadata"]["name"])
+            return
+        self.op.observed.pod_created(self.ref.namespace, self.ref.name, created)
+
+    async def _delete_pod(self, name: str) -> None:
+        pods = await self.op.observed.member_pods(self.op.kube, self.ref.namespace, self.ref.name)
+        uids = [pod_identity(p) for p in pods if (p.get("metadata") or {}).get("name") == name]
+        await self.op.kube.delete_pod(self.ref.namespace, name)
+        self.op.observed.pod_deleted(self.ref.namespace, self.ref.name, uids)
+
+    async def _leave(self, instance_ids: Sequence[str], why: str) -> None:
+        """One batch LeaveGroup, its per-member errors reported in an Event."""
+        assert self.backend is not None  # observed with the group's coordinator
+        response = await self.backend.leave(self._spec.group_id, instance_ids)
+        problems = leave_errors(response)
+        log.info(
+            "batch LeaveGroup %s for %s: %s", self._spec.group_id, instance_ids, problems or "ok"
+        )
+        self.op.metrics.batch_left(self.ref.namespace, self.ref.name, len(instance_ids))
+        message = f"batch LeaveGroup for {', '.join(instance_ids)} ({why})"
+        if problems:
+            await self.post(Event("LeaveGroupFailed", f"{message}: {'; '.join(problems)}", True))
+        else:
+            await self.post(Event("MembersLeft", message))
+
+    async def _create_token_secret(self, group_id: str) -> None:
+        manifest = managed_secret(
+            self.ref.namespace, self.ref.name, self.observation.uid, new_token()
+        )
+        name = str(manifest["metadata"]["name"])
+        try:
+            secret = await self.op.kube.create_secret(self.ref.namespace, manifest)
+        except Conflict:
+            # Another pass (or replica) created it first: use theirs.
+            found = await self.op.kube.get_secret(self.ref.namespace, name)
+            if found is None:
+                return  # deleted again: the next pass makes it
+            secret = found
+        else:
+            self.op.observed.secret_created(secret)
+            log.info("created member token Secret %s/%s", self.ref.namespace, name)
+        token = secret_value(secret, "token")
+        if token is not None:
+            await self._register_token(group_id, token)
+
+    async def _register_token(self, group_id: str, token: str) -> None:
+        if self.op.authenticator is None:
+            return
+        try:
+            self.op.authenticator.set_member_tokens(group_id, [token])
+        except AuthConfigError as error:
+            # The authenticator's own refusal (an admin token reused as a member token):
+            # reported like any unusable token.
+            self.op.authenticator.remove_group(group_id)
+            self.memory.token_group_id = None
+            problem = f"member token unavailable: {error}"
+            if self.memory.reported.get(TOKEN_UNAVAILABLE) != problem:
+                self.memory.reported[TOKEN_UNAVAILABLE] = problem
+                await self.post(Event(TOKEN_UNAVAILABLE, problem, True))
+
+    async def _create_secret(self, manifest: object) -> None:
+        assert isinstance(manifest, dict)
+        try:
+            created = await self.op.kube.create_secret(self.ref.namespace, manifest)
+        except Conflict:
+            return  # made meanwhile: the next pass compares and patches it
+        self.op.observed.secret_created(created)
+        log.info("%s: wrote Secret %s", self.ref, manifest["metadata"]["name"])
+
+    async def _promote(self, records: Sequence[PromotionStatus]) -> str:
+        """Each recorded promotion: the coordinator hands the standby the instance id (the
+        old holder is fenced, no rebalance), the standby's pod is relabeled into the slot;
+        then the status records what became of them."""
+        now = self.observation.now
+        status = self.observation.status.model_copy(deep=True)
+        status.promotions = list(records)
+        done: list[str] = []
+        for record in records:
+            answer = await self.op.coordinator.promote(
+                self._spec.group_id, record.standby, record.instance_id
+            )
+            relabeled = False
+            if answer.error_code is ErrorCode.NONE:
+                try:
+                    patched = await self.op.kube.patch_pod(
+                        self.ref.namespace,
+                        record.standby,
+                        promoted_patch(record.slot, record.instance_id),
+                    )
+                    self.op.observed.pod_patched(self.ref.namespace, self.ref.name, patched)
+                    relabeled = True
+                except NotFound:
+                    # The standby's pod is gone since: the slot gets a plain replacement,
+                    # whose static rejoin fences the member id the standby was given.
+                    pass
+            outcome = promotion_outcome(record, answer.error_code, relabeled, self.op.clock())
+            if outcome is Outcome.RETRY:
+                continue
+            status.promotions.remove(record)
+            if outcome is Outcome.PROMOTED:
+                finished = self.op.clock()
+                status.last_promotion = record.model_copy(update={"completed_at": finished})
+                seconds = (finished - (record.started_at or now)).total_seconds()
+                self.op.metrics.promoted(self.ref.namespace, self.ref.name, seconds)
+                await self.post(
+                    Event(
+                        "StandbyPromoted",
+                        f"standby {record.standby} took over {record.instance_id} (slot "
+                        f"{record.slot}, {record.rule}): same assignment, no rebalance; the "
+                        "old holder is fenced",
+                    )
+                )
+                done.append(f"{record.standby} -> {record.instance_id}")
+                continue
+            detail = "(its pod is gone)" if answer.error_code is ErrorCode.NONE else answer.detail
+            self.op.metrics.promotion_failed(self.ref.namespace, self.ref.name)
+            message = (
+                f"standby {record.standby} not promoted to {record.instance_id}: "
+                f"{answer.error_code.name} {detail}; the slot gets a plain static replacement"
+            )
+            await self.post(Event("PromotionFailed", message, True))
+        await self.write_status(status)
+        return "promoted: " + ", ".join(done) if done else "promotions in flight"

@@ -1,0 +1,116 @@
+"""What the operator remembers of each ConsumerGroup between passes, in one place.
+
+A pass decides from what it observes (`group_observation.py`) and from this memory: which
+problems it has already reported (an Event once per problem, not once per pass), which group
+id the member token is registered for, which Secrets the group reads (their change wakes it),
+and, in adopted mode, the slot table the admission webhook shares. `plan_pass` never changes
+memory; it returns a `MemoryUpdate`, and the actuator applies it.
+
+One `GroupMemory` per group, kept in `Memories`; the finalizer drops it as a whole, so a
+deleted group leaves nothing behind (before, its entries were spread over nine collections
+and three of them outlived it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from staticfleet_operator.group_ref import GroupRef
+from staticfleet_operator.identity import SlotAllocator
+
+
+@dataclass
+class GroupMemory:
+    ref: GroupRef
+    # One pass at a time per group (event, timer, finalizer and webhook may overlap).
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    group_id: str | None = None
+    # The group id the member token is registered for with the embedded server.
+    token_group_id: str | None = None
+    # reason -> the message last reported by a Warning Event.
+    reported: dict[str, str] = field(default_factory=dict)
+    # Secrets the group reads (member token, Kafka credentials): a change wakes it.
+    secrets: frozenset[str] = frozenset()
+    # Adopted mode: the slot table, shared with the admission webhook (adopted.py).
+    slots: SlotAllocator = field(default_factory=SlotAllocator)
+    # The slot table was read back from the pods' annotations since this process started.
+    slots_rebuilt: bool = False
+    # Pod key -> when the webhook granted it a slot: until the API server has created the
+    # pod, a pass that does not see it yet must not take its slot back.
+    admitted: dict[str, datetime] = field(default_factory=dict)
+    # The last pass waits on a clock (an adopted slot's grace period, an admission's).
+    timed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUpdate:
+    """What one pass asks to be remembered (the output of `plan_pass`)."""
+
+    group_id: str | None = None
+    token_group_id: str | None = None
+    # reason -> message to remember as reported; reason -> None: forget (reported again).
+    reported: Mapping[str, str | None] = field(default_factory=dict)
+    secrets: frozenset[str] = frozenset()
+
+
+class Memories:
+    """Every group's memory, by `GroupRef`; and which group a group id or Secret belongs to."""
+
+    def __init__(self) -> None:
+        self._groups: dict[GroupRef, GroupMemory] = {}
+        self._by_group_id: dict[str, GroupRef] = {}
+
+    def of(self, ref: GroupRef) -> GroupMemory:
+        memory = self._groups.get(ref)
+        if memory is None:
+            memory = self._groups[ref] = GroupMemory(ref)
+        return memory
+
+    def get(self, ref: GroupRef) -> GroupMemory | None:
+        return self._groups.get(ref)
+
+    def drop(self, ref: GroupRef) -> GroupMemory | None:
+        memory = self._groups.pop(ref, None)
+        if memory is not None and memory.group_id is not None:
+            self._forget_group_id(memory.group_id, ref)
+        return memory
+
+    def remember(self, memory: GroupMemory, update: MemoryUpdate) -> None:
+        if update.group_id is not None and update.group_id != memory.group_id:
+            if memory.group_id is not None:
+                self._forget_group_id(memory.group_id, memory.ref)
+            memory.group_id = update.group_id
+        if memory.group_id is not None:
+            self._by_group_id[memory.group_id] = memory.ref
+        memory.token_group_id = update.token_group_id
+        for reason, message in update.reported.items():
+            if message is None:
+                memory.reported.pop(reason, None)
+            else:
+                memory.reported[reason] = message
+        memory.secrets = update.secrets
+
+    def _forget_group_id(self, group_id: str, ref: GroupRef) -> None:
+        if self._by_group_id.get(group_id) == ref:
+            del self._by_group_id[group_id]
+
+    def ref_of(self, group_id: str) -> GroupRef | None:
+        """The ConsumerGroup whose spec names `group_id` (a journal entry wakes it)."""
+        return self._by_group_id.get(group_id)
+
+    def users_of_secret(self, namespace: str, name: str) -> set[GroupRef]:
+        """The groups that read the Secret `namespace/name` (rare events: a scan is fine)."""
+        return {
+            ref
+            for ref, memory in self._groups.items()
+            if ref.namespace == namespace and name in memory.secrets
+        }
+
+    def __iter__(self) -> Iterator[GroupRef]:
+        return iter(list(self._groups))
+
+    def __len__(self) -> int:
+        return len(self._groups)

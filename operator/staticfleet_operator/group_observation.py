@@ -1,0 +1,98 @@
+"""What one pass over a ConsumerGroup decides on: a frozen `GroupObservation`, made by
+`observer.observe` and read by the pure `plan_pass`. Data only.
+
+A Kafka cluster that does not answer or refuses the operator is an observation too
+(`unreachable`): the plan then reports it and acts on nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from coordinator import DescribedGroup
+from coordinator.client.kafka_settings import KafkaClientSettings
+from staticfleet_operator.crd import (
+    ConsumerGroupSpec,
+    ConsumerGroupStatus,
+)
+from staticfleet_operator.group_ref import GroupRef
+from staticfleet_operator.kafka_auth import referenced_secrets
+from staticfleet_operator.tokens import token_secret_ref
+
+UNREACHABLE = "CoordinatorUnreachable"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenSecret:
+    """Where the group's member token lives, and the Secret as found (None: absent)."""
+
+    name: str
+    key: str
+    user_managed: bool
+    body: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Unreachable:
+    """The group's Kafka cluster did not answer (`CoordinatorUnreachable`), or refused the
+    operator (the access error's own reason: KafkaAuthenticationFailed, ...)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedMembers:
+    """The embedded coordinator's pending registration of expected members."""
+
+    instance_ids: frozenset[str]
+    deadline_ms: int  # on the coordinator's clock (`coordinator_now_ms`)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupObservation:
+    ref: GroupRef
+    body: Mapping[str, Any]
+    status: ConsumerGroupStatus
+    now: datetime
+    # What members are told to reach the embedded coordinator (pod env).
+    coordinator_url: str
+    # Unique per pass: new pods' keys are made from it (a plan draws no random numbers).
+    pass_id: str
+    problems: tuple[str, ...] = ()
+    spec: ConsumerGroupSpec | None = None
+    pods: tuple[Mapping[str, Any], ...] = ()
+    token: TokenSecret | None = None
+    # Kafka groups with spec.coordinator.kafka: the settings the operator connects with,
+    # and the members' client configuration Secret as found.
+    kafka_settings: KafkaClientSettings | None = None
+    client_config: Mapping[str, Any] | None = None
+    # Partition counts: the embedded coordinator's topic metadata, or the Kafka cluster's
+    # counts of the spec's topics.
+    topic_partitions: Mapping[str, int] = field(default_factory=dict)
+    described: DescribedGroup | None = None
+    unreachable: Unreachable | None = None
+    expected_members: ExpectedMembers | None = None
+    # The embedded coordinator's clock, which registration deadlines are on.
+    coordinator_now_ms: int = 0
+    ready_standbys: frozenset[str] = frozenset()
+
+    @property
+    def generation(self) -> int | None:
+        value = (self.body.get("metadata") or {}).get("generation")
+        return value if isinstance(value, int) else None
+
+    @property
+    def uid(self) -> str:
+        return str((self.body.get("metadata") or {}).get("uid", ""))
+
+
+def secrets_read(spec: ConsumerGroupSpec, name: str) -> frozenset[str]:
+    """The Secrets a group's pass reads: a change to one of them wakes the group."""
+    names = set(referenced_secrets(spec.coordinator.kafka))
+    if not spec.coordinator.is_kafka:
+        names.add(token_secret_ref(spec, name)[0])
+    return frozenset(names)

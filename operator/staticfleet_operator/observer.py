@@ -1,0 +1,114 @@
+"""Observe: everything one pass over a ConsumerGroup decides on, read in one place.
+
+`observe` is the pass's only reader: the object (from Kopf's index), its pods and the
+Secrets it names (from the informer's stores, with the operator's own writes laid over
+them: observed.py), the embedded coordinator's or the Kafka cluster's view of the group,
+its topic metadata, pending expected members and ready standbys. It writes nothing (but
+the Kafka rebalance journal, a record of what describe showed). What it returns is a
+frozen `GroupObservation` (group_observation.py), the input of the pure `plan_pass`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from coordinator.client.kafka_errors import KafkaAccessError
+from staticfleet_operator.backends import CoordinatorUnreachable, GroupBackend, KafkaBackend
+from staticfleet_operator.context import Operator
+from staticfleet_operator.crd import ConsumerGroupSpec, parse_spec, validate_spec
+from staticfleet_operator.group_observation import (
+    UNREACHABLE,
+    ExpectedMembers,
+    GroupObservation,
+    TokenSecret,
+    Unreachable,
+)
+from staticfleet_operator.group_ref import GroupRef
+from staticfleet_operator.kafka_clients import client_config_secret_name
+from staticfleet_operator.status import read_status
+from staticfleet_operator.tokens import token_secret_ref
+
+
+async def observe(
+    op: Operator, ref: GroupRef
+) -> tuple[GroupObservation, GroupBackend | None] | None:
+    """The group as it is now, and its backend (for the actuator's LeaveGroup); None when
+    the group is gone or being deleted (the finalizer's business)."""
+    body = await op.observed.group(op.kube, ref.namespace, ref.name)
+    if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    base = GroupObservation(
+        ref=ref,
+        body=body,
+        status=read_status(body),
+        now=op.clock(),
+        coordinator_url=op.coordinator_url,
+        pass_id=uuid.uuid4().hex[:12],
+    )
+    problems = validate_spec(body.get("spec") or {})
+    if problems:
+        return replace(base, problems=tuple(problems)), None
+    spec = parse_spec(body.get("spec") or {})
+    pods = tuple(await op.observed.member_pods(op.kube, ref.namespace, ref.name))
+    found: dict[str, Any] = {"spec": spec, "pods": pods}
+    if not spec.coordinator.is_kafka:
+        name, key = token_secret_ref(spec, ref.name)
+        secret = await op.observed.secret(op.kube, ref.namespace, name)
+        found["token"] = TokenSecret(name, key, spec.token_secret_ref is not None, secret)
+    backend: GroupBackend | None = None
+    try:
+        backend = await op.backend(ref, spec)
+        if isinstance(backend, KafkaBackend) and spec.coordinator.kafka is not None:
+            found["kafka_settings"] = backend.settings
+            found["client_config"] = await op.observed.secret(
+                op.kube, ref.namespace, client_config_secret_name(ref.name)
+            )
+        if spec.coordinator.is_kafka:
+            wanted = {topic.name: topic.partitions for topic in spec.topics}
+            found["topic_partitions"] = await backend.topic_partitions(wanted)
+        else:
+            found["topic_partitions"] = await op.coordinator.topic_metadata()
+        described = await backend.describe(spec.group_id)
+    except CoordinatorUnreachable as error:
+        message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {error}"
+        found["unreachable"] = Unreachable(UNREACHABLE, message)
+        return replace(base, **found), None
+    except KafkaAccessError as error:
+        message = f"Kafka cluster {spec.coordinator.bootstrap_servers}: {error}"
+        found["unreachable"] = Unreachable(error.reason, message)
+        return replace(base, **found), None
+    found["described"] = described
+    if spec.coordinator.is_kafka:
+        if op.journal is not None:
+            # The rebalances describe shows, recorded as seen (the analytics' input).
+            op.journal.observe(described, base.now)
+    else:
+        found["coordinator_now_ms"] = op.coordinator.clock.now_ms()
+        expansion = op.coordinator.expected_members(spec.group_id)
+        if expansion is not None:
+            found["expected_members"] = ExpectedMembers(
+                expansion.instance_ids, expansion.deadline_ms
+            )
+        found["ready_standbys"] = frozenset(op.coordinator.standbys(spec.group_id).standby_ids)
+    return replace(base, **found), backend
+
+
+async def observe_member_token(
+    op: Operator, ref: GroupRef, body: Mapping[str, Any], spec: ConsumerGroupSpec
+) -> GroupObservation:
+    """Only what the member token's part of a pass reads (the admission webhook's)."""
+    name, key = token_secret_ref(spec, ref.name)
+    secret = await op.observed.secret(op.kube, ref.namespace, name)
+    return GroupObservation(
+        ref=ref,
+        body=body,
+        status=read_status(body),
+        now=op.clock(),
+        coordinator_url=op.coordinator_url,
+        pass_id=uuid.uuid4().hex[:12],
+        spec=spec,
+        token=TokenSecret(name, key, spec.token_secret_ref is not None, secret),
+    )

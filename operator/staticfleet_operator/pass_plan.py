@@ -1,0 +1,552 @@
+"""Plan: one pass over a ConsumerGroup, decided from what was observed. Pure.
+
+`plan_pass(observation, memory)` composes the rules the operator has, each a pure function
+of its own module, and returns a `PassResult`: the status to write (first: write-ahead), the
+Events, the actions and what to remember. It reads no clock, draws no random number and
+does no I/O; the actuator (actuator.py) carries the result out.
+
+The order of a pass:
+ 1. an invalid spec: status and one Event, nothing else;
+ 2. the member token (embedded coordinator) or the members' Kafka client configuration;
+ 3. the Kafka cluster unreachable or refusing: status and one Event, nothing else;
+ 4. topic metadata: raised on the embedded coordinator; topics a Kafka cluster lacks, reported;
+ 5. adopted mode: the slot table kept true to the pods (adopted.py);
+ 6. managed mode: standby promotions (hot_standby.py) if any, else the standbys kept, a stale
+    registration of expected members cleared, and the fleet's one step (rollout/fleet.py):
+    scale down, batch LeaveGroup, Switch, create missing members, refuse, or a rollout step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from coordinator import ErrorCode, GroupState
+from coordinator.server.auth import is_well_formed
+from staticfleet_operator.actions import (
+    Action,
+    ClearExpectedMembers,
+    CreatePod,
+    CreateSecret,
+    CreateTokenSecret,
+    DeletePod,
+    Event,
+    ExpectMembers,
+    Gauges,
+    LeaveGroup,
+    PassResult,
+    PatchSecret,
+    PromoteStandbys,
+    RaiseTopicPartitions,
+    RegisterToken,
+    SettleSlots,
+    UnregisterTokens,
+)
+from staticfleet_operator.backends import topics_to_raise, widen_offers
+from staticfleet_operator.crd import ConsumerGroupSpec, ConsumerGroupStatus, Mode, RolloutStatus
+from staticfleet_operator.group_memory import GroupMemory, MemoryUpdate
+from staticfleet_operator.group_observation import (
+    UNREACHABLE,
+    GroupObservation,
+    secrets_read,
+)
+from staticfleet_operator.hot_standby import keep_standbys, plan_promotions, standbys_enabled
+from staticfleet_operator.kafka_clients import (
+    client_config_files,
+    client_config_secret,
+    client_config_secret_name,
+)
+from staticfleet_operator.members import MemberSettings, managed_pod, members_of, template_hash
+from staticfleet_operator.owned import secret_data
+from staticfleet_operator.rollout import Bounce, CoordinatorView, Done, MemberPod, Pause
+from staticfleet_operator.rollout.fleet import (
+    CreateMissing,
+    FleetObservation,
+    Leave,
+    Refuse,
+    Rollout,
+    ScaleDown,
+    Switch,
+    assignors,
+    desired_protocol,
+    new_pod_protocol,
+    plan,
+)
+from staticfleet_operator.scale_up import expected_on_create, seconds_until_expiry, should_clear
+from staticfleet_operator.status import invalid_spec_status, observed_status, status_differs
+from staticfleet_operator.tokens import secret_value
+
+TOKEN_UNAVAILABLE = "MemberTokenUnavailable"
+TOPICS_NOT_FOUND = "TopicsNotFound"
+PROTOCOL_CHANGE_REFUSED = "ProtocolChangeRefused"
+
+# Describe of a group nobody has joined yet answers GROUP_ID_NOT_FOUND: that is an observed
+# empty group (the view reads Dead with no members), not a failed describe.
+_DESCRIBABLE = frozenset({ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND})
+
+
+@dataclass
+class _Pass:
+    """What the rules have added so far (a builder local to one `plan_pass` call)."""
+
+    observation: GroupObservation
+    memory: GroupMemory
+    events: list[Event] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    reported: dict[str, str | None] = field(default_factory=dict)
+    token_group_id: str | None = None
+
+    def report_once(self, reason: str, message: str) -> None:
+        """A Warning Event for a problem, once until its message changes or it clears (one
+        slot per reason, so two standing problems do not take turns)."""
+        if self.memory.reported.get(reason) != message and self.reported.get(reason) != message:
+            self.events.append(Event(reason, message, warning=True))
+        self.reported[reason] = message
+
+    def cleared(self, reason: str) -> None:
+        if reason in self.memory.reported:
+            self.reported[reason] = None
+
+    def result(
+        self,
+        summary: str,
+        status: ConsumerGroupStatus | None,
+        gauges: Gauges | None = None,
+        *,
+        wake_in: float | None = None,
+    ) -> PassResult:
+        spec = self.observation.spec
+        ref = self.observation.ref
+        return PassResult(
+            summary=summary,
+            status=status,
+            events=tuple(self.events),
+            actions=tuple(self.actions),
+            gauges=gauges,
+            wake_in=wake_in,
+            poll=spec is not None and spec.coordinator.is_kafka,
+            remember=MemoryUpdate(
+                group_id=spec.group_id if spec is not None else None,
+                token_group_id=self.token_group_id,
+                reported=self.reported,
+                secrets=secrets_read(spec, ref.name) if spec is not None else frozenset(),
+            ),
+        )
+
+
+def plan_pass(observation: GroupObservation, memory: GroupMemory) -> PassResult:
+    """The pass over one group (the order is in the module docstring)."""
+    step = _Pass(observation, memory, token_group_id=memory.token_group_id)
+    previous = observation.status
+    if observation.problems:
+        status = invalid_spec_status(
+            previous, observation.generation, observation.problems, observation.now
+        )
+        if status_differs(observation.body, status):
+            step.events.append(Event("InvalidSpec", "; ".join(observation.problems), True))
+        return replace(step.result("invalid spec", status), invalid=True)
+    spec = observation.spec
+    assert spec is not None  # a valid spec is parsed
+    _member_token(step, spec)
+    if observation.unreachable is not None:
+        return _unreachable(step, spec)
+    for reason in list(memory.reported):
+        # The coordinator answered: a later outage or refusal is reported again (the
+        # access reasons are all Kafka*: KafkaAuthenticationFailed, ...).
+        if reason == UNREACHABLE or reason.startswith("Kafka"):
+            step.cleared(reason)
+    _client_config(step, spec)
+    _topics(step, spec)
+    if spec.mode is Mode.ADOPTED:
+        return _adopted(step, spec)
+    return _managed(step, spec)
+
+
+def plan_member_token(observation: GroupObservation, memory: GroupMemory) -> PassResult:
+    """Only the member token's part of a pass (the admission webhook's: an admitted pod's
+    env references the token Secret, which must exist)."""
+    step = _Pass(observation, memory, token_group_id=memory.token_group_id)
+    if observation.spec is not None:
+        _member_token(step, observation.spec)
+    return step.result("member token", None)
+
+
+# --- the group's credentials ---------------------------------------------------------------
+
+
+def _member_token(step: _Pass, spec: ConsumerGroupSpec) -> None:
+    """The embedded server knows the group's member token (from its Secret; the operator
+    makes the Secret when the spec names none). A missing or unusable Secret unregisters
+    the group's token (a deleted user Secret revokes it) and is reported once."""
+    token = step.observation.token
+    if token is None:
+        return
+    registered = step.memory.token_group_id
+    if registered is not None and registered != spec.group_id:
+        step.actions.append(UnregisterTokens((registered,)))  # the groupId changed
+    where = f"Secret {step.observation.ref.namespace}/{token.name}"
+    if token.body is None and not token.user_managed:
+        step.actions.append(CreateTokenSecret(spec.group_id))
+        step.token_group_id = spec.group_id
+        step.cleared(TOKEN_UNAVAILABLE)
+        return
+    value = secret_value(token.body, token.key) if token.body is not None else None
+    if value is not None and is_well_formed(value):
+        step.actions.append(RegisterToken(spec.group_id, value))
+        step.token_group_id = spec.group_id
+        step.cleared(TOKEN_UNAVAILABLE)
+        return
+    if token.body is None:
+        problem = f"{where} not found"
+    elif value is None:
+        problem = f"{where} has no usable key {token.key!r}"
+    else:
+        problem = f"{where}: the token in key {token.key!r} is malformed"
+    step.actions.append(UnregisterTokens(tuple(sorted({spec.group_id, registered or ""} - {""}))))
+    step.token_group_id = None
+    step.report_once(TOKEN_UNAVAILABLE, f"member token unavailable: {problem}")
+
+
+def _client_config(step: _Pass, spec: ConsumerGroupSpec) -> None:
+    """The members' Kafka client configuration Secret (kafka_clients.py): the settings the
+    operator connects with, in the members' dialect, written when its content differs.
+    Pods are not restarted for a change (docs/operator.md, "Secured clusters": rotation)."""
+    settings = step.observation.kafka_settings
+    if settings is None:
+        return
+    ref = step.observation.ref
+    files = client_config_files(spec.coordinator.client_family, settings)
+    data = secret_data(files)
+    current = step.observation.client_config
+    if current is None:
+        manifest = client_config_secret(ref.namespace, ref.name, step.observation.uid, files)
+        step.actions.append(CreateSecret(manifest))
+        return
+    have = current.get("data") or {}
+    if have != data:
+        # A merge patch: keys the new content lacks (a certificate no longer used) go.
+        patch = {"data": {**{key: None for key in have if key not in data}, **data}}
+        step.actions.append(PatchSecret(client_config_secret_name(ref.name), patch))
+
+
+def _topics(step: _Pass, spec: ConsumerGroupSpec) -> None:
+    """Partition counts: the spec's go to the embedded coordinator (raised, never lowered);
+    a topic the Kafka cluster lacks is reported (members wait for it)."""
+    known = step.observation.topic_partitions
+    wanted = {topic.name: topic.partitions for topic in spec.topics}
+    if not spec.coordinator.is_kafka:
+        counts = {topic: count for topic, count in wanted.items() if count is not None}
+        raised = topics_to_raise(known, counts)
+        if raised:
+            # Each change rebalances the groups consuming the topic (docs/coordinator.md).
+            step.actions.append(RaiseTopicPartitions(raised))
+        return
+    absent = sorted(set(wanted) - set(known))
+    if absent:
+        step.report_once(TOPICS_NOT_FOUND, f"topics not on the Kafka cluster: {', '.join(absent)}")
+
+
+def _unreachable(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
+    """The group's Kafka cluster did not answer, or refused the operator: say so in status
+    and an Event (once per problem), and do nothing else: no pod is created, deleted or
+    bounced on a guess. The next pass comes at the usual poll interval."""
+    observation = step.observation
+    problem = observation.unreachable
+    assert problem is not None
+    pods = members_of(observation.pods)
+    status = observed_status(
+        observation.status,
+        generation=observation.generation,
+        view=None,
+        selected_protocol=None,
+        pods=pods,
+        expected_members=spec.replicas if spec.replicas is not None else len(pods),
+        rollout=observation.status.rollout,
+        now=observation.now,
+        degraded_reason=problem.reason,
+        degraded_message=problem.message,
+    )
+    step.report_once(problem.reason, problem.message)
+    unreachable = problem.reason == UNREACHABLE
+    return step.result(
+        "coordinator unreachable" if unreachable else f"refused: {problem.reason}", status
+    )
+
+
+# --- adopted mode ----------------------------------------------------------------------------
+
+
+def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
+    """Adopted pods are made by someone else; the webhook stamps their identity. Here the
+    slot table is kept true to the pods (the actuator settles it under its lock: the webhook
+    shares it), then status."""
+    observation = step.observation
+    # A finished pod (Succeeded/Failed: a Spark executor whose driver went away) never runs
+    # again, so it is no member pod: its slot goes vacant as a deleted pod's does, for a
+    # replacement to take or to retire after the grace period.
+    members = [member for member in members_of(observation.pods) if not member.finished]
+    view = group_view(observation, spec, members)
+    step.actions.append(SettleSlots(observation.pods, view))
+    live = [m for m in members if not m.deleting]
+    rollout = observation.status.rollout
+    status = observed_status(
+        observation.status,
+        generation=observation.generation,
+        view=view,
+        selected_protocol=_selected(observation),
+        pods=members,
+        expected_members=len(live),
+        rollout=rollout,
+        now=observation.now,
+    )
+    # `slots` is filled in by the actuator: the settled table knows it.
+    gauges = Gauges(
+        desired=len(live),
+        ready=sum(1 for m in live if m.ready),
+        slots=0,
+        phase=rollout.phase,
+        blocker=rollout.blocker,
+    )
+    return step.result("adopted", status, gauges)
+
+
+# --- managed mode ----------------------------------------------------------------------------
+
+
+def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
+    observation = step.observation
+    ref = observation.ref
+    replicas = spec.replicas or 0
+    members = members_of(observation.pods)
+    view = group_view(observation, spec, members)
+    state = observation.status.rollout
+    settings = MemberSettings(coordinator_url=observation.coordinator_url, group_name=ref.name)
+    promotions = plan_promotions(
+        spec,
+        observation.status,
+        observation.pods,
+        {i for i in view.instance_ids if i},
+        observation.ready_standbys,
+        rollout_active=state.active,
+        now=observation.now,
+    )
+    if promotions is not None:
+        step.actions.append(PromoteStandbys(tuple(promotions.promotions)))
+        gauges = _gauges(observation, spec, members, state, awaiting=0)
+        return step.result("promotions", promotions, gauges)
+    step.actions.extend(
+        keep_standbys(
+            spec,
+            settings,
+            observation.pods,
+            new_pod_protocol(spec, state, members),
+            namespace=ref.namespace,
+            owner_uid=observation.uid,
+            pass_id=observation.pass_id,
+        )
+    )
+    expected = _expected_after_clearing(step, spec, view, replicas)
+    fleet_step = plan(
+        FleetObservation(
+            spec=spec,
+            template_hash=template_hash(spec),
+            pods=tuple(members),
+            view=view,
+            describable=observation.described is not None
+            and observation.described.error_code in _DESCRIBABLE,
+            rollout=state,
+            now=observation.now,
+        )
+    )
+    if not isinstance(fleet_step, Refuse):
+        step.cleared(PROTOCOL_CHANGE_REFUSED)
+    refused: str | None = None
+    match fleet_step:
+        case Rollout(decision):
+            state = decision.state
+            summary = type(decision).__name__.lower()
+            if isinstance(decision, Bounce):
+                step.events.append(Event(decision.event_reason, decision.reason))
+                step.actions.append(DeletePod(decision.pod_name, bounce=decision.state.phase))
+                summary = f"bounce slot {decision.slot} to {decision.protocol.value}"
+            elif isinstance(decision, Pause | Done) and decision.state != RolloutStatus():
+                was = observation.status.rollout
+                if was.phase is not decision.state.phase or was.message != decision.state.message:
+                    step.events.append(
+                        Event(decision.event_reason, decision.reason, isinstance(decision, Pause))
+                    )
+        case ScaleDown(excess):
+            step.actions.extend(DeletePod(pod.pod_name) for pod in excess if not pod.deleting)
+            summary = f"scale-down: deleted {', '.join(p.pod_name for p in excess)}"
+        case Leave(instance_ids, why):
+            step.actions.append(LeaveGroup(tuple(instance_ids), why))
+            joined = ", ".join(instance_ids)
+            summary = f"left: {joined}" if why == "scale-down" else f"switch: left {joined}"
+        case Switch(running, terminating):
+            summary = _switch(step, spec, running, terminating)
+        case CreateMissing(missing, protocol):
+            expected = _expect_members(step, spec, view, replicas, missing, expected)
+            for slot in missing:
+                manifest = managed_pod(
+                    spec,
+                    settings,
+                    namespace=ref.namespace,
+                    owner_uid=observation.uid,
+                    slot=slot,
+                    protocol=protocol,
+                    pod_key=f"{observation.pass_id}-{slot}",
+                )
+                step.actions.append(CreatePod(manifest))
+            summary = f"created slots {list(missing)} with {protocol.value}"
+        case Refuse(refusal):
+            step.report_once(PROTOCOL_CHANGE_REFUSED, refusal)
+            refused = refusal
+            summary = "refused: " + refusal
+    status = observed_status(
+        observation.status,
+        generation=observation.generation,
+        view=view,
+        selected_protocol=_selected(observation),
+        pods=members,
+        expected_members=replicas,
+        rollout=state,
+        now=observation.now,
+        degraded_reason=None if refused is None else PROTOCOL_CHANGE_REFUSED,
+        degraded_message=refused or "",
+    )
+    awaiting = _awaiting(spec, expected, view)
+    status.awaiting_members = awaiting
+    status.standbys_ready = _standbys_ready(observation, spec)
+    wake_in = None
+    if expected is not None:
+        # A pending registration wants one pass, at its deadline (to clear it): a timer,
+        # not a pass every interval.
+        wake_in = seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms)
+    gauges = _gauges(observation, spec, members, state, awaiting=len(awaiting))
+    return step.result(summary, status, gauges, wake_in=wake_in)
+
+
+def _switch(
+    step: _Pass, spec: ConsumerGroupSpec, running: Sequence[MemberPod], terminating: bool
+) -> str:
+    """One step of a Switch: stop every member on the old protocol; once all are gone, one
+    batch LeaveGroup for every instance id the coordinator still lists (one rebalance, at
+    once, not after the session timeout); the next passes create them all on the target."""
+    if running:
+        step.actions.extend(DeletePod(pod.pod_name) for pod in running)
+        message = (
+            f"switch to {desired_protocol(spec).value}: stopping {len(running)} member(s), "
+            "then one batch LeaveGroup and a restart of all"
+        )
+        step.events.append(Event("ProtocolSwitch", message))
+        return "switch: stopped " + ", ".join(p.pod_name for p in running)
+    if terminating:
+        return "switch: waiting for members to stop"
+    return "switch: stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class _Expected:
+    """The registration of expected members as it stands after this pass's actions."""
+
+    instance_ids: frozenset[str]
+    deadline_ms: int
+
+
+def _expected_after_clearing(
+    step: _Pass, spec: ConsumerGroupSpec, view: CoordinatorView, replicas: int
+) -> _Expected | None:
+    """Clear a registration that no longer describes the fleet, is fulfilled or expired
+    (scale_up.should_clear); what remains of it."""
+    pending = step.observation.expected_members
+    if spec.coordinator.is_kafka or pending is None:
+        return None
+    stable = view.group_state is GroupState.STABLE
+    expired = seconds_until_expiry(pending.deadline_ms, step.observation.coordinator_now_ms) is None
+    prefix = spec.instance_id_prefix
+    if should_clear(pending.instance_ids, prefix, replicas, view.instance_ids, stable, expired):
+        step.actions.append(ClearExpectedMembers())
+        return None
+    return _Expected(pending.instance_ids, pending.deadline_ms)
+
+
+def _expect_members(
+    step: _Pass,
+    spec: ConsumerGroupSpec,
+    view: CoordinatorView,
+    replicas: int,
+    creating: Sequence[int],
+    current: _Expected | None,
+) -> _Expected | None:
+    """Before the pods exist: tell the embedded coordinator whom to expect, so the group
+    rebalances once for all of them (Kafka's coordinator has no such API)."""
+    if spec.coordinator.is_kafka or not spec.scale_up.pre_register:
+        return current
+    expected = expected_on_create(spec.instance_id_prefix, replicas, creating, view.instance_ids)
+    if expected is None:
+        return current
+    timeout_s = spec.scale_up.expansion_timeout_seconds
+    step.actions.append(ExpectMembers(tuple(expected), timeout_s * 1000))
+    message = (
+        f"expecting {len(expected)} member(s) for up to {timeout_s}s: "
+        "one rebalance for the scale-up"
+    )
+    step.events.append(Event("ExpectingMembers", message))
+    deadline_ms = step.observation.coordinator_now_ms + timeout_s * 1000
+    return _Expected(frozenset(expected), deadline_ms)
+
+
+def _awaiting(
+    spec: ConsumerGroupSpec, expected: _Expected | None, view: CoordinatorView
+) -> list[str]:
+    """The registration's instance ids the coordinator does not list yet (status)."""
+    if spec.coordinator.is_kafka or expected is None:
+        return []
+    return sorted(expected.instance_ids - view.instance_ids)
+
+
+def _standbys_ready(observation: GroupObservation, spec: ConsumerGroupSpec) -> int | None:
+    if not standbys_enabled(spec):
+        return None
+    return len(observation.ready_standbys)
+
+
+def _gauges(
+    observation: GroupObservation,
+    spec: ConsumerGroupSpec,
+    members: Sequence[MemberPod],
+    state: RolloutStatus,
+    *,
+    awaiting: int,
+) -> Gauges:
+    return Gauges(
+        desired=spec.replicas or 0,
+        ready=sum(1 for m in members if m.ready and not m.deleting),
+        slots=len({m.slot for m in members}),
+        phase=state.phase,
+        blocker=state.blocker,
+        awaiting=awaiting,
+        standbys=_standbys_ready(observation, spec) or 0,
+    )
+
+
+# --- the coordinator's view ----------------------------------------------------------------
+
+
+def group_view(
+    observation: GroupObservation, spec: ConsumerGroupSpec, pods: Sequence[MemberPod]
+) -> CoordinatorView:
+    """The rules' view of a describe; for a Kafka group, each member's offers widened from
+    its pod (Kafka's describe lists only the selected protocol)."""
+    assert observation.described is not None  # observed, unless unreachable
+    view = CoordinatorView.from_described(observation.described)
+    if not spec.coordinator.is_kafka:
+        return view
+    return widen_offers(view, pods, assignors(spec))
+
+
+def _selected(observation: GroupObservation) -> str | None:
+    return observation.described.protocol_data if observation.described is not None else None
+
+
+__all__ = ["group_view", "plan_member_token", "plan_pass"]

@@ -1,0 +1,490 @@
+"""`plan_pass(observation, memory)`: one pass over a ConsumerGroup as a pure function.
+
+Each test is an observation (the object, its pods and Secrets, the coordinator's view) and
+what the pass must decide: the status it writes first, its Events, its actions and what it
+remembers. These were kmock tests that drove the whole operator and waited for the emulator
+to show the result; here each is a table row that runs in microseconds. What only the whole
+loop shows (watch events, the webhook, restarts, the read-your-writes overlay) stays in the
+kmock tier.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from coordinator import DescribedGroup, DescribedGroupMember, ErrorCode
+from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.kafka_settings import KafkaClientSettings
+from staticfleet_operator.actions import (
+    ClearExpectedMembers,
+    CreatePod,
+    CreateSecret,
+    CreateTokenSecret,
+    DeletePod,
+    ExpectMembers,
+    LeaveGroup,
+    PassResult,
+    PatchSecret,
+    PromoteStandbys,
+    RaiseTopicPartitions,
+    RegisterToken,
+    SettleSlots,
+    UnregisterTokens,
+)
+from staticfleet_operator.crd import RolloutPhase, parse_spec
+from staticfleet_operator.group_memory import GroupMemory
+from staticfleet_operator.group_observation import (
+    UNREACHABLE,
+    ExpectedMembers,
+    GroupObservation,
+    TokenSecret,
+    Unreachable,
+)
+from staticfleet_operator.group_ref import GroupRef
+from staticfleet_operator.hot_standby import ROLE_LABEL, STANDBY_ROLE, standby_pod
+from staticfleet_operator.members import MemberSettings, managed_pod
+from staticfleet_operator.pass_plan import plan_pass
+
+REF = GroupRef("default", "orders")
+NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+EAGER = RebalanceProtocolSetting.EAGER
+COOPERATIVE = RebalanceProtocolSetting.COOPERATIVE
+TOKEN = "a-member-token-of-32-characters-x"
+SETTINGS = MemberSettings(coordinator_url="http://op:9092", group_name="orders")
+
+
+def spec_body(**extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "groupId": "orders",
+        "topics": [{"name": "orders", "partitions": 6}],
+        "replicas": 3,
+        "template": {"spec": {"containers": [{"name": "member", "image": "m:1"}]}},
+    }
+    body.update(extra)
+    return body
+
+
+def kafka_spec(**extra: Any) -> dict[str, Any]:
+    return spec_body(
+        coordinator={"type": "kafka", "bootstrapServers": "kafka:9093", **extra},
+        topics=[{"name": "orders"}],
+    )
+
+
+def member(slot: int, spec: dict[str, Any] | None = None, **status: Any) -> dict[str, Any]:
+    """A member pod as the API server shows it: the operator's manifest, Running and Ready."""
+    manifest = managed_pod(
+        parse_spec(spec or spec_body()),
+        SETTINGS,
+        namespace="default",
+        owner_uid="uid-orders",
+        slot=slot,
+        protocol=EAGER,
+        pod_key=f"key-{slot}",
+    )
+    manifest["metadata"]["uid"] = f"uid-{slot}"
+    manifest["status"] = status or {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return manifest
+
+
+def described(*slots: int, state: str = "Stable", generation: int = 1) -> DescribedGroup:
+    members = [
+        DescribedGroupMember(f"m-{slot}", f"orders-{slot}", "c", "h", b"", b"", ["range"])
+        for slot in slots
+    ]
+    return DescribedGroup(
+        ErrorCode.NONE,
+        "orders",
+        state if slots else "Empty",
+        "consumer",
+        "range",
+        members,
+        generation,
+        members[0].member_id if members else "",
+    )
+
+
+def token_secret(value: str = TOKEN) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "orders-member-token", "namespace": "default"},
+        "data": {"token": base64.b64encode(value.encode()).decode()},
+    }
+
+
+def group(
+    spec: dict[str, Any] | None = None,
+    *,
+    pods: tuple[dict[str, Any], ...] = (),
+    seen: DescribedGroup | None = None,
+    status: dict[str, Any] | None = None,
+    token: dict[str, Any] | str | None = "present",
+    **fields: Any,
+) -> GroupObservation:
+    """An observation of the group `orders`: by default on the embedded coordinator, with its
+    token Secret present and its topic known at the spec's partition count."""
+    body_spec = spec or spec_body()
+    parsed = parse_spec(body_spec)
+    body = {
+        "metadata": {
+            "name": "orders",
+            "namespace": "default",
+            "uid": "uid-orders",
+            "generation": 1,
+        },
+        "spec": body_spec,
+        "status": status or {},
+    }
+    from staticfleet_operator.status import read_status
+
+    secret = token_secret() if token == "present" else token
+    assert not isinstance(secret, str)
+    values: dict[str, Any] = {
+        "ref": REF,
+        "body": body,
+        "status": read_status(body),
+        "now": NOW,
+        "coordinator_url": "http://op:9092",
+        "pass_id": "p1",
+        "spec": parsed,
+        "pods": pods,
+        "described": seen if seen is not None else described(*range(len(pods))),
+        "topic_partitions": {"orders": 6},
+        "coordinator_now_ms": 1_000_000,
+    }
+    if not parsed.coordinator.is_kafka:
+        values["token"] = TokenSecret("orders-member-token", "token", False, secret)
+    values.update(fields)
+    return GroupObservation(**values)
+
+
+def plan(observation: GroupObservation, memory: GroupMemory | None = None) -> PassResult:
+    return plan_pass(observation, memory or GroupMemory(REF))
+
+
+def kinds(result: PassResult) -> list[str]:
+    return [type(action).__name__ for action in result.actions]
+
+
+def reasons(result: PassResult) -> list[str]:
+    return [event.reason for event in result.events]
+
+
+def converged(observation: GroupObservation) -> GroupObservation:
+    """The observation once the pass's status is written (the object carries it)."""
+    result = plan(observation)
+    assert result.status is not None
+    body = {**observation.body, "status": result.status.to_patch()}
+    return replace(observation, body=body, status=result.status)
+
+
+def settled() -> GroupObservation:
+    """Three Ready members, listed, group Stable, its status written: nothing to do."""
+    return converged(group(pods=(member(0), member(1), member(2))))
+
+
+# --- a settled fleet -----------------------------------------------------------------------
+
+
+def test_a_settled_fleet_only_registers_its_token_and_writes_a_ready_status() -> None:
+    result = plan(settled())
+    assert result.actions == (RegisterToken("orders", TOKEN),)
+    assert result.events == ()
+    assert result.status is not None
+    ready = {c.type: c for c in result.status.conditions}["Ready"]
+    assert ready.status == "True" and ready.reason == "GroupStable"
+    assert result.gauges is not None and (result.gauges.desired, result.gauges.ready) == (3, 3)
+    assert result.remember.group_id == "orders"
+    assert result.remember.secrets == frozenset({"orders-member-token"})
+    assert not result.poll and result.wake_in is None
+
+
+def test_the_plan_is_pure_the_same_inputs_give_the_same_result_and_memory_is_untouched() -> None:
+    memory = GroupMemory(REF, reported={"TopicsNotFound": "x"})
+    observation = group(pods=(member(0),))
+    first, second = plan(observation, memory), plan(observation, memory)
+    assert first == second
+    assert memory.reported == {"TopicsNotFound": "x"} and memory.token_group_id is None
+
+
+# --- the spec ------------------------------------------------------------------------------
+
+
+def test_an_invalid_spec_is_reported_once_and_nothing_is_acted_on() -> None:
+    observation = replace(group(), spec=None, problems=("spec.replicas: must be >= 0",))
+    result = plan(observation)
+    assert result.invalid and result.actions == ()
+    assert reasons(result) == ["InvalidSpec"]
+    assert result.status is not None
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert degraded.reason == "InvalidSpec"
+    # Once written, the same problem makes no second Event.
+    written = result.status.to_patch()
+    again = plan(replace(observation, body={**observation.body, "status": written}))
+    assert again.events == ()
+
+
+# --- member tokens (embedded coordinator) --------------------------------------------------
+
+
+def test_no_token_secret_makes_one_the_operator_owns() -> None:
+    result = plan(group(token=None))
+    assert CreateTokenSecret("orders") in result.actions
+    assert result.remember.token_group_id == "orders"
+
+
+@pytest.mark.parametrize(
+    ("secret", "problem"),
+    [
+        (None, "Secret default/creds not found"),
+        ({"metadata": {"name": "creds"}, "data": {}}, "has no usable key 'token'"),
+        (
+            {"metadata": {"name": "creds"}, "data": {"token": base64.b64encode(b"a b").decode()}},
+            "is malformed",
+        ),
+    ],
+)
+def test_a_user_token_secret_missing_or_unusable_revokes_the_token_and_says_so_once(
+    secret: dict[str, Any] | None, problem: str
+) -> None:
+    user = spec_body(tokenSecretRef={"name": "creds", "key": "token"})
+    observation = converged(group(user, pods=tuple(member(slot, user) for slot in range(3))))
+    observation = replace(observation, token=TokenSecret("creds", "token", True, secret))
+    memory = GroupMemory(REF, token_group_id="orders")
+    result = plan(observation, memory)
+    assert UnregisterTokens(("orders",)) in result.actions
+    assert not any(isinstance(a, CreateTokenSecret | RegisterToken) for a in result.actions)
+    [event] = result.events
+    assert event.reason == "MemberTokenUnavailable" and event.warning and problem in event.message
+    assert result.remember.token_group_id is None
+    # Reported already: no second Event; a usable Secret again clears it.
+    memory.reported.update({k: v for k, v in result.remember.reported.items() if v})
+    assert plan(observation, memory).events == ()
+    fixed = replace(observation, token=TokenSecret("creds", "token", True, token_secret()))
+    assert plan(fixed, memory).remember.reported == {"MemberTokenUnavailable": None}
+
+
+def test_a_changed_group_id_unregisters_the_token_of_the_old_one() -> None:
+    result = plan(settled(), GroupMemory(REF, token_group_id="old-orders"))
+    assert result.actions[:2] == (UnregisterTokens(("old-orders",)), RegisterToken("orders", TOKEN))
+
+
+# --- scale-up, scale-down ------------------------------------------------------------------
+
+
+def test_a_new_group_creates_every_member_after_registering_them_as_expected() -> None:
+    result = plan(group(token=token_secret(), seen=described()))
+    assert kinds(result) == [
+        "RegisterToken",
+        "ExpectMembers",
+        "CreatePod",
+        "CreatePod",
+        "CreatePod",
+    ]
+    expect = result.actions[1]
+    assert expect == ExpectMembers(("orders-0", "orders-1", "orders-2"), 120_000)
+    names = [a.manifest["metadata"]["name"] for a in result.actions if isinstance(a, CreatePod)]
+    assert names == ["orders-0", "orders-1", "orders-2"]
+    keys = {
+        a.manifest["metadata"]["annotations"]["staticfleet.dev/pod-key"]
+        for a in result.actions
+        if isinstance(a, CreatePod)
+    }
+    assert len(keys) == 3  # each pod its own key, made from the pass id
+    assert reasons(result) == ["ExpectingMembers"]
+    assert result.status is not None
+    assert result.status.awaiting_members == ["orders-0", "orders-1", "orders-2"]
+    assert result.wake_in == pytest.approx(120.05)  # the registration's deadline
+
+
+def test_a_registration_past_its_deadline_is_cleared() -> None:
+    expected = ExpectedMembers(frozenset({"orders-0", "orders-1", "orders-2"}), 999_000)
+    result = plan(replace(settled(), expected_members=expected))
+    assert ClearExpectedMembers() in result.actions
+    assert result.status is not None and result.status.awaiting_members == []
+    assert result.wake_in is None
+
+
+def test_a_pending_registration_is_kept_and_wakes_the_group_at_its_deadline() -> None:
+    expected = ExpectedMembers(frozenset({"orders-0", "orders-1", "orders-2"}), 1_010_000)
+    result = plan(
+        replace(
+            settled(),
+            described=described(0, 1, state="PreparingRebalance"),
+            expected_members=expected,
+        )
+    )
+    assert not any(isinstance(a, ClearExpectedMembers) for a in result.actions)
+    assert result.status is not None and result.status.awaiting_members == ["orders-2"]
+    assert result.wake_in == pytest.approx(10.05)
+
+
+def test_scale_down_deletes_the_pods_above_replicas_then_one_batch_leave() -> None:
+    pods = tuple(member(slot) for slot in range(5))
+    first = plan(group(pods=pods))
+    assert [a for a in first.actions if isinstance(a, DeletePod)] == [
+        DeletePod("orders-3"),
+        DeletePod("orders-4"),
+    ]
+    # The pods are gone, the coordinator still lists their members: one LeaveGroup.
+    second = plan(group(pods=pods[:3], seen=described(0, 1, 2, 3, 4)))
+    assert LeaveGroup(("orders-3", "orders-4"), "scale-down") in second.actions
+
+
+def test_topic_partitions_are_raised_on_the_embedded_coordinator_never_lowered() -> None:
+    raised = plan(replace(settled(), topic_partitions={"orders": 4}))
+    assert RaiseTopicPartitions({"orders": 6}) in raised.actions
+    more = plan(replace(settled(), topic_partitions={"orders": 8}))
+    assert not any(isinstance(a, RaiseTopicPartitions) for a in more.actions)
+
+
+# --- rollouts ------------------------------------------------------------------------------
+
+
+def test_a_template_change_bounces_one_member_with_the_rollout_written_first() -> None:
+    changed = spec_body(template={"spec": {"containers": [{"name": "member", "image": "m:2"}]}})
+    result = plan(group(changed, pods=(member(0), member(1), member(2))))
+    deletes = [a for a in result.actions if isinstance(a, DeletePod)]
+    assert len(deletes) == 1 and deletes[0].bounce is not None
+    assert result.status is not None and result.status.rollout.active
+    assert result.status.rollout.phase is deletes[0].bounce
+    assert len(result.events) == 1
+
+
+def test_a_protocol_change_a_client_cannot_make_is_refused_once_and_nothing_moves() -> None:
+    librdkafka = {
+        **kafka_spec(clientFamily="librdkafka"),
+        "rebalance": {"protocol": "cooperative"},
+    }
+    pods = tuple(member(slot, librdkafka) for slot in range(3))
+    observation = group(librdkafka, pods=pods, topic_partitions={"orders": 6})
+    result = plan(observation)
+    assert reasons(result) == ["ProtocolChangeRefused"]
+    assert not any(isinstance(a, DeletePod | CreatePod) for a in result.actions)
+    assert result.status is not None
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert degraded.reason == "ProtocolChangeRefused"
+    memory = GroupMemory(REF)
+    memory.reported.update({k: v for k, v in result.remember.reported.items() if v})
+    assert plan(observation, memory).events == ()
+
+
+# --- hot standby ---------------------------------------------------------------------------
+
+
+def _standby(name: str = "orders-standby-0") -> dict[str, Any]:
+    pod = standby_pod(
+        parse_spec(spec_body(standbys=1)),
+        SETTINGS,
+        namespace="default",
+        owner_uid="uid-orders",
+        name=name,
+        protocol=EAGER,
+        pod_key=f"key-{name}",
+    )
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return pod
+
+
+def test_a_missing_standby_is_created_without_a_slot() -> None:
+    result = plan(group(spec_body(standbys=1), pods=(member(0), member(1), member(2))))
+    [create] = [a for a in result.actions if isinstance(a, CreatePod)]
+    assert create.manifest["metadata"]["name"] == "orders-standby-0"
+    assert create.manifest["metadata"]["labels"][ROLE_LABEL] == STANDBY_ROLE
+
+
+def test_a_ready_standby_is_promoted_into_a_lost_slot_recorded_before_it_is_made() -> None:
+    pods = (member(0), member(1), _standby())  # slot 2's pod is gone, its member listed
+    observation = group(
+        spec_body(standbys=1),
+        pods=pods,
+        seen=described(0, 1, 2),
+        ready_standbys=frozenset({"orders-standby-0"}),
+    )
+    result = plan(observation)
+    [promote] = [a for a in result.actions if isinstance(a, PromoteStandbys)]
+    assert kinds(result) == ["RegisterToken", "PromoteStandbys"]  # nothing else this pass
+    [record] = promote.records
+    assert (record.standby, record.instance_id, record.slot) == ("orders-standby-0", "orders-2", 2)
+    assert result.status is not None and result.status.promotions == [record]
+    assert record.started_at == NOW
+
+
+# --- Kafka-coordinated groups ----------------------------------------------------------------
+
+
+def test_a_kafka_cluster_unreachable_is_reported_once_and_nothing_is_acted_on() -> None:
+    problem = Unreachable(UNREACHABLE, "Kafka cluster kafka:9093 unreachable: refused")
+    observation = group(kafka_spec(), pods=(member(0),), described=None, unreachable=problem)
+    result = plan(observation)
+    assert result.actions == () and reasons(result) == [UNREACHABLE]
+    assert result.poll  # a Kafka cluster tells nothing: polled
+    assert result.status is not None
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert degraded.reason == UNREACHABLE
+    memory = GroupMemory(REF, reported={UNREACHABLE: problem.message})
+    assert plan(observation, memory).events == ()
+    # Reachable again: forgotten, so the next outage is reported again.
+    back = plan(group(kafka_spec(), pods=(member(0),), topic_partitions={"orders": 6}), memory)
+    assert back.remember.reported.get(UNREACHABLE, "kept") is None
+
+
+def test_a_topic_the_kafka_cluster_lacks_is_reported_and_nothing_is_raised() -> None:
+    result = plan(group(kafka_spec(), pods=(), seen=described(), topic_partitions={}))
+    assert "TopicsNotFound" in reasons(result)
+    assert not any(isinstance(a, RaiseTopicPartitions) for a in result.actions)
+
+
+def test_the_members_client_configuration_secret_is_written_then_kept_in_step() -> None:
+    settings = KafkaClientSettings.from_properties(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "alice",
+            "sasl.password": "alice-secret",
+        }
+    )
+    secured = kafka_spec(
+        kafka={
+            "authentication": {
+                "type": "scram-sha-512",
+                "username": "alice",
+                "passwordSecret": {"secretName": "alice", "password": "password"},
+            }
+        }
+    )
+    observation = group(secured, pods=(), seen=described(), kafka_settings=settings)
+    first = plan(observation)
+    [create] = [a for a in first.actions if isinstance(a, CreateSecret)]
+    assert create.manifest["metadata"]["name"] == "orders-kafka-client"
+    assert "alice" in first.remember.secrets
+    data = dict(create.manifest["data"])
+    same = plan(replace(observation, client_config={"data": data}))
+    assert not any(isinstance(a, CreateSecret | PatchSecret) for a in same.actions)
+    stale = plan(replace(observation, client_config={"data": {**data, "old.pem": "eA=="}}))
+    [patch] = [a for a in stale.actions if isinstance(a, PatchSecret)]
+    assert patch.patch["data"]["old.pem"] is None  # a key the new content lacks goes
+
+
+# --- adopted mode --------------------------------------------------------------------------
+
+
+def test_an_adopted_group_settles_its_slot_table_and_writes_status() -> None:
+    adopted = {
+        "groupId": "orders",
+        "topics": [{"name": "orders", "partitions": 6}],
+        "selector": {"matchLabels": {"spark-role": "executor"}},
+    }
+    pods = (member(0), member(1, phase="Succeeded"))
+    result = plan(group(adopted, pods=pods, seen=described(0, 1)))
+    settle = [a for a in result.actions if isinstance(a, SettleSlots)]
+    assert len(settle) == 1 and settle[0].pods == pods
+    assert result.gauges is not None and result.gauges.desired == 1  # a finished pod is none
+    assert result.status is not None and result.status.rollout.phase is RolloutPhase.IDLE
