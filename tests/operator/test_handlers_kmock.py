@@ -62,63 +62,6 @@ async def _pods_named(cluster: Cluster, group: str, names: set[str]) -> list[dic
     return pods if {p["metadata"]["name"] for p in pods} == names else None
 
 
-async def test_scale_down_sends_one_batch_leave_then_scale_up_sends_none() -> None:
-    async with running_cluster() as cluster:
-        await cluster.create_group("orders", managed_spec(replicas=4))
-        await cluster.eventually(lambda: cluster.group_settled("orders", 4), what="4 Stable")
-        since = max(e.seq for e in await cluster.journal("orders"))
-        actions_before = len(cluster.actions())
-
-        await cluster.update_spec("orders", {"replicas": 2})
-        body = await cluster.eventually(
-            lambda: cluster.group_settled("orders", 2), what="2 members Stable"
-        )
-        assert body["status"]["observedGeneration"] == 2
-        events = await cluster.journal("orders", since)
-        left = [e for e in events if e.kind == "member_left"]
-        assert sorted(e.group_instance_id or "" for e in left) == ["orders-2", "orders-3"]
-        # One request: the two member_left rows are adjacent, and one rebalance follows.
-        first = events.index(left[0])
-        assert events[first + 1] is left[1]
-        after = events[first + 2 :]
-        assert [e.kind for e in after].count("rebalance_started") == 1
-        assert after[0].kind == "rebalance_started"
-        # The pods went first; the leave came once they were gone.
-        actions = cluster.actions()[actions_before:]
-        deletes = [a.name for a in actions if a.verb == "delete"]
-        assert sorted(deletes) == ["orders-2", "orders-3"]
-        left_events = [a for a in actions if a.verb == "event" and a.name == "MembersLeft"]
-        assert len(left_events) == 1
-        assert actions.index(left_events[0]) > max(
-            i for i, a in enumerate(actions) if a.verb == "delete"
-        )
-        assert not [a for a in actions if a.verb == "create"]
-        # The operator's metrics: one batch LeaveGroup naming two members.
-        group = {"namespace": "default", "group": "orders"}
-        assert cluster.metric("staticfleet_operator_batch_leaves_total", **group) == 1
-        assert cluster.metric("staticfleet_operator_batch_leave_members_total", **group) == 2
-        members = "staticfleet_operator_group_members"
-        assert cluster.metric(members, **group, kind="desired") == 2
-        await cluster.eventually(
-            lambda: cluster.metric(members, **group, kind="ready") == 2, what="2 ready in metrics"
-        )
-        assert cluster.metric(members, **group, kind="slots") == 2
-
-        # Scale-up: the freed slot is taken again, and nobody is told to leave.
-        since = max(e.seq for e in await cluster.journal("orders"))
-        await cluster.update_spec("orders", {"replicas": 3})
-        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
-        pods = await cluster.pods("orders")
-        assert sorted(p["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] for p in pods) == [
-            "orders-0",
-            "orders-1",
-            "orders-2",
-        ]
-        assert "member_left" not in [e.kind for e in await cluster.journal("orders", since)]
-        assert cluster.metric("staticfleet_operator_batch_leaves_total", **group) == 1
-        assert cluster.metric(members, **group, kind="desired") == 3
-
-
 async def test_protocol_change_walks_both_bounces_one_member_at_a_time_leader_last() -> None:
     async with running_cluster() as cluster:
         await cluster.create_group("orders", managed_spec(replicas=3))
@@ -182,30 +125,6 @@ async def test_protocol_change_walks_both_bounces_one_member_at_a_time_leader_la
         )
         assert cluster.metric("staticfleet_operator_rollout_paused", **group) == 0
         assert cluster.metric("staticfleet_operator_reconciles_total", result="error") == 0
-
-
-async def test_invalid_spec_is_reported_and_nothing_is_created() -> None:
-    async with running_cluster() as cluster:
-        spec = managed_spec(replicas=2, selector={"matchLabels": {"app": "x"}})
-        await cluster.create_group("both", spec)
-        bad_partitions = managed_spec(group_id="zero", replicas=1)
-        bad_partitions["topics"] = [{"name": "orders", "partitions": 0}]
-        await cluster.create_group("zero", bad_partitions)
-
-        async def degraded(name: str) -> dict[str, Any] | None:
-            status = (await cluster.get_group(name)).get("status") or {}
-            for condition in status.get("conditions", []):
-                if condition["type"] == "Degraded" and condition["status"] == "True":
-                    return dict(condition)
-            return None
-
-        both = await cluster.eventually(lambda: degraded("both"), what="Degraded on both")
-        assert both["reason"] == "InvalidSpec"
-        assert "set exactly one of replicas" in both["message"]
-        zero = await cluster.eventually(lambda: degraded("zero"), what="Degraded on zero")
-        assert "partitions" in zero["message"]
-        assert not [a for a in cluster.actions() if a.verb == "create"]
-        assert await cluster.pods("both") == []
 
 
 async def test_delete_runs_the_finalizer_pods_then_one_leave_then_group_dropped() -> None:

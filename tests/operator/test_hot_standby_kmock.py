@@ -6,8 +6,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import kopf
-
 from tests.operator.kube_harness import (
     NAMESPACE,
     Cluster,
@@ -104,86 +102,6 @@ async def test_a_deleted_member_is_taken_over_by_a_standby_without_a_rebalance()
         # Far below the session timeout (6 s) the fleet would otherwise wait out.
         assert failover_s < 6, failover_s
         assert cluster.coordinator.generation_of("orders") == generation
-
-
-async def test_an_operator_restart_mid_promotion_finishes_it_once() -> None:
-    """The operator recorded the promotion and the coordinator made it, then the operator
-    died before relabeling the pod (here: its relabel fails, then it restarts): the
-    restarted one finishes that promotion (the repeated promote is a no-op) and promotes no
-    second standby."""
-    async with running_cluster() as cluster:
-        await cluster.create_group("orders", managed_spec(replicas=3, standbys=2))
-        await _ready_with_standbys(cluster, 2)
-        generation = cluster.coordinator.generation_of("orders")
-
-        kube = cluster.operator.kube
-        relabel = kube.patch_pod
-        dead = [True]
-
-        async def crash(*args: Any, **kwargs: Any) -> Any:
-            # While "dead", every pass dies right after `promote` (a TemporaryError: Kopf
-            # retries in 0.2 s, not after its 60 s backoff for a crash).
-            if dead[0]:
-                raise kopf.TemporaryError("the operator died here (test)", delay=0.2)
-            return await relabel(*args, **kwargs)
-
-        kube.patch_pod = crash  # type: ignore[method-assign]
-        await cluster.kube.delete_pod(NAMESPACE, "orders-2")
-
-        async def promoted_not_relabeled() -> bool:
-            status = await _status(cluster)
-            promotions = cluster.coordinator.standbys("orders").promotions
-            return bool(status.get("promotions")) and [p.instance_id for p in promotions] == [
-                "orders-2"
-            ]
-
-        await cluster.eventually(promoted_not_relabeled, what="promoted, relabel failed")
-        [recorded] = (await _status(cluster))["promotions"]
-        assert recorded["standby"] == "orders-standby-0" and recorded["slot"] == 2
-        # The restart. (Kopf gives each object a copy of the memo made when it first saw
-        # it, so the handlers may keep the Operator object; its memory plays no part here:
-        # the promotion is resumed from status alone.)
-        dead[0] = False
-        cluster.forget_operator_memory()
-
-        async def finished() -> bool:
-            status = await _status(cluster)
-            last = status.get("lastPromotion") or {}
-            return not status.get("promotions") and last.get("instanceId") == "orders-2"
-
-        await cluster.eventually(finished, what="the recorded promotion finished")
-        standby = _container(cluster, "orders-standby-0")
-        await cluster.eventually(
-            lambda: standby.member is not None and standby.member.state == "stable",
-            what="the promoted standby stable",
-        )
-        assert _container(cluster, "orders-standby-1").member is None, "promoted twice"
-        [promotion] = cluster.coordinator.standbys("orders").promotions
-        assert promotion.standby_id == "orders-standby-0"
-        assert cluster.coordinator.generation_of("orders") == generation
-        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
-
-
-async def test_without_a_ready_standby_the_slot_gets_a_plain_static_replacement() -> None:
-    async with running_cluster() as cluster:
-        await cluster.create_group("orders", managed_spec(replicas=3, standbys=0))
-        await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
-        assert await _standby_names(cluster) == []
-        await cluster.kube.delete_pod(NAMESPACE, "orders-0")
-
-        async def recreated() -> bool:
-            pods = await cluster.pods("orders")
-            return (
-                any(
-                    p["metadata"]["name"] == "orders-0"
-                    and not p["metadata"].get("deletionTimestamp")
-                    for p in pods
-                )
-                and len(cluster.kubelet.history) > 3
-            )
-
-        await cluster.eventually(recreated, what="orders-0 recreated")
-        assert (await _status(cluster)).get("lastPromotion") is None
 
 
 async def _standby_count_is(cluster: Cluster, count: int) -> bool:

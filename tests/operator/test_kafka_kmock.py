@@ -20,14 +20,11 @@ from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.journal import read_jsonl
 from staticfleet.demo.ownership import all_holdings, ownership_overlaps
 from staticfleet.kafka.broker import KafkaBroker
-from staticfleet_operator.members import INSTANCE_ID_ANNOTATION
 from tests.kafka.helpers import member_logs
 from tests.operator.kube_harness import (
-    STOCK_INSTANCE_ID,
     STOCK_STRATEGY,
     Cluster,
     env_of,
-    free_port,
     managed_spec,
     running_cluster,
 )
@@ -131,78 +128,6 @@ async def test_our_members_on_kafka_ids_restart_scale_down_and_two_bounce(
     assert [row.seq for row in rows] == list(range(1, len(rows) + 1))
 
 
-async def test_unreachable_cluster_is_reported_and_nothing_is_done(tmp_path: Path) -> None:
-    closed = f"127.0.0.1:{free_port()}"
-    _, spec = kafka_spec(closed, "orders", replicas=2)
-    async with running_cluster() as cluster:
-        await cluster.create_group("lost", spec)
-
-        async def degraded() -> dict[str, Any] | None:
-            body = await cluster.get_group("lost")
-            if not (body.get("status") or {}).get("conditions"):
-                return None
-            return body if condition(body, "Degraded")["status"] == "True" else None
-
-        body = await cluster.eventually(degraded, timeout=30, what="Degraded")
-        assert condition(body, "Degraded")["reason"] == "CoordinatorUnreachable"
-        assert closed in condition(body, "Degraded")["message"]
-        assert condition(body, "Ready")["status"] == "False"
-        await cluster.passes(5)
-        assert await cluster.pods("lost") == []  # nothing done on a guess
-        assert len(await events(cluster, "CoordinatorUnreachable")) == 1
-
-
-async def test_librdkafka_two_bounce_is_refused_and_the_switch_works(
-    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
-) -> None:
-    topic = kafka_topic(4)
-    bootstrap = kafka_broker.bootstrap
-    group_id, spec = kafka_spec(bootstrap, topic, replicas=3, family="librdkafka")
-    async with running_cluster() as cluster:
-        await cluster.create_group("rdk", spec)
-        await cluster.eventually(lambda: cluster.group_settled("rdk", 3), timeout=60)
-        pods = await cluster.pods("rdk")
-        assert {env_of(p)[STOCK_STRATEGY] for p in pods} == {"range"}
-        assert sorted(env_of(p)[STOCK_INSTANCE_ID] for p in pods) == sorted(
-            p["metadata"]["annotations"][INSTANCE_ID_ANNOTATION] for p in pods
-        )
-        started = len(cluster.kubelet.history)
-
-        await cluster.update_spec("rdk", {"rebalance": {"protocol": "cooperative"}})
-
-        async def refused() -> dict[str, Any] | None:
-            body = await cluster.get_group("rdk")
-            degraded = condition(body, "Degraded")
-            return body if degraded["reason"] == "ProtocolChangeRefused" else None
-
-        body = await cluster.eventually(refused, timeout=30, what="refusal")
-        assert "protocolChange: Switch" in condition(body, "Degraded")["message"]
-        await cluster.passes(5)
-        assert len(cluster.kubelet.history) == started  # nobody was bounced
-        assert len(await events(cluster, "ProtocolChangeRefused")) == 1
-
-        # The documented alternative: stop all, one batch LeaveGroup, restart on the target.
-        await cluster.update_spec(
-            "rdk", {"rebalance": {"protocol": "cooperative", "protocolChange": "Switch"}}
-        )
-
-        async def switched() -> dict[str, Any] | None:
-            body = await cluster.group_settled("rdk", 3)
-            if body and body["status"].get("selectedProtocol") == "cooperative-sticky":
-                return body
-            return None
-
-        await cluster.eventually(switched, timeout=60, what="switched to cooperative")
-        pods = await cluster.pods("rdk")
-        assert {env_of(p)[STOCK_STRATEGY] for p in pods} == {"cooperative-sticky"}
-        left = await events(cluster, "MembersLeft")
-        assert len(left) == 1
-        assert all(f"{group_id}-{slot}" in left[0]["message"] for slot in range(3))
-        restarted = cluster.kubelet.history[started:]
-        assert sorted(e.instance_id for e in restarted) == [f"{group_id}-{s}" for s in range(3)]
-        assert {e.protocol for e in restarted} == {"cooperative"}
-
-
 async def test_java_fleet_restart_two_bounce_without_double_ownership_and_scale_down(
     kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
 ) -> None:
@@ -243,51 +168,3 @@ async def test_java_fleet_restart_two_bounce_without_double_ownership_and_scale_
     assert len(everything) == 3 + 2 * 3  # the first three, then two bounces of three
     end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
     assert list(ownership_overlaps(all_holdings(everything), end_ms)) == []
-
-
-async def test_adopted_executors_on_kafka_get_ids_from_the_webhook(
-    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
-) -> None:
-    topic = kafka_topic(4)
-    bootstrap = kafka_broker.bootstrap
-    group_id = f"kop-{uuid.uuid4().hex[:8]}"
-    spec = {
-        "groupId": group_id,
-        "topics": [{"name": topic}],
-        "selector": {"matchLabels": {"spark-role": "executor"}},
-        "coordinator": {
-            "type": "kafka",
-            "bootstrapServers": bootstrap,
-            "clientFamily": "librdkafka",
-        },
-    }
-
-    def executor(name: str) -> dict[str, Any]:
-        labels = {"staticfleet.dev/group": "spark", "spark-role": "executor"}
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "labels": labels},
-            "spec": {"containers": [{"name": "executor", "image": "spark:3.5"}]},
-        }
-
-    async with running_cluster(webhook=True) as cluster:
-        await cluster.create_group("spark", spec)
-        await cluster.passes(2)
-        for index in range(2):
-            created = await cluster.admit_and_create(executor(f"exec-{index}"))
-            values = env_of(created)
-            assert values[STOCK_INSTANCE_ID] == f"{group_id}-{index}"
-            assert values["KAFKA_GROUP_ID"] == group_id
-            assert values["KAFKA_BOOTSTRAP_SERVERS"] == bootstrap
-            assert values[STOCK_STRATEGY] == "range"
-            assert "STATICFLEET_TOKEN" not in values
-        ids = [f"{group_id}-0", f"{group_id}-1"]
-
-        async def joined() -> bool:
-            return sorted(await broker_members(bootstrap, group_id)) == ids
-
-        await cluster.eventually(joined, timeout=60, what="both executors on the broker")
-        await cluster.eventually(lambda: cluster.group_settled("spark", 2), timeout=30)
-        # No member token Secret for a group on a Kafka cluster.
-        assert await cluster.secrets() == []

@@ -106,58 +106,6 @@ async def test_managed_group_token_secret_members_join_over_http_and_delete_unre
         assert "orders" not in fresh.authenticator.runtime_groups()
 
 
-async def test_token_secret_ref_uses_the_users_secret() -> None:
-    async with running_cluster(http_members=True) as cluster:
-        user_token = "users-own-token-0123456789"
-        await cluster.kube.create_secret(
-            NAMESPACE,
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "fleet-token", "namespace": NAMESPACE},
-                "data": {"member": base64.b64encode(user_token.encode()).decode()},
-            },
-        )
-        spec = managed_spec(replicas=2, tokenSecretRef={"name": "fleet-token", "key": "member"})
-        await cluster.create_group("orders", spec)
-        await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
-        for pod in await cluster.pods("orders"):
-            assert _token_env(pod)["valueFrom"] == {
-                "secretKeyRef": {"name": "fleet-token", "key": "member"}
-            }
-        assert await _secret(cluster, "orders-member-token") is None
-        assert not [a for a in cluster.actions() if a.kind == "Secret"]
-        assert await _heartbeat_status(cluster, "orders", user_token) == 200
-        assert await _heartbeat_status(cluster, "orders", "not-the-users-token") == 403
-        # The user's Secret is theirs: untouched (no ownerReference added).
-        users = await _secret(cluster, "fleet-token")
-        assert users is not None and not users["metadata"].get("ownerReferences")
-
-
-async def test_a_missing_user_secret_holds_members_back_until_it_exists() -> None:
-    async with running_cluster(http_members=True) as cluster:
-        spec = managed_spec(replicas=1, tokenSecretRef={"name": "later-token"})
-        await cluster.create_group("orders", spec)
-
-        async def waiting() -> bool:
-            return "orders-0" in cluster.kubelet.waiting
-
-        await cluster.eventually(waiting, what="the pod waits for its Secret")
-        events = [a for a in cluster.actions() if a.verb == "event"]
-        assert [a.name for a in events].count("MemberTokenUnavailable") == 1
-        await cluster.kube.create_secret(
-            NAMESPACE,
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "later-token", "namespace": NAMESPACE},
-                "data": {"token": base64.b64encode(b"arrived-later-token").decode()},
-            },
-        )
-        await cluster.eventually(lambda: cluster.group_settled("orders", 1), what="1 Stable")
-        assert await _heartbeat_status(cluster, "orders", "arrived-later-token") == 200
-
-
 async def test_adopted_pods_get_the_token_by_reference_from_the_webhook() -> None:
     async with running_cluster(webhook=True, http_members=True) as cluster:
         await cluster.create_group("spark", adopted_spec())

@@ -73,22 +73,3 @@ def test_the_operator_only_raises_partition_counts() -> None:
     assert topics_to_raise(known, {TOPIC: 9}) == {TOPIC: 9}
     assert topics_to_raise(known, {TOPIC: 4, "payments": 4}) == {}  # partitions never shrink
     assert topics_to_raise(known, {"audit": 2}) == {"audit": 2}  # a new topic
-
-
-async def test_two_groups_naming_one_topic_with_different_counts_do_not_flip_it() -> None:
-    # Both ConsumerGroups consume "orders"; the second says 4 partitions, the first 6. Were
-    # the counts written as each spec says, every pass would change the metadata and
-    # rebalance the running group.
-    async with running_cluster() as cluster:
-        await cluster.create_group("orders", managed_spec(replicas=2))
-        await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
-        since = max(e.seq for e in await cluster.journal("orders"))
-        other = managed_spec(group_id="audit", replicas=0)
-        other["topics"] = [{"name": TOPIC, "partitions": 4}]
-        await cluster.create_group("audit", other)
-        await cluster.eventually(lambda: cluster.group_settled("audit", 0), what="audit Ready")
-
-        await cluster.passes(6)
-
-        assert (await cluster.coordinator.topic_metadata())[TOPIC] == 6
-        assert await cluster.journal("orders", since) == []
