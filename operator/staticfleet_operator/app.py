@@ -2,7 +2,8 @@
 
     coordinator (store) ─ coordinator.server (aiohttp, members + admin API)
             └────────── Operator (shared by the handlers through Kopf's memo)
-    Kopf: indices and events (groups, pods, Secrets), finalizer, mutating webhook, peering
+    Kopf: the ConsumerGroup index and events, finalizer, mutating webhook, peering
+    informers (the operator's own list/watch): member pods, Opaque Secrets
 
 The coordinator is started before Kopf and closed after it, so no handler ever talks to a
 closed coordinator; members keep their sessions across a Kopf restart of the operator.
@@ -46,9 +47,9 @@ from staticfleet_operator import handlers
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
+from staticfleet_operator.peering import PeeringGate, watch_peering
 from staticfleet_operator.readiness import expect_groups
 from staticfleet_operator.reconcile import Operator
-from staticfleet_operator.standby import StandbyGate, watch_peering
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -82,8 +83,8 @@ class OperatorOptions:
     # The operator's own Kafka settings for groups without spec.coordinator.kafka.
     kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
-    # and Secret in Kopf's indices, and a full collection over them paused its one event
-    # loop — webhook, passes and the embedded coordinator's heartbeats — for 0.3-1 s at
+    # and Secret (Kopf's index, its informers), and a full collection over them paused its one
+    # event loop — webhook, passes and the embedded coordinator's heartbeats — for 0.3-1 s at
     # 1,000 groups. 0: never freeze. Kopf's per-object workers may die in reference cycles
     # after being frozen: a full collection every `gc_full_interval` s reclaims them.
     gc_freeze_interval: float = DEFAULT_FREEZE_INTERVAL_S
@@ -174,15 +175,16 @@ async def run_operator(
         interval=options.interval,
         resync=options.resync,
         webhook=options.webhook_port is not None,
+        namespaces=options.namespaces,
     )
     operator_settings = settings or kopf_settings(options)
-    # With peering, only the active replica is ready (Kopf's rule, see standby.py), so the
-    # coordinator and webhook Services route to it alone; a standby also refuses members.
+    # With peering, only the active replica is ready (Kopf's rule, see peering.py), so the
+    # coordinator and webhook Services route to it alone; a paused one also refuses members.
     identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
-    gate: StandbyGate | None = None
+    gate: PeeringGate | None = None
     watcher: asyncio.Task[None] | None = None
     if options.peering:
-        gate = StandbyGate()
+        gate = PeeringGate()
         add_readiness_gate(app, gate)
     # Not ready before every existing group's member token is registered again (readiness.py).
     add_readiness_gate(app, operator.tokens_gate)
@@ -220,7 +222,7 @@ async def run_operator(
                         identity=identity,
                         priority=operator_settings.peering.priority,
                     ),
-                    name="staticfleet-standby",
+                    name="staticfleet-peering",
                 )
         return info
 

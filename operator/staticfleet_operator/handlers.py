@@ -3,24 +3,28 @@
 Registered into a given registry (not Kopf's global one), so a test or a second operator in
 one process gets its own set. The shared `Operator` arrives through Kopf's `memo`.
 
-Watch, don't poll: three Kopf indices (ConsumerGroups, member pods by group, Opaque Secrets)
-are what a pass and the webhook read (`observed.py`); a watch event on a group or on one of
-its pods requests a pass for the group (`passes.py`), and so does its coordinator's journal;
-a slow resync, spread over all groups, is the safety net. Kopf fills the indices before it calls any
-handler, so the first passes already see every pod; when it lists pods or Secrets again
-later (relists.py), one check finds what the listing left indexed although it is gone.
+Watch, don't poll: Kopf's index of ConsumerGroups and the operator's own informers of member
+pods and Opaque Secrets (`informer.py`, started here at Kopf's startup) are what a pass and
+the webhook read (`observed.py`); a watch event on a group or on one of its pods requests a
+pass for the group (`passes.py`), and so does its coordinator's journal; a slow resync,
+spread over all groups, is the safety net. Kopf fills its index before it calls any handler,
+and reads of pods and Secrets wait for the informers' first listing, so the first passes
+already see every pod; a pod or Secret deleted while a watch was down is told as deleted
+when the informer lists again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kopf
 
 from coordinator import JournalEvent
-from staticfleet_operator import index_readiness, relists
+from staticfleet_operator import index_readiness
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
+from staticfleet_operator.informer import MEMBER_PODS, OPAQUE_SECRETS, Informer, trimmed
+from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.passes import Passes
 from staticfleet_operator.reconcile import Operator, RetryLater, finalize, reconcile_pass
@@ -39,42 +43,71 @@ def register(
     interval: float = DEFAULT_INTERVAL_SECONDS,
     resync: float = DEFAULT_RESYNC_SECONDS,
     webhook: bool = True,
+    namespaces: Sequence[str] = (),
 ) -> None:
     """Add the operator's handlers to `registry`. Without `webhook` the mutating handler is
-    left out (Kopf refuses admission handlers when no webhook server is configured).
+    left out (Kopf refuses admission handlers when no webhook server is configured). The
+    informers watch `namespaces` (none: all), as Kopf is told to.
 
-    The handlers rely on two mends to Kopf's internals, installed here (idempotent) so that
-    every operator built from them runs the same Kopf: its startup wait for its indices made
-    linear (index_readiness.py), and the end of each listing passed on (relists.py)."""
+    The handlers rely on one mend to Kopf's internals, installed here (idempotent; it refuses
+    any Kopf but the pinned one) so that every operator built from them runs the same Kopf:
+    its startup wait for its index made linear (index_readiness.py)."""
     index_readiness.install()
-    relists.install()
 
     @kopf.index(GROUP, VERSION, PLURAL, id="consumer_groups", registry=registry)
     def consumer_groups(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
         return {(namespace or "default", name): indexed(body)}
 
-    @kopf.index("pods", id="member_pods", labels={GROUP_LABEL: kopf.PRESENT}, registry=registry)
-    def member_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
-        return {(namespace or "default", labels[GROUP_LABEL]): indexed(body)}
-
-    # Token Secrets are named by the group (`<group>-member-token` or spec.tokenSecretRef),
-    # so every Opaque Secret of the watched namespaces is indexed: its data only.
-    @kopf.index("secrets", id="token_secrets", when=_opaque, registry=registry)
-    def token_secrets(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-        kept = indexed({"metadata": body.get("metadata") or {}, "data": body.get("data") or {}})
-        return {(namespace or "default", name): kept}
-
     def passes(memo: Any, kwargs: dict[str, Any]) -> Passes:
-        """The current `Operator`'s pass runner, with Kopf's indices attached to it (Kopf
+        """The current `Operator`'s pass runner, with Kopf's index attached to it (Kopf
         copies the memo per object, so what all handlers share lives in the Operator)."""
         op = _operator(memo)
-        if not op.observed.watching:
-            op.observed.attach(
-                kwargs["consumer_groups"], kwargs["member_pods"], kwargs["token_secrets"]
-            )
+        if op.observed.groups is None:
+            op.observed.attach(kwargs["consumer_groups"])
         if op.passes is None:
             op.passes = start_passes(op, interval, resync)
         return op.passes
+
+    @kopf.on.startup(registry=registry)
+    async def start_informers(memo: Any, **_: Any) -> None:
+        """Member pods and Opaque Secrets, listed and watched by the operator itself: they
+        wait for Kopf's login (the vault), and passes wait for their first listing."""
+        observed = _operator(memo).observed
+
+        def kube() -> KubeApi:
+            return _operator(memo).kube
+
+        def pod_event(kind: str, pod: dict[str, Any]) -> None:
+            runner = _operator(memo).passes
+            group = ((pod.get("metadata") or {}).get("labels") or {}).get(GROUP_LABEL)
+            if runner is not None and group is not None:
+                runner.request(str((pod.get("metadata") or {}).get("namespace")), str(group))
+
+        def secret_event(kind: str, secret: dict[str, Any]) -> None:
+            """A token Secret created, rotated or deleted: its groups re-register the token."""
+            op = _operator(memo)
+            metadata = secret.get("metadata") or {}
+            users = op.memories.users_of_secret(
+                str(metadata.get("namespace")), str(metadata.get("name"))
+            )
+            if op.passes is not None:
+                for group in users:
+                    op.passes.request(*group)
+
+        observed.inform(
+            Informer(kube, MEMBER_PODS, tuple(namespaces), pod_event),
+            Informer(kube, OPAQUE_SECRETS, tuple(namespaces), secret_event),
+        )
+        for informer in (observed.pods, observed.secrets):
+            assert informer is not None
+            informer.start()
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_informers(memo: Any, **_: Any) -> None:
+        observed = _operator(memo).observed
+        for informer in (observed.pods, observed.secrets):
+            if informer is not None:
+                await informer.stop()
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def group_changed(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
@@ -85,19 +118,6 @@ def register(
             runner.forget(namespace or "default", name)
         else:
             runner.request(namespace or "default", name)
-
-    @kopf.on.event("pods", labels={GROUP_LABEL: kopf.PRESENT}, registry=registry)
-    async def member_pod_changed(
-        namespace: str | None, labels: kopf.Labels, memo: Any, **kwargs: Any
-    ) -> None:
-        passes(memo, kwargs).request(namespace or "default", labels[GROUP_LABEL])
-
-    @kopf.on.event("secrets", when=_opaque, registry=registry)
-    async def secret_changed(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
-        """A token Secret created, rotated or deleted: its groups re-register the token."""
-        runner = passes(memo, kwargs)
-        for key in _operator(memo).secret_users.get((namespace or "default", name), ()):
-            runner.request(*key)
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def delete_group(
@@ -137,23 +157,11 @@ def start_passes(op: Operator, interval: float, resync: float = DEFAULT_RESYNC_S
     runner.resync(lambda: list(op.observed.groups or {}), resync)
 
     def journaled(event: JournalEvent) -> None:
-        key = op.group_keys.get(event.group_id)
+        key = op.memories.ref_of(event.group_id)
         if key is not None and not runner.stopped:
             runner.request(*key)
 
     op.coordinator.add_journal_listener(journaled)
-
-    def listed(plural: str, namespace: str | None) -> bool:
-        """Kopf listed a kind again (its watch could not resume): its index may keep
-        objects that are gone (observed.py). Listings before the passes started are Kopf's
-        first, into empty indices: nothing to check."""
-        if plural == "pods":
-            runner.relisted(plural, lambda: op.observed.stale_pods(op.kube))
-        elif plural == "secrets":
-            runner.relisted(plural, lambda: _stale_secret_users(op))
-        return not runner.stopped
-
-    relists.add_listener(listed)
     return runner
 
 
@@ -171,26 +179,8 @@ async def stamp_member_pod(
 
 
 def indexed(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What an index keeps of an object: all of it but metadata.managedFields (the API
-    server's field-ownership bookkeeping, which nothing here reads). With thousands of pods
-    that is a large share of the objects the garbage collector scans and of the RSS."""
-    kept = dict(body)
-    metadata = kept.get("metadata")
-    if isinstance(metadata, Mapping) and "managedFields" in metadata:
-        kept["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
-    return kept
-
-
-async def _stale_secret_users(op: Operator) -> set[tuple[str, str]]:
-    """The groups whose token Secret a relist left indexed although it is gone."""
-    gone = await op.observed.stale_secrets(op.kube)
-    return {group for key in gone for group in op.secret_users.get(key, ())}
-
-
-def _opaque(body: kopf.Body, **_: Any) -> bool:
-    """Opaque Secrets (the API server's default type) hold member tokens; service account
-    tokens, TLS pairs and registry credentials are never indexed."""
-    return bool(body.get("type", "Opaque") == "Opaque")
+    """What Kopf's index keeps of a ConsumerGroup: all of it but metadata.managedFields."""
+    return trimmed(body)
 
 
 def _operator(memo: Any) -> Operator:

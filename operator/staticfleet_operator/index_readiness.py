@@ -12,9 +12,10 @@ operator was not ready 420 s after a restart (docs/performance.md, "Operator at 
 same set awaits one shared waiter: a drop then wakes one task, not N, and the total work is
 linear. The result is the same — every caller returns once the set reached the state —
 and a caller's cancellation leaves the shared waiter to the others. This is a patch of a
-private Kopf module (kopf 1.45.2; no setting or public hook reaches it): the unit test
-tests/operator/test_index_readiness.py fails if a Kopf upgrade changes the behaviour, and
-the fix belongs upstream.
+private Kopf module (no setting or public hook reaches it), written for kopf 1.45.2, the
+version pyproject.toml pins: `install()` refuses any other at start (`require_pinned_kopf`),
+and the unit test tests/operator/test_index_readiness.py fails if the behaviour changes. The
+fix belongs upstream (docs/operator.md, "Kopf: what the operator relies on").
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+import kopf
 from kopf._cogs.aiokits.aiotoggles import ToggleSet
+
+# The Kopf release this patch was written (and its private names checked) for.
+PINNED_KOPF = "1.45.2"
 
 _ORIGINAL: Final[Callable[[ToggleSet, bool], Awaitable[None]]] = ToggleSet.wait_for
 # One shared waiter per (set, state); weak, so a set's waiters go with the set.
@@ -45,8 +50,22 @@ async def _shared_wait_for(self: ToggleSet, state: bool, /) -> None:
     await asyncio.shield(waiter)
 
 
+def require_pinned_kopf(found: str | None = None) -> None:
+    """Raise unless the installed Kopf is the one the patch was written for: another
+    release may have moved or changed the private code it replaces, silently."""
+    version = found if found is not None else str(getattr(kopf, "__version__", "unknown"))
+    if version != PINNED_KOPF:
+        raise RuntimeError(
+            f"staticfleet's Kopf patches were written for kopf {PINNED_KOPF}; found {version}: "
+            f"install kopf=={PINNED_KOPF}, or check the patch in "
+            "staticfleet_operator/index_readiness.py against the new release and move the pin"
+        )
+
+
 def install() -> None:
-    """Idempotent: handlers.register calls it, before Kopf starts."""
+    """Idempotent: handlers.register calls it, before Kopf starts. Refuses (RuntimeError)
+    any Kopf but the pinned one."""
+    require_pinned_kopf()
     ToggleSet.wait_for = _shared_wait_for  # type: ignore[method-assign,assignment]
 
 

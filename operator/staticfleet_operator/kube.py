@@ -33,7 +33,7 @@ import os
 import tempfile
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -225,6 +225,83 @@ class KubeApi:
             return await read_json(await request(client))
 
         return await self.call(read)
+
+    async def watch(
+        self,
+        request: Callable[[ApiClient], Callable[..., Awaitable[Any]]],
+        *,
+        resource_version: str | None,
+        timeout_seconds: int,
+        **params: Any,
+    ) -> AsyncIterator[JsonObject]:
+        """The events (`{"type", "object"}`, dicts) of a watch made with the LIST call
+        `request(client)` returns, on the current credentials, until the API server ends the
+        stream after `timeout_seconds`. Not bounded by the API's timeout (a watch is long),
+        but dropped when nothing arrives for longer than the server's own timeout. A 410
+        Gone (the resourceVersion expired, answered at once or as an ERROR event) raises
+        `KubeError` with status 410; a 401 makes Kopf log in again, as for `call`, and the
+        watch is opened once more.
+
+        The stream is read here, not by the library's `Watch`: that one sends `watch=True`,
+        which the API server takes but kmock's emulator does not (it wants "true"). Each
+        watch has a client of its own, closed with it: Kopf closes the shared clients when
+        it logs in again, and a stream read from a closed client's connection would hang
+        rather than fail; a watch on credentials since replaced runs to its timeout."""
+        retried = False
+        quiet = aiohttp.ClientTimeout(sock_connect=30, sock_read=timeout_seconds + 30)
+        async for key, info in self._vault:
+            client = api_client(info, user_agent=self._user_agent)
+            try:
+                response = await request(client)(
+                    watch="true",
+                    allow_watch_bookmarks="true",
+                    resource_version=resource_version,
+                    timeout_seconds=timeout_seconds,
+                    _preload_content=False,
+                    _request_timeout=quiet,
+                    **params,
+                )
+            except BaseException:
+                await client.close()
+                raise
+            try:
+                if response.status == 401 and not retried and self._relogin:
+                    retried = True
+                    log.warning("the API server refused the credentials (401): logging in again")
+                    refused = ApiException(status=401, reason=response.reason)
+                    try:
+                        await self._vault.invalidate(key, info, exc=refused)
+                    except kopf.LoginError as failed:
+                        raise error_of(refused) from failed
+                    continue
+                if not 200 <= response.status <= 299:
+                    await read_json(response)  # raises the typed error
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise _KINDS.get(int(status.get("code") or 0), KubeError)(
+                            int(status.get("code") or 0),
+                            str(status.get("reason") or ""),
+                            str(status.get("message") or ""),
+                        )
+                    yield event
+                return
+            except ApiException as error:
+                raise error_of(error) from error
+            finally:
+                response.release()
+                await client.close()
+        raise Unauthorized(401, "Unauthorized", "no credentials")  # the vault ran dry
+
+    async def list_objects(
+        self, request: Callable[[ApiClient], Callable[..., Awaitable[Any]]], **params: Any
+    ) -> JsonObject:
+        """The answer (items and the list's resourceVersion) of the LIST call
+        `request(client)` returns, made with `params`."""
+        return await self.json(lambda c: request(c)(**params, _preload_content=False))
 
     # --- pods ---------------------------------------------------------------------------------
 

@@ -1,28 +1,23 @@
-"""What the operator knows of the cluster without asking: Kopf's indices, plus its own writes.
+"""What the operator knows of the cluster without asking: its watches, plus its own writes.
 
-Kopf keeps three indices from its watches (`handlers.py`): ConsumerGroups by (namespace,
-name), member pods by (namespace, group label) and Opaque Secrets by (namespace, name). A
-reconcile pass and the admission webhook read them instead of GETting and LISTing, so a
-fleet where nothing changes costs the API server nothing beyond the watches.
+Kopf indexes ConsumerGroups by (namespace, name) (`handlers.py`); the operator's own
+informers (`informer.py`) keep member pods, by (namespace, group label), and Opaque Secrets,
+by (namespace, name). A reconcile pass and the admission webhook read them instead of
+GETting and LISTing, so a fleet where nothing changes costs the API server nothing beyond
+the watches. Reads of pods and Secrets wait for their informer's first listing.
 
 A watch lags the operator's own writes by a few milliseconds, and a pass that acted is
 followed at once by the pass its own write's event triggers. So the operator's writes are
-laid over the indices until the watch shows them ("read your writes", as controller-
+laid over the stores until the watch shows them ("read your writes", as controller-
 runtime's expectations do): a created pod is listed before its ADDED event arrives, a
 deleted one is listed as terminating, a patched ConsumerGroup is read as patched, a created
-Secret is found. An overlay entry goes once the index shows the write, or after
+Secret is found. An overlay entry goes once the store shows the write, or after
 `OVERLAY_SECONDS` (a write whose event was lost to a relist is visible by then).
 
-The other way round, an index can show a pod that is gone. Kopf lists again when a watch
-cannot resume (410 Gone: its resourceVersion is older than the API server still holds), and it
-indexes what the LIST returns, but it never drops an entry the LIST no longer shows: a DELETED
-event it did not see stays lost for the life of the process (client-go's informers compare a
-relist with their store; Kopf does not). A member pod deleted in that window would never be
-replaced; a token Secret, never created again. So after a relist `stale_pods` (and
-`stale_secrets`) LISTs once per namespace and hides the entries the API server no longer has
-(`relists.py` sees the relist, `passes.py` runs the check).
+The other way round, a pod or Secret deleted while a watch was down is dropped by the
+informer when it lists again (a 410 Gone), which tells it as DELETED: its group gets a pass.
 
-Without indices (a test driving `reconcile` directly) every read goes to the API.
+Without watches (a test driving `reconcile` directly) every read goes to the API.
 """
 
 from __future__ import annotations
@@ -33,12 +28,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from staticfleet_operator.informer import Informer
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 
 Body = dict[str, Any]
 Key = tuple[str, str]
-# How long a write of our own is laid over the indices at most.
+# How long a write of our own is laid over the stores at most.
 OVERLAY_SECONDS = 30.0
 
 
@@ -62,28 +58,31 @@ def _first(index: Mapping[Any, Any] | None, key: Key) -> Body | None:
 
 @dataclass
 class Observed:
-    """The indices Kopf hands the handlers, and the operator's writes not yet seen in them."""
+    """Kopf's ConsumerGroup index, the pod and Secret informers, and the operator's writes
+    not yet seen in them."""
 
     groups: Mapping[Any, Any] | None = None
-    pods: Mapping[Any, Any] | None = None
-    secrets: Mapping[Any, Any] | None = None
+    pods: Informer | None = None
+    secrets: Informer | None = None
     clock: Callable[[], float] = time.monotonic
     _written_groups: dict[Key, tuple[Body, float]] = field(default_factory=dict)
     _created_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
     _deleted_pods: dict[Key, dict[str, float]] = field(default_factory=dict)
     _patched_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
     _created_secrets: dict[Key, tuple[Body, float]] = field(default_factory=dict)
-    # Index entries a LIST showed gone (Kopf keeps them): hidden while Kopf shows them.
-    _stale_pods: dict[Key, dict[str, Body]] = field(default_factory=dict)
-    _stale_secrets: dict[Key, Body] = field(default_factory=dict)
 
     @property
     def watching(self) -> bool:
         return self.groups is not None and self.pods is not None and self.secrets is not None
 
-    def attach(self, groups: Any, pods: Any, secrets: Any) -> None:
-        """The indices, as Kopf passes them to every handler (the same objects each time)."""
-        self.groups, self.pods, self.secrets = groups, pods, secrets
+    def attach(self, groups: Any) -> None:
+        """Kopf's ConsumerGroup index, as Kopf passes it to every handler (the same object
+        each time)."""
+        self.groups = groups
+
+    def inform(self, pods: Informer, secrets: Informer) -> None:
+        """The member pod and Opaque Secret informers (started by the handlers)."""
+        self.pods, self.secrets = pods, secrets
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -106,20 +105,9 @@ class Observed:
         """The pods labelled with the group's name, as a LIST would answer now."""
         if self.pods is None:
             return await kube.list_pods(namespace, {GROUP_LABEL: group})
+        await self.pods.wait_synced()
         key = (namespace, group)
-        listed: dict[str, Body] = {}
-        stale = self._stale_pods.get(key, {})
-        shown_stale: set[str] = set()
-        for pod in self.pods.get(key, ()):
-            identity = pod_identity(pod)
-            if stale.get(identity) == pod:
-                shown_stale.add(identity)  # the same object the LIST no longer had
-                continue
-            listed[identity] = dict(pod)
-        for identity in set(stale) - shown_stale:
-            del stale[identity]  # Kopf dropped it, or it is another object now (a replacement)
-        if not stale:
-            self._stale_pods.pop(key, None)
+        listed = {pod_identity(pod): dict(pod) for pod in self.pods.group(key)}
         names = {str(_metadata(pod).get("name")) for pod in listed.values()}
         now = self.clock()
         created = self._created_pods.get(key, {})
@@ -154,67 +142,17 @@ class Observed:
     async def secret(self, kube: KubeApi, namespace: str, name: str) -> Body | None:
         if self.secrets is None:
             return await kube.get_secret(namespace, name)
+        await self.secrets.wait_synced()
         key = (namespace, name)
-        indexed = _first(self.secrets, key)
-        stale = self._stale_secrets.get(key)
-        if stale is not None:
-            if indexed == stale:
-                indexed = None  # the same object the LIST no longer had
-            else:
-                del self._stale_secrets[key]
+        indexed = self.secrets.get(namespace, name)
         if indexed is not None:
             self._created_secrets.pop(key, None)
-            return indexed
+            return dict(indexed)
         created = self._created_secrets.get(key)
         if created is not None and self.clock() - created[1] <= OVERLAY_SECONDS:
             return created[0]
         self._created_secrets.pop(key, None)
         return None
-
-    async def stale_pods(self, kube: KubeApi) -> set[Key]:
-        """Member pods the index shows and a LIST does not: deleted while Kopf's watch was
-        down. From now on `member_pods` leaves them out; their groups are returned (each
-        wants a pass). One LIST per namespace with indexed pods.
-
-        Only entries indexed before the LIST was sent count: a pod created since may be
-        indexed already and missing from the answer, and it is not gone."""
-        if self.pods is None:
-            return set()
-        before: dict[Key, dict[str, Body]] = {}
-        for key in list(self.pods):
-            pods = {pod_identity(pod): dict(pod) for pod in self.pods.get(key) or ()}
-            if pods:
-                before[key] = pods
-        present: set[tuple[str, str]] = set()
-        for namespace in sorted({namespace for namespace, _ in before}):
-            for pod in await kube.list_pods(namespace, {GROUP_LABEL: None}):
-                present.add((namespace, pod_identity(pod)))
-        stale: set[Key] = set()
-        for key, pods in before.items():
-            for identity, body in pods.items():
-                if (key[0], identity) not in present:
-                    self._stale_pods.setdefault(key, {})[identity] = body
-                    stale.add(key)
-        return stale
-
-    async def stale_secrets(self, kube: KubeApi) -> set[Key]:
-        """Opaque Secrets the index shows and a LIST does not (as `stale_pods`): hidden from
-        `secret` from now on; their (namespace, name) keys are returned."""
-        if self.secrets is None:
-            return set()
-        before: dict[Key, Body] = {}
-        for key in list(self.secrets):
-            body = _first(self.secrets, key)
-            if body is not None:
-                before[key] = body
-        present: set[Key] = set()
-        for namespace in sorted({namespace for namespace, _ in before}):
-            for secret in await kube.list_opaque_secrets(namespace):
-                present.add((namespace, str(_metadata(secret).get("name"))))
-        stale = set(before) - present
-        for key in stale:
-            self._stale_secrets[key] = before[key]
-        return stale
 
     def pending(self, namespace: str, group: str) -> bool:
         """Writes of ours to the group's pods the watch has not shown yet."""

@@ -9,9 +9,8 @@ coalesce: at most one pass runs per group, and requests arriving meanwhile make 
 pass after it. A pass that is not done — it acted, a rollout is under way, an adopted slot
 waits out its grace period — asks for another after `requeue_seconds` (the only clock a
 settled fleet never sees). A pass may also ask for one at a known moment (a scale-up
-pre-registration's deadline) through `request(..., delay=...)`. And after Kopf lists a
-watched kind again, `relisted` looks once for index entries the listing left behind
-(observed.py) and requests a pass for each group they belong to.
+pre-registration's deadline) through `request(..., delay=...)`. A pod or Secret deleted while
+a watch was down is one more event: the informer tells it when it lists again (informer.py).
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ Key = tuple[str, str]
 RETRY_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
 DEFAULT_CONCURRENCY = 16
-# Kopf indexes a listing's objects in per-object workers, after the listing ends.
-RELIST_SETTLE_SECONDS = 1.0
 
 
 def retry_delay(failures: int) -> float:
@@ -52,8 +49,6 @@ class Passes:
     _failures: dict[Key, int] = field(default_factory=dict)
     _limit: asyncio.Semaphore | None = None
     _resync: asyncio.Task[None] | None = None
-    _relists: dict[str, asyncio.Task[None]] = field(default_factory=dict)
-    _relisted: set[str] = field(default_factory=set)
     stopped: bool = False
 
     def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
@@ -101,52 +96,6 @@ class Passes:
                 await asyncio.sleep(step)
                 self.request(*key)
 
-    def relisted(
-        self,
-        kind: str,
-        stale: Callable[[], Awaitable[Iterable[Key]]],
-        settle_s: float = RELIST_SETTLE_SECONDS,
-    ) -> None:
-        """Kopf listed `kind` again: `settle_s` later (its workers have indexed what it
-        listed), `stale()` names the groups whose index kept an object of that kind that is
-        gone, and each gets a pass. Listings seen meanwhile make one more check after this."""
-        if self.stopped:
-            return
-        self._relisted.add(kind)
-        if kind not in self._relists:
-            self._relists[kind] = asyncio.create_task(
-                self._check_relisted(kind, stale, settle_s), name=f"relist {kind}"
-            )
-
-    async def _check_relisted(
-        self, kind: str, stale: Callable[[], Awaitable[Iterable[Key]]], settle_s: float
-    ) -> None:
-        failures = 0
-        try:
-            while kind in self._relisted:
-                await asyncio.sleep(settle_s)
-                self._relisted.discard(kind)  # what lists from here on makes one more check
-                try:
-                    groups = sorted(await stale())
-                except Exception as error:
-                    failures += 1
-                    delay = retry_delay(failures)
-                    log.warning("checking the %s index after a relist failed: %s", kind, error)
-                    self._relisted.add(kind)
-                    await asyncio.sleep(delay)
-                    continue
-                failures = 0
-                if groups:
-                    log.warning(
-                        "%s deleted while the watch was down were still indexed; passes for %s",
-                        kind,
-                        ", ".join("/".join(key) for key in groups),
-                    )
-                for key in groups:
-                    self.request(*key)
-        finally:
-            self._relists.pop(kind, None)
-
     def forget(self, namespace: str, name: str) -> None:
         key = (namespace, name)
         timer = self._timers.pop(key, None)
@@ -176,7 +125,6 @@ class Passes:
         if self._resync is not None:
             tasks.append(self._resync)
             self._resync = None
-        tasks.extend(self._relists.values())
         for task in tasks:
             task.cancel()
         return tasks

@@ -10,8 +10,8 @@ other group's members back).
 
 Bounded: a listed group that is never reconciled (deleted in between, say) would keep the
 gate closed for ever, so once passes have started (the replica is active) the gate opens
-anyway after `max_wait_s`, with a warning naming the groups still waiting. A standby
-replica runs no passes; its own `StandbyGate` keeps it unready regardless.
+anyway after `max_wait_s`, with a warning naming the groups still waiting. A paused peering
+replica runs no passes; its own `PeeringGate` keeps it unready regardless.
 """
 
 from __future__ import annotations

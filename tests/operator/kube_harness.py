@@ -537,10 +537,18 @@ def kopf_watch(request: kmock.Request) -> bool:
     return request.params.get("watch") == "true" and made_by(request, "kopf/")
 
 
-# What an API server answers a watch whose resourceVersion it no longer holds: Kopf lists again.
+# What an API server answers a watch whose resourceVersion it no longer holds: the watcher
+# (Kopf, the operator's informer) lists again.
 GONE = {
     "type": "ERROR",
-    "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 410},
+    "object": {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": "Expired",
+        "message": "too old resource version",
+        "code": 410,
+    },
 }
 
 
@@ -780,7 +788,7 @@ async def running_cluster(
 
         # register() mends Kopf as in run_operator, whichever test ran first in this process.
         registry = kopf.OperatorRegistry()
-        handlers.register(registry, interval=interval, webhook=webhook)
+        handlers.register(registry, interval=interval, webhook=webhook, namespaces=[NAMESPACE])
 
         handed_out: list[str] = []
 

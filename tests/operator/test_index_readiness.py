@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import kopf
 import pytest
 from kopf._cogs.aiokits.aiotoggles import ToggleSet
 
@@ -84,3 +85,10 @@ async def test_a_cancelled_waiter_leaves_the_others_waiting() -> None:
     assert not second.done()
     await last.turn_to(True)
     await asyncio.wait_for(second, 5)
+
+
+def test_any_kopf_but_the_pinned_one_is_refused_at_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    index_readiness.require_pinned_kopf()  # the installed one is the pinned one
+    monkeypatch.setattr(kopf, "__version__", "1.46.0")
+    with pytest.raises(RuntimeError, match=r"written for kopf 1\.45\.2; found 1\.46\.0"):
+        index_readiness.install()

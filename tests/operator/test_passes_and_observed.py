@@ -1,5 +1,5 @@
 """The pass runner (coalescing, requeue, retry) and the overlay of the operator's own
-writes on Kopf's indices (read your writes)."""
+writes on the watched stores (read your writes)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from typing import Any
 
 import kopf
 
+from staticfleet_operator.informer import MEMBER_PODS, OPAQUE_SECRETS, Informer
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.observed import OVERLAY_SECONDS, Observed
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.passes import Passes
 
 NS = "default"
@@ -140,45 +142,54 @@ class Clock:
 
 
 def _pod(name: str, uid: str, **metadata: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": NS, "uid": uid, **metadata}}
-
-
-def _observed(pods: dict[Any, list[Any]], groups: dict[Any, list[Any]] | None = None) -> Observed:
-    observed = Observed(clock=Clock())
-    observed.attach(groups or {}, pods, {})
-    return observed
+    labels = {GROUP_LABEL: "g"}
+    return {"metadata": {"name": name, "namespace": NS, "uid": uid, "labels": labels, **metadata}}
 
 
 KUBE = KubeApi.connect(kopf.ConnectionInfo(server="http://never-called"))
 
 
+def _observed(
+    pods: list[dict[str, Any]], groups: dict[Any, list[Any]] | None = None
+) -> tuple[Observed, Informer]:
+    """An Observed over informers that listed `pods` (and no Secrets) and run no watch: the
+    test applies the watch's events itself."""
+    observed = Observed(clock=Clock())
+    observed.attach(groups or {})
+    informers = Informer(lambda: KUBE, MEMBER_PODS), Informer(lambda: KUBE, OPAQUE_SECRETS)
+    informers[0].replace(NS, pods)
+    for informer in informers:
+        informer.synced.set()
+    observed.inform(*informers)
+    return observed, informers[0]
+
+
 async def test_a_created_pod_is_listed_until_the_index_shows_it() -> None:
-    pods: dict[Any, list[Any]] = {}
-    observed = _observed(pods)
+    observed, pods = _observed([])
     observed.pod_created(NS, "g", _pod("g-0", "u0"))
     assert [p["metadata"]["name"] for p in await observed.member_pods(KUBE, NS, "g")] == ["g-0"]
     assert observed.pending(NS, "g")
-    pods[(NS, "g")] = [_pod("g-0", "u0", resourceVersion="5")]
+    pods.apply("ADDED", _pod("g-0", "u0", resourceVersion="5"))
     listed = await observed.member_pods(KUBE, NS, "g")
     assert [p["metadata"].get("resourceVersion") for p in listed] == ["5"]
     assert not observed.pending(NS, "g")
 
 
 async def test_a_deleted_pod_reads_as_terminating_until_the_index_shows_it() -> None:
-    pods: dict[Any, list[Any]] = {(NS, "g"): [_pod("g-0", "u0")]}
-    observed = _observed(pods)
+    observed, pods = _observed([_pod("g-0", "u0")])
     observed.pod_deleted(NS, "g", ["u0"])
     [pod] = await observed.member_pods(KUBE, NS, "g")
     assert pod["metadata"]["deletionTimestamp"]
     # Its same-name replacement (another uid) is a different pod.
-    pods[(NS, "g")] = [_pod("g-0", "u1")]
+    pods.apply("DELETED", _pod("g-0", "u0"))
+    pods.apply("ADDED", _pod("g-0", "u1"))
     [pod] = await observed.member_pods(KUBE, NS, "g")
     assert pod["metadata"]["uid"] == "u1" and not pod["metadata"].get("deletionTimestamp")
     assert not observed.pending(NS, "g")
 
 
 async def test_an_overlay_entry_expires_when_the_watch_never_shows_it() -> None:
-    observed = _observed({})
+    observed, _ = _observed([])
     observed.pod_created(NS, "g", _pod("g-0", "u0"))
     assert isinstance(observed.clock, Clock)
     observed.clock.now += OVERLAY_SECONDS + 1
@@ -191,7 +202,7 @@ async def test_a_written_status_is_read_back_until_the_index_catches_up() -> Non
         "status": {},
     }
     groups: dict[Any, list[Any]] = {(NS, "g"): [stale]}
-    observed = _observed({}, groups)
+    observed, _ = _observed([], groups)
     written = {**stale, "metadata": {**stale["metadata"], "resourceVersion": "8"}}
     written["status"] = {"rollout": {"phase": "Rolling", "currentSlot": 1}}
     observed.group_written(written)

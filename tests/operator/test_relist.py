@@ -1,235 +1,238 @@
-"""A pod deleted while Kopf's watch was down: Kopf lists again and keeps the gone pod indexed.
+"""A pod or Secret deleted while the watch was down: the informer lists again and drops it.
 
-Kopf restarts a watch that cannot resume (410 Gone) with a LIST, indexes what it returns,
-and never drops an index entry the LIST no longer shows. The operator checks once after each
-relist (observed.stale_pods, passes.relisted) and replaces the member pod that went.
+When the API server no longer holds the resourceVersion a watch would resume from (410
+Gone), the operator's informer LISTs again and compares the listing with its store: what
+the listing lacks went meanwhile, is dropped and told as DELETED, and its group gets a pass
+(Kopf's indices keep such entries for ever: docs/operator.md, "Kopf: what the operator
+relies on").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import kmock
-import pytest
-from kopf._cogs.clients import watching
 from kubernetes_asyncio.client import CoreV1Api
 
-from staticfleet_operator import relists
-from staticfleet_operator.kube import KubeApi, Labels, label_selector
-from staticfleet_operator.observed import Observed
+from staticfleet_operator.informer import MEMBER_PODS, OPAQUE_SECRETS, Informer
+from staticfleet_operator.kube import USER_AGENT, KubeApi, KubeError
 from staticfleet_operator.owned import GROUP_LABEL
-from staticfleet_operator.passes import Passes
 from tests.operator.kube_harness import (
     GONE,
     NAMESPACE,
     Cluster,
-    kopf_watch,
+    made_by,
     managed_spec,
     running_cluster,
 )
 
 
-def pod(name: str, uid: str, group: str = "orders", namespace: str = "ns") -> dict[str, Any]:
+def pod(name: str, uid: str, group: str = "orders", namespace: str = "ns", rv: str = "1") -> Any:
     return {
         "metadata": {
             "name": name,
             "uid": uid,
             "namespace": namespace,
+            "resourceVersion": rv,
             "labels": {GROUP_LABEL: group},
+            "managedFields": [{"manager": "kubectl"}],
         }
     }
 
 
-# Kopf's pod index as the handlers see it: (namespace, group) -> the pods' bodies.
-Index = dict[tuple[str, str], list[dict[str, Any]]]
+def names(pods: list[dict[str, Any]]) -> list[str]:
+    return sorted(p["metadata"]["name"] for p in pods)
 
 
-class Lister:
-    """The one API call `stale_pods` makes: LIST the member pods of a namespace."""
-
-    def __init__(self, pods: Iterable[dict[str, Any]]) -> None:
-        self.pods = list(pods)
-        self.calls: list[tuple[str, str]] = []
-        self.before_answer: Callable[[], None] | None = None
-
-    async def list_pods(self, namespace: str, labels: Labels) -> list[dict[str, Any]]:
-        self.calls.append((namespace, label_selector(labels)))
-        if self.before_answer is not None:
-            self.before_answer()
-        return [p for p in self.pods if p["metadata"].get("namespace", namespace) == namespace]
-
-    @property
-    def kube(self) -> KubeApi:
-        return cast(KubeApi, self)
+Told = list[tuple[str, str]]
 
 
-def observed(index: Index) -> Observed:
-    seen = Observed()
-    seen.attach({}, index, {})
-    return seen
+def recorder(told: Told) -> Callable[[str, dict[str, Any]], None]:
+    return lambda kind, body: told.append((kind, body["metadata"]["name"]))
 
 
-def names(pods: Iterable[Mapping[str, Any]]) -> list[str]:
-    return [p["metadata"]["name"] for p in pods]
+def test_a_listing_drops_what_it_lacks_in_its_own_scope_only() -> None:
+    told: Told = []
+    pods = Informer(lambda: cast(KubeApi, None), MEMBER_PODS, ("ns", "other"), recorder(told))
+    a, b, c = pod("orders-0", "u0"), pod("orders-1", "u1"), pod("logs-0", "l0", "logs", "other")
+    pods.replace("ns", [a, b])
+    pods.replace("other", [c])
+    assert names(pods.group(("ns", "orders"))) == ["orders-0", "orders-1"]
+    assert "managedFields" not in pods.group(("ns", "orders"))[0]["metadata"]
+    told.clear()
+
+    assert pods.replace("ns", [a, pod("orders-2", "u2")]) == 1
+    assert told == [("ADDED", "orders-2"), ("DELETED", "orders-1")]
+    assert names(pods.group(("ns", "orders"))) == ["orders-0", "orders-2"]
+    assert names(pods.group(("other", "logs"))) == ["logs-0"]  # another scope's listing
+    # A pod that loses its group label leaves the group as if deleted; an unlabelled one,
+    # never kept, is never told.
+    unlabelled = {"metadata": {**a["metadata"], "labels": {}, "resourceVersion": "2"}}
+    told.clear()
+    pods.apply("MODIFIED", unlabelled)
+    pods.apply("ADDED", {"metadata": {"name": "web-0", "namespace": "ns", "labels": {}}})
+    assert told == [("DELETED", "orders-0")]
+    assert names(pods.group(("ns", "orders"))) == ["orders-2"]
 
 
-async def test_an_indexed_pod_the_list_does_not_show_is_left_out_until_kopf_drops_it() -> None:
+def test_only_opaque_secrets_are_kept_and_of_them_their_data() -> None:
+    secrets = Informer(lambda: cast(KubeApi, None), OPAQUE_SECRETS)
+    token = {
+        "metadata": {"name": "orders-member-token", "namespace": "ns"},
+        "data": {"token": "YQ=="},
+        "stringData": {"ignored": "x"},
+    }
+    tls = {"metadata": {"name": "tls", "namespace": "ns"}, "type": "kubernetes.io/tls"}
+    secrets.replace(None, [token, tls])
+    assert secrets.get("ns", "tls") is None
+    kept = secrets.get("ns", "orders-member-token")
+    assert kept is not None and kept["data"] == {"token": "YQ=="} and "stringData" not in kept
+
+
+class FakeApi:
+    """The two calls an informer makes: each LIST answers the next listing, each WATCH
+    plays the next script (events, then an error or the end of the stream); with no
+    script left a watch waits for ever."""
+
+    def __init__(self, listings: list[list[Any]], scripts: list[list[Any]]) -> None:
+        self.listings, self.scripts = listings, scripts
+        self.lists = 0
+        self.watched_from: list[str | None] = []
+
+    async def list_objects(self, request: Any, **params: Any) -> dict[str, Any]:
+        self.lists += 1
+        items = self.listings.pop(0)
+        return {"metadata": {"resourceVersion": f"list-{self.lists}"}, "items": items}
+
+    async def watch(
+        self, request: Any, *, resource_version: str | None, timeout_seconds: int, **_: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.watched_from.append(resource_version)
+        if not self.scripts:
+            await asyncio.Event().wait()
+        for step in self.scripts.pop(0):
+            if isinstance(step, Exception):
+                raise step
+            yield step
+
+
+async def test_a_pod_deleted_while_the_watch_was_down_is_dropped_on_the_relist() -> None:
     a, b = pod("orders-0", "u0"), pod("orders-1", "u1")
-    logs = pod("logs-0", "l0", "logs", "other")
-    index: Index = {("ns", "orders"): [a, b], ("other", "logs"): [logs]}
-    seen = observed(index)
-    lister = Lister([a, logs])
-    kube = lister.kube
+    moved = pod("orders-0", "u0", rv="5")
+    api = FakeApi(
+        listings=[[a, b], [moved]],  # orders-1 went while no watch ran
+        scripts=[
+            [{"type": "MODIFIED", "object": moved}],  # the server ends the stream
+            [{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "7"}}}],
+            [KubeError(410, "Expired", "too old resource version")],
+        ],
+    )
+    told: Told = []
+    pods = Informer(lambda: cast(KubeApi, api), MEMBER_PODS, ("ns",), recorder(told))
+    pods.start()
+    try:
+        await asyncio.wait_for(pods.synced.wait(), 5)
+        for _ in range(200):
+            if api.lists == 2 and len(api.watched_from) == 4:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await pods.stop()
 
-    assert await seen.stale_pods(kube) == {("ns", "orders")}
-    # One LIST per namespace with indexed pods, of every member pod (the label exists).
-    assert lister.calls == [("ns", GROUP_LABEL), ("other", GROUP_LABEL)]
-    assert names(await seen.member_pods(kube, "ns", "orders")) == ["orders-0"]
-    assert names(await seen.member_pods(kube, "other", "logs")) == ["logs-0"]
-    assert len(lister.calls) == 2  # reading the index asked the API nothing
-
-    # A replacement of the same name is another object: shown.
-    index[("ns", "orders")] = [a, pod("orders-1", "u2")]
-    assert names(await seen.member_pods(kube, "ns", "orders")) == ["orders-0", "orders-1"]
-    # And the stale entry went with it: the old body, were Kopf to show it again, is shown.
-    index[("ns", "orders")] = [a, b]
-    assert names(await seen.member_pods(kube, "ns", "orders")) == ["orders-0", "orders-1"]
-
-
-async def test_a_pod_indexed_while_the_list_was_on_its_way_is_not_taken_for_gone() -> None:
-    a = pod("orders-0", "u0")
-    index: Index = {("ns", "orders"): [a]}
-    seen = observed(index)
-    lister = Lister([a])
-    # Created after the API server answered, indexed before the answer is read.
-    lister.before_answer = lambda: index[("ns", "orders")].append(pod("orders-1", "u1"))
-
-    assert await seen.stale_pods(lister.kube) == set()
-    assert names(await seen.member_pods(lister.kube, "ns", "orders")) == ["orders-0", "orders-1"]
-
-
-async def test_an_emulator_without_uids_tells_a_replacement_from_the_gone_pod_by_its_body() -> None:
-    gone = {"metadata": {"name": "orders-1", "annotations": {"key": "old"}}}
-    index: Index = {("ns", "orders"): [gone]}
-    seen = observed(index)
-    kube = Lister([]).kube
-    assert await seen.stale_pods(kube) == {("ns", "orders")}
-    assert await seen.member_pods(kube, "ns", "orders") == []
-    index[("ns", "orders")] = [{"metadata": {"name": "orders-1", "annotations": {"key": "new"}}}]
-    assert names(await seen.member_pods(kube, "ns", "orders")) == ["orders-1"]
+    # Resumed from the last version seen (a bookmark's too), listed again after the 410.
+    assert api.watched_from == ["list-1", "5", "7", "list-2"]
+    assert told == [
+        ("ADDED", "orders-0"),
+        ("ADDED", "orders-1"),
+        ("MODIFIED", "orders-0"),
+        ("DELETED", "orders-1"),
+    ]
+    assert names(pods.group(("ns", "orders"))) == ["orders-0"]
+    assert pods.get("ns", "orders-1") is None
+    assert pods.relists == 1
 
 
-async def test_a_secret_the_list_does_not_show_is_left_out_until_it_is_another_object() -> None:
-    token = {"metadata": {"name": "orders-member-token", "namespace": "ns"}, "data": {"t": "YQ=="}}
-    other = {"metadata": {"name": "other", "namespace": "ns"}, "data": {}}
-    secrets = {("ns", "orders-member-token"): [token], ("ns", "other"): [other]}
-    seen = Observed()
-    seen.attach({}, {}, secrets)
+async def test_a_failed_first_listing_is_retried_and_synced_waits_for_it() -> None:
+    class Flaky(FakeApi):
+        async def list_objects(self, request: Any, **params: Any) -> dict[str, Any]:
+            if self.lists == 0:
+                self.lists += 1
+                raise ConnectionError("the API server is away")
+            return await super().list_objects(request, **params)
 
-    class Secrets(Lister):
-        async def list_opaque_secrets(self, namespace: str) -> list[dict[str, Any]]:
-            self.calls.append((namespace, "type=Opaque"))
-            return [other]
-
-    lister = Secrets([])
-    assert await seen.stale_secrets(lister.kube) == {("ns", "orders-member-token")}
-    assert lister.calls == [("ns", "type=Opaque")]
-    assert await seen.secret(lister.kube, "ns", "orders-member-token") is None
-    assert await seen.secret(lister.kube, "ns", "other") == other
-    created = {**token, "data": {"t": "Yg=="}}  # the operator's new Secret, once watched
-    secrets[("ns", "orders-member-token")] = [created]
-    assert await seen.secret(lister.kube, "ns", "orders-member-token") == created
+    api = Flaky(listings=[[pod("a-0", "a")]], scripts=[])
+    pods = Informer(lambda: cast(KubeApi, api), MEMBER_PODS, ("ns",))
+    pods.start()
+    try:
+        await asyncio.sleep(0.1)
+        assert not pods.synced.is_set()  # the listing failed: reads keep waiting
+        await asyncio.wait_for(pods.synced.wait(), 5)  # listed after the backoff
+    finally:
+        await pods.stop()
+    assert names(pods.group(("ns", "orders"))) == ["a-0"]
 
 
-async def test_listings_coalesce_into_checks_that_request_passes_for_the_stale_groups() -> None:
-    ran: list[tuple[str, str]] = []
-    passes = Passes(lambda ns, name: _record(ran, ns, name), requeue_seconds=60)
-    checks = 0
-    answers: list[set[tuple[str, str]]] = [{("ns", "orders")}, set()]
-
-    async def stale() -> set[tuple[str, str]]:
-        nonlocal checks
-        checks += 1
-        if checks == 1:
-            passes.relisted("pods", stale, settle_s=0.01)  # another listing while this check runs
-        return answers[checks - 1]
-
-    for _ in range(100):  # one event per listed object
-        passes.relisted("pods", stale, settle_s=0.01)
-    await asyncio.sleep(0.2)
-    assert checks == 2  # the burst, then the listing seen during the first check
-    assert ran == [("ns", "orders")]
-    await passes.close()
-
-
-async def test_a_failed_check_is_tried_again() -> None:
-    passes = Passes(lambda ns, name: _record([], ns, name), requeue_seconds=60)
-    attempts = 0
-
-    async def stale() -> set[tuple[str, str]]:
-        nonlocal attempts
-        attempts += 1
-        if attempts == 1:
-            raise ConnectionError("the API server is away")
-        return set()
-
-    passes.relisted("pods", stale, settle_s=0.01)
-    await asyncio.sleep(1.3)  # RETRY_SECONDS after the failure
-    assert attempts == 2
-    await passes.close()
-
-
-async def _record(ran: list[tuple[str, str]], namespace: str, name: str) -> bool:
-    ran.append((namespace, name))
-    return False
+def informer_watch(request: kmock.Request) -> bool:
+    return request.params.get("watch") == "true" and made_by(request, USER_AGENT)
 
 
 @contextlib.asynccontextmanager
 async def watches_down(cluster: Cluster) -> AsyncIterator[None]:
-    """Every watch Kopf opens is answered 410 Gone (the API server no longer holds its
-    resourceVersion), so Kopf lists again and again and sees no event; the watches open now
-    are cut by a new login (it closes the old credentials' sessions)."""
+    """The operator's informers stop watching; on leaving they start again, resume from
+    the version they last saw and are answered 410 Gone (the API server no longer holds
+    it, as after a long cut), so they list again."""
+    informers = [cluster.operator.observed.pods, cluster.operator.observed.secrets]
+    relists = 0
+    for informer in informers:
+        assert informer is not None
+        relists += informer.relists
+        await informer.stop()
+    yield
     down = True
 
     def gone(request: kmock.Request) -> bool:
-        return down and kopf_watch(request)
+        return down and informer_watch(request)
 
     cluster.emulator[gone] << GONE
-    vault = cluster.vault
-    assert vault is not None
-    logins = len(cluster.tokens)
-    async for key, info in vault:
-        await vault.invalidate(key, info)
-        break
-    await cluster.eventually(lambda: len(cluster.tokens) == logins + 1, what="a new login")
-    try:
-        yield
-    finally:
-        down = False
+    for informer in informers:
+        assert informer is not None
+        informer.start()
+    await cluster.eventually(
+        lambda: sum(i.relists for i in informers if i is not None) >= relists + 2,
+        what="both informers listed again",
+    )
+    down = False
 
 
-async def test_a_member_pod_deleted_while_kopfs_watch_was_down_is_replaced() -> None:
+async def test_a_member_pod_deleted_while_the_watch_was_down_is_replaced() -> None:
     async with running_cluster(tokens=True) as cluster:
         await cluster.create_group("orders", managed_spec(replicas=2))
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
+        pods = cluster.operator.observed.pods
+        assert pods is not None
         async with watches_down(cluster):
             [victim] = [
                 p for p in await cluster.pods("orders") if p["metadata"]["name"] == "orders-1"
             ]
             await cluster.kube.delete_pod(NAMESPACE, "orders-1")
-            # No watch event tells the operator: the check after a relist does.
-            await cluster.eventually(
-                lambda: cluster.replaced("orders", victim), timeout=20, what="orders-1 recreated"
-            )
-            assert sorted(names(await cluster.pods("orders"))) == ["orders-0", "orders-1"]
+
+            async def gone() -> bool:
+                return "orders-1" not in names(await cluster.pods("orders"))
+
+            await cluster.eventually(gone, what="orders-1 gone")
+            assert pods.get(NAMESPACE, "orders-1") is not None  # no watch told the operator
+        # The informer's listing after the 410 does.
+        await cluster.eventually(
+            lambda: cluster.replaced("orders", victim), timeout=20, what="orders-1 recreated"
+        )
+        assert sorted(names(await cluster.pods("orders"))) == ["orders-0", "orders-1"]
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable again")
 
 
-async def test_a_token_secret_deleted_while_kopfs_watch_was_down_is_created_again() -> None:
+async def test_a_token_secret_deleted_while_the_watch_was_down_is_created_again() -> None:
     async with running_cluster(tokens=True) as cluster:
         await cluster.create_group("orders", managed_spec(replicas=2))
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
@@ -241,65 +244,8 @@ async def test_a_token_secret_deleted_while_kopfs_watch_was_down_is_created_agai
                 lambda c: CoreV1Api(c).delete_namespaced_secret(secret, NAMESPACE)
             )
 
-            async def created_again() -> bool:
-                now = await cluster.kube.get_secret(NAMESPACE, secret)
-                return now is not None and now.get("data") != before.get("data")
+        async def created_again() -> bool:
+            now = await cluster.kube.get_secret(NAMESPACE, secret)
+            return now is not None and now.get("data") != before.get("data")
 
-            await cluster.eventually(created_again, timeout=20, what="the token Secret again")
-
-
-async def test_each_kind_is_checked_on_its_own() -> None:
-    passes = Passes(lambda ns, name: _record([], ns, name), requeue_seconds=60)
-    checked: list[str] = []
-
-    def check(kind: str) -> Callable[[], Awaitable[set[tuple[str, str]]]]:
-        async def stale() -> set[tuple[str, str]]:
-            checked.append(kind)
-            return set()
-
-        return stale
-
-    passes.relisted("pods", check("pods"), settle_s=0.01)
-    passes.relisted("secrets", check("secrets"), settle_s=0.01)
-    await asyncio.sleep(0.1)
-    assert sorted(checked) == ["pods", "secrets"]
-    await passes.close()
-
-
-async def test_the_end_of_each_listing_reaches_the_listeners_until_they_leave(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    @dataclasses.dataclass
-    class Resource:
-        plural: str
-
-    async def kopf_stream(**_: Any) -> AsyncIterator[Any]:
-        for event in [{"type": None}, watching.Bookmark.LISTED, {"type": "ADDED"}] * 2:
-            yield event
-
-    monkeypatch.setattr(relists, "_ORIGINAL", kopf_stream)
-    monkeypatch.setattr(relists, "_listeners", [])
-    relists.install()
-    assert relists.installed()
-    heard: list[tuple[str, str | None]] = []
-
-    def stays(plural: str, namespace: str | None) -> bool:
-        heard.append((plural, namespace))
-        return True
-
-    def leaves(plural: str, namespace: str | None) -> bool:
-        heard.append(("once", namespace))
-        return False
-
-    def fails(plural: str, namespace: str | None) -> bool:
-        raise RuntimeError("a listener's bug")
-
-    relists.add_listener(fails)  # logged; the stream and the other listeners go on
-    relists.add_listener(stays)
-    relists.add_listener(leaves)
-    stream = relists._noticed_watch(resource=Resource("pods"), namespace="ns")
-    assert watching.infinite_watch is relists._noticed_watch
-    events = [event async for event in stream]
-
-    assert len(events) == 6  # every event passes through, the bookmarks too (Kopf needs them)
-    assert heard == [("pods", "ns"), ("once", "ns"), ("pods", "ns")]
+        await cluster.eventually(created_again, timeout=20, what="the token Secret again")

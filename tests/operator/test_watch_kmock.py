@@ -1,8 +1,9 @@
 """Watch, don't poll: a settled fleet costs the API server nothing beyond the watches, a
-deleted pod is replaced on its event, and the webhook answers from the indices.
+deleted pod is replaced on its event, and the webhook answers from the watched stores.
 
 The operator's own API client is counted, from the emulator's record of the requests it
-received (Kopf's watches go through Kopf's client, another User-Agent, and are not). The
+received (Kopf's watches go through Kopf's client, another User-Agent, and are not; the
+operator's own informer watches were opened before the counted windows). The
 harness's requeue interval is 0.1 s: a polling operator would make dozens of requests in
 each quiet window below.
 """

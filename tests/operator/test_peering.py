@@ -15,9 +15,9 @@ from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, System
 from coordinator.server import AuthConfig, add_readiness_gate, create_app
 from staticfleet_operator.app import default_priority
 from staticfleet_operator.kube import Forbidden, KubeApi
-from staticfleet_operator.standby import (
+from staticfleet_operator.peering import (
+    PeeringGate,
     PeeringObject,
-    StandbyGate,
     is_active,
     peering_objects,
     peers_of,
@@ -94,7 +94,7 @@ async def _until(predicate: Any) -> None:
 async def test_the_poller_opens_and_closes_the_gate() -> None:
     path = "clusterkopfpeerings//p"
     api = FakePeeringApi({path: {"status": {"me": entry(10)}}})
-    gate = StandbyGate()
+    gate = PeeringGate()
     task = asyncio.create_task(
         watch_peering(
             lambda: api,
@@ -122,7 +122,7 @@ async def test_the_poller_opens_and_closes_the_gate() -> None:
 async def test_a_closed_gate_makes_the_server_unready_and_refuse_members() -> None:
     coordinator = GroupCoordinator(CoordinatorConfig(), SystemClock(), MemoryStore())
     app = create_app(coordinator, AuthConfig(admin_tokens=frozenset({"t"})))
-    gate = StandbyGate()
+    gate = PeeringGate()
     add_readiness_gate(app, gate)
     async with TestClient(TestServer(app)) as client:
         headers = {"Authorization": "Bearer t"}

@@ -4,7 +4,7 @@ Kopf pauses every replica but the one with the highest priority among the live p
 the peering object (equal priorities pause each other). Only the active replica holds the
 authoritative coordinator state, so only it may report ready: then the coordinator and
 webhook Services route to it alone. `is_active` is that rule as a pure function over the
-peering object's `status`; `watch_peering` polls the object and keeps a `StandbyGate` true
+peering object's `status`; `watch_peering` polls the object and keeps a `PeeringGate` true
 while this replica is the active one.
 """
 
@@ -21,7 +21,7 @@ import aiohttp
 
 from staticfleet_operator.kube import KubeApi, KubeError
 
-log = logging.getLogger("staticfleet.operator.standby")
+log = logging.getLogger("staticfleet.operator.peering")
 
 PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
@@ -80,7 +80,7 @@ def peering_objects(name: str, namespaces: Sequence[str]) -> list[PeeringObject]
 
 
 @dataclass(slots=True)
-class StandbyGate:
+class PeeringGate:
     """A readiness gate: open while this replica is the active one."""
 
     active: bool = False
@@ -91,7 +91,7 @@ class StandbyGate:
 
 async def watch_peering(
     kube: Callable[[], KubeApi],
-    gate: StandbyGate,
+    gate: PeeringGate,
     *,
     name: str,
     namespaces: Sequence[str],
@@ -125,6 +125,6 @@ async def watch_peering(
             )
             active = False
         if active != gate.active:
-            log.info("this replica is now %s", "active" if active else "standing by")
+            log.info("this replica is now %s", "active" if active else "paused")
             gate.active = active
         await asyncio.sleep(interval)
