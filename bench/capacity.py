@@ -3,7 +3,7 @@
 `staticfleet coordinator serve` (SQLite store, one member token per group) runs pinned to
 core 0 under bench/serve_probe.py, which records every garbage-collection pause. The load
 generator is a Go program (bench/loadgen, built into build/bin/loadgen), pinned to core 1:
-it registers the members as real ones do (admin expected-members, then each member's
+it brings the members in as real ones join (admin expected-members, then each member's
 JoinGroup and SyncGroup), then heartbeats them over keep-alive connections and measures
 latency from each heartbeat's due time. Three cases, each run `REPEATS` times:
 

@@ -536,17 +536,17 @@ async def _service_account(kube: Kube) -> None:
             await asyncio.sleep(0.5)
 
 
-# A pre-registration expires after spec.scaleUp's timeout (120 s by default).
-REGISTRATIONS_TIMEOUT_S = 600.0
+# Expected members expire after spec.scaleUp's timeout (120 s by default).
+EXPECTED_MEMBERS_WAIT_S = 600.0
 
 
-async def _no_group_awaiting(kube: Kube) -> bool:
+async def _no_group_missing_expected(kube: Kube) -> bool:
     groups = await answer(
         kube.custom.list_namespaced_custom_object(
             "staticfleet.dev", "v1alpha1", NAMESPACE, "consumergroups", **RAW
         )
     )
-    return not any((g.get("status") or {}).get("awaitingMembers") for g in groups["items"])
+    return not any((g.get("status") or {}).get("missingExpectedMembers") for g in groups["items"])
 
 
 async def _create_group(kube: Kube, body: dict[str, Any]) -> None:
@@ -577,16 +577,18 @@ async def _scenario(
             "pods_running_then": len(kubelet.running),
         }
     fleet_up_s = time.monotonic() - started
-    # No member process runs here, so each group's pre-registration of its members
-    # (spec.scaleUp, on by default) can only expire: wait for that one-off write per group
+    # No member process runs here, so each group's expected members (spec.scaleUp, on by
+    # default) can only expire: wait for that one-off write per group
     # (a status PATCH and an Event) before the idle window, as with real members it would
     # have completed instead.
-    registrations_s = time.monotonic()
-    while not await _no_group_awaiting(kube):
-        if time.monotonic() - registrations_s > REGISTRATIONS_TIMEOUT_S:
-            raise TimeoutError(f"groups still awaiting members after {REGISTRATIONS_TIMEOUT_S}s")
+    expected_s = time.monotonic()
+    while not await _no_group_missing_expected(kube):
+        if time.monotonic() - expected_s > EXPECTED_MEMBERS_WAIT_S:
+            raise TimeoutError(
+                f"groups still missing expected members after {EXPECTED_MEMBERS_WAIT_S}s"
+            )
         await asyncio.sleep(5)
-    registrations_s = time.monotonic() - registrations_s
+    expected_s = time.monotonic() - expected_s
     await asyncio.sleep(sizes.settle_seconds)
 
     # Idle: nothing changes; what the API server serves is the operator's polling (if any).
@@ -677,7 +679,7 @@ async def _scenario(
         "groups": n,
         "pods": n * REPLICAS,
         "fleet_up_seconds": round(fleet_up_s, 1),
-        "registrations_expired_after_fleet_up_seconds": round(registrations_s, 1),
+        "expected_members_expired_after_fleet_up_seconds": round(expected_s, 1),
         "idle_window_seconds": sizes.idle_seconds,
         "idle_requests_per_minute": round(idle_total, 1),
         "idle_operator_requests_per_minute": round(idle_operator, 1),

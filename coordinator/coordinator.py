@@ -20,7 +20,7 @@ from typing import TypeVar
 from coordinator.clock import Clock, SystemClock, TimerHandle
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ErrorCode
-from coordinator.expansion import Expansion
+from coordinator.expected_members import ExpectedMembers
 from coordinator.group import ClassicGroup
 from coordinator.identifiers import valid_id
 from coordinator.journal import JournalEvent, JournalKind
@@ -136,7 +136,7 @@ class GroupCoordinator:
         ctx.topics = dict(snapshot.topics)
         self._offsets.committed = snapshot.offsets
         # Before the groups' timers: a group reloaded mid-scale-up waits for the same set.
-        ctx.expansions = await ctx.store.expansions()
+        ctx.expected_members = await ctx.store.expected_members()
         self._standby.promotions = await ctx.store.promotions()
         for record in snapshot.groups:
             group = ClassicGroup.from_record(record)
@@ -459,17 +459,17 @@ class GroupCoordinator:
             leader=group.leader_id or "",
         )
 
-    # --- expected members (pre-registration) ----------------------------------------------
+    # --- expected members ---------------------------------------------------------------
 
-    def expected_members(self, group_id: str) -> Expansion | None:
-        return self._ctx.expansions.get(group_id)
+    def expected_members(self, group_id: str) -> ExpectedMembers | None:
+        return self._ctx.expected_members.get(group_id)
 
     async def set_expected_members(
         self, group_id: str, instance_ids: Sequence[str], timeout_ms: int
-    ) -> Expansion:
-        """Register the static members a group should have: a join phase is held until all
+    ) -> ExpectedMembers:
+        """Expect the static members a group should have: a join phase is held until all
         of them have joined or `timeout_ms` (from now, at most the new-member join timeout)
-        has passed, so a scale-up is one rebalance. Replaces an earlier registration.
+        has passed, so a scale-up is one rebalance. Replaces the group's earlier expected members.
         Raises ValueError for invalid input."""
         if not group_id or not valid_id(group_id):
             raise ValueError(f"invalid group id {group_id!r}")
@@ -479,49 +479,51 @@ class GroupCoordinator:
             if not instance_id or not valid_id(instance_id):
                 raise ValueError(f"invalid group instance id {instance_id!r}")
         if timeout_ms <= 0:
-            raise ValueError(f"expansion timeout must be positive, got {timeout_ms}")
+            raise ValueError(f"expected members timeout must be positive, got {timeout_ms}")
         # Capped: a new member parked longer than the new-member join timeout is dropped, so
         # waiting longer for the others would lose the ones already here.
         timeout_ms = min(timeout_ms, self._ctx.config.group_new_member_join_timeout_ms)
-        expansion = Expansion(
+        expected = ExpectedMembers(
             instance_ids=frozenset(instance_ids),
             timeout_ms=timeout_ms,
             deadline_ms=self._ctx.clock.now_ms() + timeout_ms,
         )
-        await self._apply_expansion(group_id, expansion)
+        await self._apply_expected_members(group_id, expected)
         log.info(
             "group %s: expecting %d member(s) for up to %d ms",
             group_id,
-            len(expansion.instance_ids),
+            len(expected.instance_ids),
             timeout_ms,
         )
-        return expansion
+        return expected
 
     async def clear_expected_members(self, group_id: str) -> None:
         """Forget a group's expected members; a held join phase ends as it would have."""
         if not group_id or not valid_id(group_id):
             raise ValueError(f"invalid group id {group_id!r}")
-        await self._apply_expansion(group_id, None)
+        await self._apply_expected_members(group_id, None)
 
-    async def _apply_expansion(self, group_id: str, expansion: Expansion | None) -> None:
+    async def _apply_expected_members(
+        self, group_id: str, expected: ExpectedMembers | None
+    ) -> None:
         group = self._ctx.groups.get(group_id)
-        await self._ctx.write(group, self._expansion_in_group, group_id, group, expansion)
+        await self._ctx.write(group, self._expected_members_in_group, group_id, group, expected)
 
-    def _expansion_in_group(
-        self, group_id: str, group: ClassicGroup | None, expansion: Expansion | None
+    def _expected_members_in_group(
+        self, group_id: str, group: ClassicGroup | None, expected: ExpectedMembers | None
     ) -> CoordinatorResult[None]:
         """Written first: the coordinator never holds a join phase it would forget."""
 
         def written() -> CoordinatorResult[None]:
             if group is None:
-                self._set_expansion(group_id, expansion)
+                self._set_expected_members(group_id, expected)
                 return CoordinatorResult(None)
-            held = self._membership.expansion_hold_ms(group) > 0
-            self._set_expansion(group_id, expansion)
+            held = self._membership.expected_members_hold_ms(group) > 0
+            self._set_expected_members(group_id, expected)
             if (
                 held
                 and group.is_in(GroupState.PREPARING_REBALANCE)
-                and self._membership.expansion_hold_ms(group) == 0
+                and self._membership.expected_members_hold_ms(group) == 0
             ):
                 # The join timer was armed for the hold: give the members a rebalance
                 # timeout from now, then end the phase now if everyone is here.
@@ -530,13 +532,15 @@ class GroupCoordinator:
             self._membership.maybe_complete_join(group)
             return self._ctx.result(group, None)
 
-        return CoordinatorResult(None, StoreBatch(expansions=[(group_id, expansion)]), then=written)
+        return CoordinatorResult(
+            None, StoreBatch(expected_members=[(group_id, expected)]), then=written
+        )
 
-    def _set_expansion(self, group_id: str, expansion: Expansion | None) -> None:
-        if expansion is None:
-            self._ctx.expansions.pop(group_id, None)
+    def _set_expected_members(self, group_id: str, expected: ExpectedMembers | None) -> None:
+        if expected is None:
+            self._ctx.expected_members.pop(group_id, None)
         else:
-            self._ctx.expansions[group_id] = expansion
+            self._ctx.expected_members[group_id] = expected
 
     async def _delete_group(self, group_id: str) -> ErrorCode:
         if not group_id:

@@ -451,7 +451,7 @@ class MembershipManager:
         """The join phase's timer (run under the group lock by the timer write path)."""
         if not group.is_in(GroupState.PREPARING_REBALANCE):
             return
-        hold = self.expansion_hold_ms(group)
+        hold = self.expected_members_hold_ms(group)
         if hold > 0:
             # Expected members are still missing: the join phase waits for them.
             self.arm_join_timer(group, hold)
@@ -476,10 +476,10 @@ class MembershipManager:
         # every expected member is here: then nobody else is being waited for).
         if not group.is_in(GroupState.PREPARING_REBALANCE) or not group.has_all_members_joined():
             return
-        if self.expansion_hold_ms(group) > 0:
+        if self.expected_members_hold_ms(group) > 0:
             return
-        expansion = self._ctx.expansions.get(group.group_id)
-        everyone_expected = expansion is not None and not expansion.missing(
+        expected = self._ctx.expected_members.get(group.group_id)
+        everyone_expected = expected is not None and not expected.missing(
             self._joined_instance_ids(group)
         )
         if not group.initial_join_in_progress or everyone_expected:
@@ -493,12 +493,12 @@ class MembershipManager:
             if member.group_instance_id is not None and member.is_awaiting_join
         }
 
-    def expansion_hold_ms(self, group: ClassicGroup) -> int:
+    def expected_members_hold_ms(self, group: ClassicGroup) -> int:
         """How much longer the join phase waits for expected members (0: not at all)."""
-        expansion = self._ctx.expansions.get(group.group_id)
-        if expansion is None:
+        expected = self._ctx.expected_members.get(group.group_id)
+        if expected is None:
             return 0
-        return expansion.hold_ms(self._joined_instance_ids(group), self._ctx.clock.now_ms())
+        return expected.hold_ms(self._joined_instance_ids(group), self._ctx.clock.now_ms())
 
     def _complete_join(self, group: ClassicGroup) -> None:
         """End the join phase: a new generation, answers to every parked JoinGroup."""

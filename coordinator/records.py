@@ -11,7 +11,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.expansion import Expansion
+from coordinator.expected_members import ExpectedMembers
 from coordinator.journal import JournalEvent
 from coordinator.standby import StandbyPromotion
 
@@ -130,8 +130,8 @@ class StoreBatch:
     offsets: list[tuple[str, OffsetRecord]] = field(default_factory=list)
     journal: list[JournalEvent] = field(default_factory=list)
     topics: dict[str, int] | None = None  # the whole topic map, when it changed
-    # (group id, expected members): set, or with None cleared (pre-registration).
-    expansions: list[tuple[str, Expansion | None]] = field(default_factory=list)
+    # (group id, expected members): set, or with None cleared.
+    expected_members: list[tuple[str, ExpectedMembers | None]] = field(default_factory=list)
     # (group id, standby id, promotion): set, or with None cleared (hot standby).
     promotions: list[tuple[str, str, StandbyPromotion | None]] = field(default_factory=list)
 
@@ -142,7 +142,7 @@ class StoreBatch:
                 or self.deleted_groups
                 or self.offsets
                 or self.journal
-                or self.expansions
+                or self.expected_members
                 or self.promotions
             )
             and self.topics is None

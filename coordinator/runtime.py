@@ -20,7 +20,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from coordinator.clock import Clock
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ErrorCode
-from coordinator.expansion import Expansion
+from coordinator.expected_members import ExpectedMembers
 from coordinator.group import ClassicGroup, ClassicMember
 from coordinator.journal import JournalEvent, JournalKind
 from coordinator.records import StoreBatch
@@ -62,8 +62,8 @@ class CoordinatorContext:
         # Group timers by Kafka's keys; each expiry goes through `run_timer`.
         self.timers: Timers[ClassicGroup] = Timers(clock, self.run_timer)
         self.topics: dict[str, int] = {}
-        # group id -> expected members (pre-registration); see `coordinator.expansion`.
-        self.expansions: dict[str, Expansion] = {}
+        # group id -> expected members; see `coordinator.expected_members`.
+        self.expected_members: dict[str, ExpectedMembers] = {}
         self.journal_seq = 0
         self.journal_listeners: list[JournalListener] = []
         # The lock of records that belong to no group (topic metadata, and the expected

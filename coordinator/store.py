@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from coordinator.expansion import Expansion
+from coordinator.expected_members import ExpectedMembers
 from coordinator.journal import JournalEvent
 from coordinator.records import GroupRecord, OffsetRecord, StoreBatch, StoreSnapshot
 from coordinator.standby import StandbyPromotion
@@ -43,7 +43,7 @@ class Store(ABC):
     async def write(self, batch: StoreBatch) -> None:
         """Apply the whole batch atomically, durably, before returning. Expected members
         and promotions are kept apart from the group records (a group may not exist yet
-        when it is registered, and deleting an empty group must not forget the fleet it is
+        when its members are expected, and deleting an empty group must not forget the fleet it is
         about to have), but written in the same transaction as the rest of the batch."""
 
     @abstractmethod
@@ -57,8 +57,8 @@ class Store(ABC):
         does (the HTTP server derives members' leave keys from it). Call after `open`."""
 
     @abstractmethod
-    async def expansions(self) -> dict[str, Expansion]:
-        """Every group's expected members (pre-registration), as last written."""
+    async def expected_members(self) -> dict[str, ExpectedMembers]:
+        """Every group's expected members, as last written."""
 
     @abstractmethod
     async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
@@ -79,7 +79,7 @@ class MemoryStore(Store):
         self._offsets: dict[str, dict[tuple[str, int], OffsetRecord]] = {}
         self._journal: list[JournalEvent] = []
         self._topics: dict[str, int] = {}
-        self._expansions: dict[str, Expansion] = {}
+        self._expected_members: dict[str, ExpectedMembers] = {}
         self._promotions: dict[str, dict[str, StandbyPromotion]] = {}
         self._secret = secrets.token_bytes(32)
 
@@ -111,11 +111,11 @@ class MemoryStore(Store):
         self._journal.extend(batch.journal)
         if batch.topics is not None:
             self._topics = dict(batch.topics)
-        for group_id, expansion in batch.expansions:
-            if expansion is None:
-                self._expansions.pop(group_id, None)
+        for group_id, expected in batch.expected_members:
+            if expected is None:
+                self._expected_members.pop(group_id, None)
             else:
-                self._expansions[group_id] = expansion
+                self._expected_members[group_id] = expected
         for group_id, standby_id, promotion in batch.promotions:
             records = self._promotions.setdefault(group_id, {})
             if promotion is None:
@@ -123,8 +123,8 @@ class MemoryStore(Store):
             else:
                 records[standby_id] = promotion
 
-    async def expansions(self) -> dict[str, Expansion]:
-        return dict(self._expansions)
+    async def expected_members(self) -> dict[str, ExpectedMembers]:
+        return dict(self._expected_members)
 
     async def promotions(self) -> dict[str, dict[str, StandbyPromotion]]:
         return {group_id: dict(records) for group_id, records in self._promotions.items()}
@@ -182,6 +182,8 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value BLOB NOT NULL
 );
+-- A group's expected members. The table keeps the name earlier releases gave it: a store
+-- they wrote opens as it is, and an earlier coordinator opening this one still finds them.
 CREATE TABLE IF NOT EXISTS expansions (
     group_id TEXT PRIMARY KEY,
     record TEXT NOT NULL
@@ -391,8 +393,8 @@ class SqliteStore(Store):
                         "INSERT INTO topics (topic, partitions) VALUES (?, ?)",
                         sorted(batch.topics.items()),
                     )
-                for group_id, expansion in batch.expansions:
-                    _write_expansion(connection, group_id, expansion)
+                for group_id, expected in batch.expected_members:
+                    _write_expected_members(connection, group_id, expected)
                 for group_id, standby_id, promotion in batch.promotions:
                     _write_promotion(connection, group_id, standby_id, promotion)
                 connection.execute("COMMIT")
@@ -445,10 +447,10 @@ class SqliteStore(Store):
 
         return await self._run(prune)
 
-    async def expansions(self) -> dict[str, Expansion]:
-        def read(connection: sqlite3.Connection) -> dict[str, Expansion]:
+    async def expected_members(self) -> dict[str, ExpectedMembers]:
+        def read(connection: sqlite3.Connection) -> dict[str, ExpectedMembers]:
             return {
-                group_id: Expansion.from_json(json.loads(record))
+                group_id: ExpectedMembers.from_json(json.loads(record))
                 for group_id, record in connection.execute(
                     "SELECT group_id, record FROM expansions"
                 )
@@ -483,15 +485,15 @@ class SqliteStore(Store):
         return await self._run(read_or_create)
 
 
-def _write_expansion(
-    connection: sqlite3.Connection, group_id: str, expansion: Expansion | None
+def _write_expected_members(
+    connection: sqlite3.Connection, group_id: str, expected: ExpectedMembers | None
 ) -> None:
-    if expansion is None:
+    if expected is None:
         connection.execute("DELETE FROM expansions WHERE group_id = ?", (group_id,))
     else:
         connection.execute(
             "INSERT OR REPLACE INTO expansions (group_id, record) VALUES (?, ?)",
-            (group_id, json.dumps(expansion.to_json(), separators=(",", ":"))),
+            (group_id, json.dumps(expected.to_json(), separators=(",", ":"))),
         )
 
 

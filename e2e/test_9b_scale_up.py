@@ -1,7 +1,7 @@
-"""Scenario 9b: scale-up 6 → 12 on the real API server. With pre-registration (the default)
-the operator registers the 12 instance ids before it creates the pods and the group
-rebalances exactly once; without it (`scaleUp.preRegister: false`) the same scale-up is
-measured as the baseline."""
+"""Scenario 9b: scale-up 6 → 12 on the real API server. With expected members (the default)
+the operator tells the coordinator to expect the 12 instance ids before it creates the pods
+and the group rebalances exactly once; without them (`scaleUp.expectMembers: false`) the
+same scale-up is measured as the baseline."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from e2e.fleet import Record, rows_of
 from e2e.groups import apply, managed_group, namespace, patch_spec, wait_stable
 
 
-def _scale_up(cluster: Cluster, ns: str, group: str, pre_register: bool) -> dict[str, int]:
+def _scale_up(cluster: Cluster, ns: str, group: str, expect_members: bool) -> dict[str, int]:
     manifest = managed_group(group, replicas=6)
-    manifest["spec"]["scaleUp"] = {"preRegister": pre_register}
+    manifest["spec"]["scaleUp"] = {"expectMembers": expect_members}
     apply(cluster, ns, manifest)
     wait_stable(cluster, ns, group, 6)
     admin = cluster.admin()
@@ -36,17 +36,17 @@ def _scale_up(cluster: Cluster, ns: str, group: str, pre_register: bool) -> dict
     }
 
 
-def test_pre_registered_scale_up_is_one_rebalance(
+def test_a_scale_up_with_expected_members_is_one_rebalance(
     cluster: Cluster, operator_release: None, record: Record
 ) -> None:
     with namespace(cluster, "e2e-scale-up") as ns:
-        registered = _scale_up(cluster, ns, "grow", pre_register=True)
-        for key, value in registered.items():
-            record(f"pre_registered_{key}", value)
-        assert registered["members_joined"] == 6
-        assert registered["rebalances"] == 1, registered
+        expected = _scale_up(cluster, ns, "grow", expect_members=True)
+        for key, value in expected.items():
+            record(f"expected_members_{key}", value)
+        assert expected["members_joined"] == 6
+        assert expected["rebalances"] == 1, expected
     with namespace(cluster, "e2e-scale-up-plain") as ns:
-        plain = _scale_up(cluster, ns, "grow-plain", pre_register=False)
+        plain = _scale_up(cluster, ns, "grow-plain", expect_members=False)
         for key, value in plain.items():
             record(f"plain_{key}", value)
         # Measured, not assumed: the members join as their pods start.

@@ -1,7 +1,7 @@
 // Command loadgen drives one `staticfleet coordinator serve` with static members'
 // heartbeats, for bench/capacity.py (docs/performance.md, "Capacity").
 //
-// It registers the members the way real ones do (admin PUT expected-members per group,
+// It brings the members in the way real ones join (admin PUT expected-members per group,
 // then every member's JoinGroup and SyncGroup over HTTP), then heartbeats them over a fixed
 // number of keep-alive connections:
 //

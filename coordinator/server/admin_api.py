@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from coordinator import expected_members
 from coordinator.errors import ErrorCode
-from coordinator.expansion import Expansion
 from coordinator.identifiers import valid_id
 from coordinator.server.bodies import query_int, query_text, read_message
 from coordinator.server.context import context_of
@@ -50,17 +50,19 @@ async def delete_group(request: web.Request) -> web.Response:
 
 
 def _expected_members(
-    group_id: str, expansion: Expansion | None, code: ErrorCode = ErrorCode.NONE
+    group_id: str,
+    expected: expected_members.ExpectedMembers | None,
+    code: ErrorCode = ErrorCode.NONE,
 ) -> ExpectedMembers:
-    if expansion is None:
+    if expected is None:
         return ExpectedMembers(
             group_id=group_id, instance_ids=[], timeout_ms=0, deadline_ms=0, error_code=code
         )
     return ExpectedMembers(
         group_id=group_id,
-        instance_ids=sorted(expansion.instance_ids),
-        timeout_ms=expansion.timeout_ms,
-        deadline_ms=expansion.deadline_ms,
+        instance_ids=sorted(expected.instance_ids),
+        timeout_ms=expected.timeout_ms,
+        deadline_ms=expected.deadline_ms,
     )
 
 
@@ -84,12 +86,12 @@ async def set_expected_members(request: web.Request) -> web.Response:
     if not valid_id(group_id):
         return reply(_expected_members(group_id, None, ErrorCode.INVALID_GROUP_ID))
     try:
-        expansion = await context.coordinator.set_expected_members(
+        expected = await context.coordinator.set_expected_members(
             group_id, body.instance_ids, body.timeout_ms
         )
     except ValueError:
         return reply(_expected_members(group_id, None, ErrorCode.INVALID_REQUEST))
-    return reply(_expected_members(group_id, expansion))
+    return reply(_expected_members(group_id, expected))
 
 
 async def clear_expected_members(request: web.Request) -> web.Response:

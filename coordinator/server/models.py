@@ -71,7 +71,7 @@ class DeleteGroupResult:
 
 @dataclass(frozen=True, slots=True)
 class ExpectedMembersRequest:
-    """Register the static members a group should have (pre-registration): the group's join
+    """Expect the static members a group should have: the group's join
     phase is held until all of them have joined or `timeout_ms` (from now) has passed."""
 
     instance_ids: list[str] = field(
@@ -91,7 +91,7 @@ class ExpectedMembersRequest:
 
 @dataclass(frozen=True, slots=True)
 class ExpectedMembers:
-    """A group's expected members; an empty list when none are registered. `deadline_ms` is
+    """A group's expected members; an empty list when none are expected. `deadline_ms` is
     when the coordinator stops waiting for them (ms since the epoch); `timeout_ms` is the
     one in effect (a longer one is cut to the new-member join timeout)."""
 

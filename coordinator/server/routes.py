@@ -186,7 +186,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         GROUP_PATH + "/expected-members",
         admin_api.get_expected_members,
         Access.ADMIN,
-        "The group's expected members (pre-registration); an empty list when none",
+        "The group's expected members; an empty list when none",
         _ADMIN,
         response_body=ExpectedMembers,
     ),
@@ -196,7 +196,7 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         GROUP_PATH + "/expected-members",
         admin_api.set_expected_members,
         Access.ADMIN,
-        "Register the group's expected static members (replaces an earlier registration)",
+        "Expect the group's static members (replaces its earlier expected members)",
         _ADMIN,
         description=(
             "While an expected instance id has not joined, the group's join phase is held "

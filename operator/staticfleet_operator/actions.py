@@ -142,7 +142,7 @@ class Gauges:
     slots: int
     phase: RolloutPhase
     blocker: BlockerCode | None
-    awaiting: int = 0
+    missing_expected: int = 0
     standbys: int = 0
 
 
@@ -155,7 +155,7 @@ class PassResult:
     events: tuple[Event, ...] = ()
     actions: tuple[Action, ...] = ()
     gauges: Gauges | None = None
-    # Seconds until a deadline wants a pass (a registration of expected members expiring).
+    # Seconds until a deadline wants a pass (the coordinator's expected members expiring).
     wake_in: float | None = None
     # Kafka tells the operator nothing: its describe is polled.
     poll: bool = False

@@ -93,7 +93,7 @@ class Actuator:
                 slots=gauges.slots,
                 phase=gauges.phase,
                 blocker=gauges.blocker,
-                awaiting=gauges.awaiting,
+                missing_expected=gauges.missing_expected,
                 standbys=gauges.standbys,
             )
         return summary

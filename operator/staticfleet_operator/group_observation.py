@@ -46,7 +46,7 @@ class Unreachable:
 
 @dataclass(frozen=True, slots=True)
 class ExpectedMembers:
-    """The embedded coordinator's pending registration of expected members."""
+    """The embedded coordinator's pending expected members."""
 
     instance_ids: frozenset[str]
     deadline_ms: int  # on the coordinator's clock (`coordinator_now_ms`)
@@ -76,7 +76,7 @@ class GroupObservation:
     described: DescribedGroup | None = None
     unreachable: Unreachable | None = None
     expected_members: ExpectedMembers | None = None
-    # The embedded coordinator's clock, which registration deadlines are on.
+    # The embedded coordinator's clock, which expected members' deadlines are on.
     coordinator_now_ms: int = 0
     ready_standbys: frozenset[str] = frozenset()
 

@@ -23,7 +23,7 @@ from staticfleet_operator.crd import RolloutPhase
 PREFIX: Final = "staticfleet_operator"
 RESULTS: Final = ("ok", "error")
 ADMISSION_RESULTS: Final = ("stamped", "skipped", "rejected")
-MEMBER_KINDS: Final = ("desired", "ready", "slots", "awaiting", "standbys")
+MEMBER_KINDS: Final = ("desired", "ready", "slots", "missing_expected", "standbys")
 PHASES: Final = tuple(phase.value for phase in RolloutPhase)
 BLOCKERS: Final = tuple(code.value for code in BlockerCode)
 
@@ -50,8 +50,8 @@ class OperatorMetrics:
             f"{PREFIX}_group_members",
             "Member pods per ConsumerGroup: desired (replicas, or live adopted pods), ready "
             "(live pods Ready), slots (identity slots in use, vacant and retiring included), "
-            "awaiting (expected members of a scale-up not joined yet), standbys (hot standbys "
-            "the coordinator hears from)",
+            "missing_expected (expected members the coordinator does not list yet), standbys "
+            "(hot standbys the coordinator hears from)",
             ["namespace", "group", "kind"],
             registry=self.registry,
         )
@@ -141,12 +141,12 @@ class OperatorMetrics:
         ready: int,
         slots: int,
         phase: RolloutPhase | str,
-        awaiting: int = 0,
+        missing_expected: int = 0,
         standbys: int = 0,
         blocker: BlockerCode | None = None,
     ) -> None:
         """What one pass saw: member counts, the rollout phase and what it waits for."""
-        counts = (desired, ready, slots, awaiting, standbys)
+        counts = (desired, ready, slots, missing_expected, standbys)
         for kind, value in zip(MEMBER_KINDS, counts, strict=True):
             self.group_members.labels(namespace, group, kind).set(value)
         current = RolloutPhase(phase).value

@@ -87,11 +87,9 @@ async def observe(
             op.journal.observe(described, base.now)
     else:
         found["coordinator_now_ms"] = op.coordinator.clock.now_ms()
-        expansion = op.coordinator.expected_members(spec.group_id)
-        if expansion is not None:
-            found["expected_members"] = ExpectedMembers(
-                expansion.instance_ids, expansion.deadline_ms
-            )
+        expected = op.coordinator.expected_members(spec.group_id)
+        if expected is not None:
+            found["expected_members"] = ExpectedMembers(expected.instance_ids, expected.deadline_ms)
         found["ready_standbys"] = frozenset(op.coordinator.standbys(spec.group_id).standby_ids)
     return replace(base, **found), backend
 

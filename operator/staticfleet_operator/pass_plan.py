@@ -11,8 +11,8 @@ The order of a pass:
  3. the Kafka cluster unreachable or refusing: status and one Event, nothing else;
  4. topic metadata: raised on the embedded coordinator; topics a Kafka cluster lacks, reported;
  5. adopted mode: the slot table kept true to the pods (adopted.py);
- 6. managed mode: standby promotions (hot_standby.py) if any, else the standbys kept, a stale
-    registration of expected members cleared, and the fleet's one step (rollout/fleet.py):
+ 6. managed mode: standby promotions (hot_standby.py) if any, else the standbys kept, stale
+    expected members cleared, and the fleet's one step (rollout/fleet.py):
     scale down, batch LeaveGroup, Switch, create missing members, refuse, or a rollout step.
 """
 
@@ -44,6 +44,11 @@ from staticfleet_operator.actions import (
 )
 from staticfleet_operator.backends import topics_to_raise, widen_offers
 from staticfleet_operator.crd import ConsumerGroupSpec, ConsumerGroupStatus, Mode, RolloutStatus
+from staticfleet_operator.expected_members import (
+    expected_on_create,
+    seconds_until_expiry,
+    should_clear,
+)
 from staticfleet_operator.group_memory import GroupMemory, MemoryUpdate
 from staticfleet_operator.group_observation import (
     UNREACHABLE,
@@ -72,7 +77,6 @@ from staticfleet_operator.rollout.fleet import (
     new_pod_protocol,
     plan,
 )
-from staticfleet_operator.scale_up import expected_on_create, seconds_until_expiry, should_clear
 from staticfleet_operator.status import invalid_spec_status, observed_status, status_differs
 from staticfleet_operator.tokens import secret_value
 
@@ -332,7 +336,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     )
     if promotions is not None:
         step.actions.append(PromoteStandbys(tuple(promotions.promotions)))
-        gauges = _gauges(observation, spec, members, state, awaiting=0)
+        gauges = _gauges(observation, spec, members, state, missing_expected=0)
         return step.result("promotions", promotions, gauges)
     step.actions.extend(
         keep_standbys(
@@ -414,15 +418,15 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         degraded_reason=None if refused is None else PROTOCOL_CHANGE_REFUSED,
         degraded_message=refused or "",
     )
-    awaiting = _awaiting(spec, expected, view)
-    status.awaiting_members = awaiting
+    missing_expected = _missing_expected(spec, expected, view)
+    status.missing_expected_members = missing_expected
     status.standbys_ready = _standbys_ready(observation, spec)
     wake_in = None
     if expected is not None:
-        # A pending registration wants one pass, at its deadline (to clear it): a timer,
+        # Pending expected members want one pass, at their deadline (to clear them): a timer,
         # not a pass every interval.
         wake_in = seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms)
-    gauges = _gauges(observation, spec, members, state, awaiting=len(awaiting))
+    gauges = _gauges(observation, spec, members, state, missing_expected=len(missing_expected))
     return step.result(summary, status, gauges, wake_in=wake_in)
 
 
@@ -447,7 +451,7 @@ def _switch(
 
 @dataclass(frozen=True, slots=True)
 class _Expected:
-    """The registration of expected members as it stands after this pass's actions."""
+    """The coordinator's expected members as they stand after this pass's actions."""
 
     instance_ids: frozenset[str]
     deadline_ms: int
@@ -456,8 +460,8 @@ class _Expected:
 def _expected_after_clearing(
     step: _Pass, spec: ConsumerGroupSpec, view: CoordinatorView, replicas: int
 ) -> _Expected | None:
-    """Clear a registration that no longer describes the fleet, is fulfilled or expired
-    (scale_up.should_clear); what remains of it."""
+    """Clear expected members that no longer describe the fleet, are fulfilled or expired
+    (expected_members.should_clear); what remains of them."""
     pending = step.observation.expected_members
     if spec.coordinator.is_kafka or pending is None:
         return None
@@ -480,12 +484,12 @@ def _expect_members(
 ) -> _Expected | None:
     """Before the pods exist: tell the embedded coordinator whom to expect, so the group
     rebalances once for all of them (Kafka's coordinator has no such API)."""
-    if spec.coordinator.is_kafka or not spec.scale_up.pre_register:
+    if spec.coordinator.is_kafka or not spec.scale_up.expect_members:
         return current
     expected = expected_on_create(spec.instance_id_prefix, replicas, creating, view.instance_ids)
     if expected is None:
         return current
-    timeout_s = spec.scale_up.expansion_timeout_seconds
+    timeout_s = spec.scale_up.expected_members_timeout_seconds
     step.actions.append(ExpectMembers(tuple(expected), timeout_s * 1000))
     message = (
         f"expecting {len(expected)} member(s) for up to {timeout_s}s: "
@@ -496,10 +500,10 @@ def _expect_members(
     return _Expected(frozenset(expected), deadline_ms)
 
 
-def _awaiting(
+def _missing_expected(
     spec: ConsumerGroupSpec, expected: _Expected | None, view: CoordinatorView
 ) -> list[str]:
-    """The registration's instance ids the coordinator does not list yet (status)."""
+    """The expected members' instance ids the coordinator does not list yet (status)."""
     if spec.coordinator.is_kafka or expected is None:
         return []
     return sorted(expected.instance_ids - view.instance_ids)
@@ -517,7 +521,7 @@ def _gauges(
     members: Sequence[MemberPod],
     state: RolloutStatus,
     *,
-    awaiting: int,
+    missing_expected: int,
 ) -> Gauges:
     return Gauges(
         desired=spec.replicas or 0,
@@ -525,7 +529,7 @@ def _gauges(
         slots=len({m.slot for m in members}),
         phase=state.phase,
         blocker=state.blocker,
-        awaiting=awaiting,
+        missing_expected=missing_expected,
         standbys=_standbys_ready(observation, spec) or 0,
     )
 

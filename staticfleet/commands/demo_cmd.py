@@ -19,7 +19,7 @@ def register(subparsers: Any) -> None:
             "Start a coordinator and member processes on loopback, run the scenarios "
             "(dynamic vs static rolling restart, the eager -> cooperative upgrade, scale-down "
             "with and without batch LeaveGroup, a coordinator crash, scale-up with and without "
-            "pre-registration, a killed member with and without a hot standby) and report what was "
+            "expected members, a killed member with and without a hot standby) and report what was "
             "measured: a table, OUTPUT_DIR/report.json and OUTPUT_DIR/timeline.png. With "
             "--coordinator kafka the groups live on a real Kafka broker the demo starts, "
             "and --coordinator both compares the two."

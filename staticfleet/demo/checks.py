@@ -79,11 +79,11 @@ def evaluate(
             )
         if key == "upgrade":
             checks.extend(_upgrade_checks(number, outcome.facts))
-        if key == "scale_up_pre_registered":
+        if key == "scale_up_expected_members":
             checks.append(
                 Check(
                     number,
-                    "a pre-registered scale-up is one rebalance",
+                    "a scale-up with expected members is one rebalance",
                     "1 rebalance",
                     f"{outcome.metrics.rebalances} rebalances, {outcome.metrics.moved} moved",
                     outcome.error is None and outcome.metrics.rebalances == 1,

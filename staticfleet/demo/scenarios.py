@@ -5,7 +5,7 @@ and when (`ScenarioRecord`); nothing here computes a figure.
 3. eager -> compatible -> cooperative, two bounces, leader last
 4. scale-down by two: a) processes just stop, b) plus one batch LeaveGroup
 5. a static member restart while the coordinator is SIGKILLed and restarted
-6. scale-up x2: a) members join as they start, b) expected members pre-registered
+6. scale-up x2: a) members join as they start, b) with expected members
 7. an active member's pod deleted: a) nothing replaces it (the session timeout), b) a plain
    static restart, c) a hot standby promoted into its place
 """
@@ -381,31 +381,33 @@ def scale_down(run: ScenarioRun, *, batch_leave: bool) -> None:
 
 # New processes start this far apart, as pods of one scale-up do (scheduling, image pulls).
 SCALE_UP_STAGGER_S = 0.5
-SCALE_UP_EXPANSION_TIMEOUT_MS = 60_000
+SCALE_UP_EXPECTED_TIMEOUT_MS = 60_000
 
 
-def scale_up(run: ScenarioRun, *, pre_register: bool) -> None:
+def scale_up(run: ScenarioRun, *, expect_members: bool) -> None:
     """(6): the fleet doubles, new processes starting SCALE_UP_STAGGER_S apart; with
-    `pre_register` the demo first registers every instance id as expected (what the operator
-    does), so the coordinator holds the rebalance until the last one has joined."""
+    `expect_members` the demo first tells the coordinator to expect every instance id (what
+    the operator does), so the coordinator holds the rebalance until the last one has joined."""
     run.start_fleet()
     members = run.settings.members
     added = list(range(members, 2 * members))
-    label = f"scale-up {members} -> {2 * members}" + (" (pre-registered)" if pre_register else "")
+    label = f"scale-up {members} -> {2 * members}" + (
+        " (expected members)" if expect_members else ""
+    )
     run.say(label)
     start = now_ms()
-    if pre_register:
+    if expect_members:
         expected = [slot_name(index) for index in range(2 * members)]
         admin = run.context.admin
         assert isinstance(admin, AdminClient), "expected members need the embedded coordinator"
-        admin.expect(run.group_id, expected, SCALE_UP_EXPANSION_TIMEOUT_MS)
-        run.record.markers.append(Marker(now_ms(), "expected members registered"))
+        admin.expect(run.group_id, expected, SCALE_UP_EXPECTED_TIMEOUT_MS)
+        run.record.markers.append(Marker(now_ms(), "expected members set"))
     for index in added:
         run.fleet.start(index, static=True, protocol=run.record.protocol)
         time.sleep(SCALE_UP_STAGGER_S)
     run.record.markers.append(Marker(now_ms(), "last new member started"))
     run.record.facts["added"] = [slot_name(index) for index in added]
-    run.record.facts["pre_registered"] = pre_register
+    run.record.facts["expect_members"] = expect_members
     view = run.settle()
     run.record.facts["members_after"] = sorted(view.instance_ids)
     run.record.steps.append(Step(label, start, now_ms()))
@@ -567,11 +569,11 @@ def _scale_down_batch_leave(run: ScenarioRun) -> None:
 
 
 def _scale_up_plain(run: ScenarioRun) -> None:
-    scale_up(run, pre_register=False)
+    scale_up(run, expect_members=False)
 
 
-def _scale_up_pre_registered(run: ScenarioRun) -> None:
-    scale_up(run, pre_register=True)
+def _scale_up_expected_members(run: ScenarioRun) -> None:
+    scale_up(run, expect_members=True)
 
 
 def _killed_not_replaced(run: ScenarioRun) -> None:
@@ -590,7 +592,7 @@ def plans() -> list[ScenarioPlan]:
     # Eager for (1)-(3): the classic setup whose costs static membership and the upgrade
     # remove; cooperative for (4)-(5): where the upgrade leaves a fleet. Eager for (6): a
     # cooperative scale-up takes a second, revocation-driven rebalance either way, which
-    # would hide the one the pre-registration saves.
+    # would hide the one the expected members save.
     return [
         ScenarioPlan(
             key="dynamic_restart",
@@ -656,12 +658,12 @@ def plans() -> list[ScenarioPlan]:
             steps=_one_step,
         ),
         ScenarioPlan(
-            key="scale_up_pre_registered",
+            key="scale_up_expected_members",
             number="6b",
-            title="scale-up x2, expected members pre-registered",
+            title="scale-up x2, with expected members",
             static=True,
             protocol=EAGER,
-            body=_scale_up_pre_registered,
+            body=_scale_up_expected_members,
             steps=_one_step,
         ),
         # Cooperative for (7): the others keep their partitions either way, so the figures
@@ -702,7 +704,7 @@ KAFKA_SKIPPED: Mapping[str, str] = {
         "the baseline of 6b, which Kafka cannot run: it has no API to tell its coordinator "
         "which members to expect"
     ),
-    "scale_up_pre_registered": (
+    "scale_up_expected_members": (
         "Kafka has no API to tell its coordinator which members to expect (embedded "
         "coordinator only; docs/coordinator.md, Expected members)"
     ),

@@ -1,4 +1,4 @@
-"""Expected members (pre-registration): a scale-up joins every new member in one rebalance."""
+"""Expected members: a scale-up joins every new member in one rebalance."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 
 from coordinator import ErrorCode, JoinGroupResponse, SqliteStore
 from coordinator.clock import ManualClock, settle
-from coordinator.expansion import Expansion
+from coordinator.expected_members import ExpectedMembers
 from tests.coordinator.harness import GROUP, REBALANCE_MS, Harness, join_request
 
-EXPANSION_MS = 120_000
+EXPECTED_TIMEOUT_MS = 120_000
 OLD = ["i-0", "i-1", "i-2"]
 NEW = ["i-3", "i-4", "i-5"]
 
@@ -45,7 +45,7 @@ def _instances(response: JoinGroupResponse) -> set[str]:
 async def test_all_expected_members_join_in_exactly_one_rebalance(harness: Harness) -> None:
     formed = await harness.form_group(OLD)
     assert harness.coordinator.generation_of(GROUP) == 1
-    await harness.coordinator.set_expected_members(GROUP, OLD + NEW, EXPANSION_MS)
+    await harness.coordinator.set_expected_members(GROUP, OLD + NEW, EXPECTED_TIMEOUT_MS)
     first_new = harness.join(join_request(instance_id=NEW[0]))
     await settle()
     rejoined = await _rejoin_old_members(harness, formed)
@@ -62,10 +62,10 @@ async def test_all_expected_members_join_in_exactly_one_rebalance(harness: Harne
     assert harness.coordinator.generation_of(GROUP) == 2
 
 
-async def test_without_registration_the_same_scale_up_rebalances_more_than_once(
+async def test_without_expected_members_the_same_scale_up_rebalances_more_than_once(
     harness: Harness,
 ) -> None:
-    """Today's (and Kafka's) behaviour, the baseline the registration improves on."""
+    """Today's (and Kafka's) behaviour, the baseline expected members improve on."""
     formed = await harness.form_group(OLD)
     first_new = harness.join(join_request(instance_id=NEW[0]))
     await settle()
@@ -78,15 +78,15 @@ async def test_without_registration_the_same_scale_up_rebalances_more_than_once(
     assert harness.coordinator.generation_of(GROUP) == 2  # and a third generation to come
 
 
-async def test_expansion_timeout_ends_the_hold_with_the_members_present(
+async def test_expected_members_timeout_ends_the_hold_with_the_members_present(
     harness: Harness,
 ) -> None:
     formed = await harness.form_group(OLD)
-    await harness.coordinator.set_expected_members(GROUP, OLD + NEW, EXPANSION_MS)
+    await harness.coordinator.set_expected_members(GROUP, OLD + NEW, EXPECTED_TIMEOUT_MS)
     first_new = harness.join(join_request(instance_id=NEW[0]))
     await settle()
     await _rejoin_old_members(harness, formed)
-    await harness.clock.advance(EXPANSION_MS - 1)
+    await harness.clock.advance(EXPECTED_TIMEOUT_MS - 1)
     assert not first_new.done()
     await harness.clock.advance(1)
     response = first_new.result()
@@ -96,11 +96,11 @@ async def test_expansion_timeout_ends_the_hold_with_the_members_present(
 
 async def test_member_after_the_timeout_joins_as_usual(harness: Harness) -> None:
     formed = await harness.form_group(OLD)
-    await harness.coordinator.set_expected_members(GROUP, OLD + NEW[:2], EXPANSION_MS)
+    await harness.coordinator.set_expected_members(GROUP, OLD + NEW[:2], EXPECTED_TIMEOUT_MS)
     first_new = harness.join(join_request(instance_id=NEW[0]))
     await settle()
     rejoined = await _rejoin_old_members(harness, formed)
-    await harness.clock.advance(EXPANSION_MS)
+    await harness.clock.advance(EXPECTED_TIMEOUT_MS)
     assert first_new.result().generation_id == 2
     responses = [first_new.result(), *(t.result() for t in rejoined)]
     await harness.complete_sync(responses)
@@ -122,7 +122,7 @@ def response_instance(response: JoinGroupResponse) -> str:
 
 async def test_an_unexpected_member_neither_ends_nor_escapes_the_hold(harness: Harness) -> None:
     formed = await harness.form_group(OLD)
-    await harness.coordinator.set_expected_members(GROUP, [NEW[0]], EXPANSION_MS)
+    await harness.coordinator.set_expected_members(GROUP, [NEW[0]], EXPECTED_TIMEOUT_MS)
     stranger = harness.join(join_request(instance_id="stranger"))
     await settle()
     rejoined = await _rejoin_old_members(harness, formed)
@@ -136,9 +136,9 @@ async def test_an_unexpected_member_neither_ends_nor_escapes_the_hold(harness: H
     assert _instances(leader) == {*OLD, NEW[0], "stranger"}
 
 
-async def test_clearing_the_registration_releases_a_held_join_phase(harness: Harness) -> None:
+async def test_clearing_the_expected_members_releases_a_held_join_phase(harness: Harness) -> None:
     formed = await harness.form_group(OLD)
-    await harness.coordinator.set_expected_members(GROUP, OLD + NEW, EXPANSION_MS)
+    await harness.coordinator.set_expected_members(GROUP, OLD + NEW, EXPECTED_TIMEOUT_MS)
     first_new = harness.join(join_request(instance_id=NEW[0]))
     await settle()
     await _rejoin_old_members(harness, formed)
@@ -149,13 +149,15 @@ async def test_clearing_the_registration_releases_a_held_join_phase(harness: Har
     assert harness.coordinator.expected_members(GROUP) is None
 
 
-async def test_invalid_registrations_are_refused_and_long_timeouts_capped(harness: Harness) -> None:
+async def test_invalid_expected_members_are_refused_and_long_timeouts_capped(
+    harness: Harness,
+) -> None:
     with pytest.raises(ValueError):
-        await harness.coordinator.set_expected_members(GROUP, [], EXPANSION_MS)
+        await harness.coordinator.set_expected_members(GROUP, [], EXPECTED_TIMEOUT_MS)
     with pytest.raises(ValueError):
         await harness.coordinator.set_expected_members(GROUP, ["i-0"], 0)
     with pytest.raises(ValueError):
-        await harness.coordinator.set_expected_members(GROUP, ["i-\x00"], EXPANSION_MS)
+        await harness.coordinator.set_expected_members(GROUP, ["i-\x00"], EXPECTED_TIMEOUT_MS)
     # Longer than the new-member join timeout: cut to it (the first ones would expire).
     limit = harness.coordinator.config.group_new_member_join_timeout_ms
     capped = await harness.coordinator.set_expected_members(GROUP, ["i-0"], limit + 1)
@@ -167,11 +169,11 @@ async def test_a_restart_mid_scale_up_keeps_waiting_for_the_same_set(tmp_path: P
     clock = ManualClock()
     first = await Harness(store=SqliteStore(path), clock=clock).start()
     formed = await first.form_group(OLD)
-    registered = await first.coordinator.set_expected_members(GROUP, OLD + NEW, EXPANSION_MS)
+    expected = await first.coordinator.set_expected_members(GROUP, OLD + NEW, EXPECTED_TIMEOUT_MS)
     await first.coordinator.close()
     await clock.advance(1_000)
     second = await Harness(store=SqliteStore(path), clock=clock).start()
-    assert second.coordinator.expected_members(GROUP) == registered
+    assert second.coordinator.expected_members(GROUP) == expected
     # The first new member arrives; the old ones (same member ids) learn of it and rejoin.
     first_new = second.join(join_request(instance_id=NEW[0]))
     await settle()
@@ -194,11 +196,11 @@ async def test_the_deadline_is_absolute_across_a_restart(tmp_path: Path) -> None
     path = tmp_path / "coordinator.db"
     clock = ManualClock()
     first = await Harness(store=SqliteStore(path), clock=clock).start()
-    await first.coordinator.set_expected_members(GROUP, ["i-9"], EXPANSION_MS)
+    await first.coordinator.set_expected_members(GROUP, ["i-9"], EXPECTED_TIMEOUT_MS)
     await first.coordinator.close()
     second = await Harness(store=SqliteStore(path), clock=clock).start()
     loaded = second.coordinator.expected_members(GROUP)
-    assert loaded == Expansion(frozenset({"i-9"}), EXPANSION_MS, EXPANSION_MS)
+    assert loaded == ExpectedMembers(frozenset({"i-9"}), EXPECTED_TIMEOUT_MS, EXPECTED_TIMEOUT_MS)
     await second.coordinator.clear_expected_members(GROUP)
     await second.coordinator.close()
     third = await Harness(store=SqliteStore(path), clock=clock).start()

@@ -45,7 +45,7 @@ class WritePathStore(MemoryStore):
             | set(batch.deleted_groups)
             | {group_id for group_id, _ in batch.offsets}
             | {event.group_id for event in batch.journal}
-            | {group_id for group_id, _ in batch.expansions}
+            | {group_id for group_id, _ in batch.expected_members}
             | {group_id for group_id, _, _ in batch.promotions}
         )
         assert len(group_ids) <= 1, f"one operation, one group: {group_ids}"
@@ -109,7 +109,7 @@ async def test_every_operation_writes_through_the_one_write_path() -> None:
     kinds = {event.kind for batch in store.batches for event in batch.journal}
     assert {"member_replaced", "static_rejoin", "topic_metadata_changed", "group_deleted"} <= kinds
     assert any(batch.promotions for batch in store.batches)
-    assert any(batch.expansions for batch in store.batches)
+    assert any(batch.expected_members for batch in store.batches)
     assert any(batch.topics is not None for batch in store.batches)
 
 

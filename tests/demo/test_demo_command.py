@@ -62,7 +62,7 @@ def test_quick_demo_end_to_end(tmp_path):
         "scale_down_batch_leave",
         "coordinator_crash",
         "scale_up_plain",
-        "scale_up_pre_registered",
+        "scale_up_expected_members",
         "member_killed_timeout",
         "member_killed_restart",
         "member_killed_standby",
@@ -96,8 +96,8 @@ def test_quick_demo_end_to_end(tmp_path):
     assert crash["commit_regressions"] == []
     assert crash["acknowledged_partitions"] > 0
 
-    # Issue 15: pre-registered, the doubling is one rebalance (the plain run is the baseline).
-    assert scenarios["scale_up_pre_registered"]["metrics"]["rebalances"] == 1
+    # Issue 15: with expected members the doubling is one rebalance (the plain run: baseline).
+    assert scenarios["scale_up_expected_members"]["metrics"]["rebalances"] == 1
     assert scenarios["scale_up_plain"]["metrics"]["rebalances"] >= 1
 
     # Issue 15: a promoted hot standby owns the killed member's partitions within a

@@ -59,7 +59,7 @@ def test_quick_demo_embedded_and_kafka_side_by_side(tmp_path):
         "scale_down_batch_leave",
         "coordinator_crash",
         "scale_up_plain",
-        "scale_up_pre_registered",
+        "scale_up_expected_members",
         "member_killed_timeout",
         "member_killed_restart",
         "member_killed_standby",

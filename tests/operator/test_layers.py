@@ -38,7 +38,7 @@ PURE_MODULES = [
     "group_memory",
     "hot_standby",
     "promotion",
-    "scale_up",
+    "expected_members",
     "status",
     "members",
     "owned",

@@ -1,4 +1,4 @@
-"""Scale-up 3 -> 6 on the embedded coordinator, with and without pre-registration (kmock)."""
+"""Scale-up 3 -> 6 on the embedded coordinator, with and without expected members (kmock)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ async def _scale_up_with_stragglers(cluster: Cluster) -> list[str]:
     return [e.kind for e in await cluster.journal("orders", since)]
 
 
-async def test_pre_registered_scale_up_is_exactly_one_rebalance() -> None:
+async def test_a_scale_up_with_expected_members_is_exactly_one_rebalance() -> None:
     async with running_cluster() as cluster:
         await cluster.create_group("orders", managed_spec(replicas=3))
         kinds = await _scale_up_with_stragglers(cluster)
@@ -39,54 +39,55 @@ async def test_pre_registered_scale_up_is_exactly_one_rebalance() -> None:
         assert kinds.count("member_joined") == 3
         events = [a for a in cluster.actions() if a.verb == "event"]
         assert "ExpectingMembers" in [a.name for a in events]
-        # Fulfilled in a Stable group: the registration is cleared on a later pass.
+        # Fulfilled in a Stable group: the expected members are cleared on a later pass.
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is None,
-            what="registration cleared",
+            what="expected members cleared",
         )
 
 
-async def test_without_pre_registration_the_same_scale_up_rebalances_twice() -> None:
+async def test_without_expected_members_the_same_scale_up_rebalances_twice() -> None:
     async with running_cluster() as cluster:
-        spec = managed_spec(replicas=3, scaleUp={"preRegister": False})
+        spec = managed_spec(replicas=3, scaleUp={"expectMembers": False})
         await cluster.create_group("orders", spec)
         kinds = await _scale_up_with_stragglers(cluster)
         assert kinds.count("generation_started") >= 2, kinds
         assert cluster.coordinator.expected_members("orders") is None
 
 
-async def test_scale_down_and_delete_clear_the_registration() -> None:
+async def test_scale_down_and_delete_clear_the_expected_members() -> None:
     async with running_cluster() as cluster:
         await cluster.create_group("orders", managed_spec(replicas=3))
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
-        # Pods that never start: the registration stays pending until the spec shrinks.
+        # Pods that never start: the expected members stay pending until the spec shrinks.
         cluster.kubelet.refused.update({"orders-3", "orders-4"})
         await cluster.update_spec("orders", {"replicas": 5})
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is not None,
-            what="registered",
+            what="expected",
         )
-        expansion = cluster.coordinator.expected_members("orders")
-        assert expansion is not None and expansion.instance_ids == set(FLEET[:5])
+        expected = cluster.coordinator.expected_members("orders")
+        assert expected is not None and expected.instance_ids == set(FLEET[:5])
 
-        async def awaiting() -> list[str]:
+        async def missing() -> list[str]:
             status = (await cluster.get_group("orders")).get("status") or {}
-            return list(status.get("awaitingMembers") or [])
+            return list(status.get("missingExpectedMembers") or [])
 
         await cluster.eventually(
-            lambda: _equals(awaiting(), ["orders-3", "orders-4"]), what="status awaitingMembers"
+            lambda: _equals(missing(), ["orders-3", "orders-4"]),
+            what="status missingExpectedMembers",
         )
-        group = {"namespace": "default", "group": "orders", "kind": "awaiting"}
+        group = {"namespace": "default", "group": "orders", "kind": "missing_expected"}
         await cluster.eventually(
             lambda: cluster.metric("staticfleet_operator_group_members", **group) == 2,
-            what="awaiting metric",
+            what="missing_expected metric",
         )
         await cluster.update_spec("orders", {"replicas": 2})
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is None,
             what="cleared by the scale-down",
         )
-        await cluster.eventually(lambda: _equals(awaiting(), []), what="status cleared")
+        await cluster.eventually(lambda: _equals(missing(), []), what="status cleared")
         cluster.kubelet.refused.clear()
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
         await cluster.delete_group("orders")
@@ -96,36 +97,36 @@ async def test_scale_down_and_delete_clear_the_registration() -> None:
         assert cluster.coordinator.expected_members("orders") is None
 
 
-async def test_a_pending_registration_waits_for_its_deadline_without_polling() -> None:
-    """A registration whose members never come costs no passes and no requests until its
-    deadline, then one pass clears it (the harness requeues every 0.1 s: a group counted
-    unsettled while registered would run about 20 passes in the quiet window)."""
+async def test_pending_expected_members_wait_for_their_deadline_without_polling() -> None:
+    """Expected members that never come cost no passes and no requests until their
+    deadline, then one pass clears them (the harness requeues every 0.1 s: a group counted
+    unsettled while members are expected would run about 20 passes in the quiet window)."""
     async with running_cluster() as cluster:
-        spec = managed_spec(replicas=3, scaleUp={"expansionTimeoutSeconds": 6})
+        spec = managed_spec(replicas=3, scaleUp={"expectedMembersTimeoutSeconds": 6})
         await cluster.create_group("orders", spec)
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
         cluster.kubelet.refused.update({"orders-3"})
         await cluster.update_spec("orders", {"replicas": 4})
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is not None,
-            what="registered",
+            what="expected",
         )
-        expansion = cluster.coordinator.expected_members("orders")
-        assert expansion is not None
-        registered = asyncio.get_running_loop().time()
+        expected = cluster.coordinator.expected_members("orders")
+        assert expected is not None
+        expected_at = asyncio.get_running_loop().time()
         await asyncio.sleep(1.0)  # the scale-up's own passes and their events are done
         passes_before = cluster.passes_done()
         with counted(cluster) as requests:
             await asyncio.sleep(2.0)
         assert requests == []
         assert cluster.passes_done() - passes_before <= 3
-        assert cluster.coordinator.expected_members("orders") == expansion  # still pending
+        assert cluster.coordinator.expected_members("orders") == expected  # still pending
         await cluster.eventually(
             lambda: cluster.coordinator.expected_members("orders") is None,
             timeout=15,
             what="cleared at its deadline",
         )
-        assert asyncio.get_running_loop().time() - registered >= 5.5
+        assert asyncio.get_running_loop().time() - expected_at >= 5.5
 
 
 async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:

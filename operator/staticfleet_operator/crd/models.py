@@ -662,11 +662,11 @@ class ScaleUpSpec(SpecModel):
     tell its coordinator which members to expect, so a Kafka-coordinated group rebalances as
     its new members arrive)."""
 
-    pre_register: bool = True
-    """Before creating new member pods, register every member's instance id with the
-    coordinator as expected: the group's join phase then waits for all of them and the
-    scale-up is one rebalance. Cleared on scale-down and delete."""
-    expansion_timeout_seconds: int = Field(default=120, ge=1, le=300)
+    expect_members: bool = True
+    """Before creating new member pods, tell the coordinator to expect every member's
+    instance id (its expected members): the group's join phase then waits for all of them
+    and the scale-up is one rebalance. Cleared on scale-down and delete."""
+    expected_members_timeout_seconds: int = Field(default=120, ge=1, le=300)
     """How long the join phase waits for expected members that have not joined (pods not
     scheduled, images still pulling); then it completes with those present and late members
     join as usual. At most 300 (the coordinator's new-member join timeout)."""
@@ -950,7 +950,7 @@ class ConsumerGroupSpec(SpecModel):
     rollout: RolloutSpec = Field(default_factory=RolloutSpec, json_schema_extra={"default": {}})
     """Rolling restart settings."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
-    """Managed mode: scale-up in one rebalance (pre-registration of expected members)."""
+    """Managed mode: scale-up in one rebalance (the coordinator's expected members)."""
     standbys: int = Field(default=0, ge=0, le=100)
     """Managed mode on the embedded coordinator: hot standby member pods that hold no
     partitions. When an active member's pod is deleted, fails or loses its node, a Ready
@@ -1311,9 +1311,9 @@ class ConsumerGroupStatus(StatusModel):
         assert isinstance(rollout, RolloutStatus)
         return rollout
 
-    awaiting_members: list[str] = Field(default_factory=list)
-    """Scale-up: instance ids registered with the embedded coordinator as expected that have
-    not joined yet (its rebalance waits for them, up to scaleUp.expansionTimeoutSeconds)."""
+    missing_expected_members: list[str] = Field(default_factory=list)
+    """Scale-up: the embedded coordinator's expected members that it does not list yet (its
+    rebalance waits for them, up to scaleUp.expectedMembersTimeoutSeconds)."""
     standbys_ready: int | None = Field(default=None, ge=0)
     """Hot standby: standby pods the embedded coordinator hears from (ready to take over)."""
     promotions: list[PromotionStatus] = Field(default_factory=list)

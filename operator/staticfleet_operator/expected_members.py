@@ -1,9 +1,10 @@
-"""Scale-up in one rebalance: which instance ids the operator registers with the embedded
-coordinator as expected before it creates member pods (pure; `reconcile.py` acts on it).
+"""Expected members, for a scale-up in one rebalance: which instance ids the operator tells
+the embedded coordinator to expect before it creates member pods (pure; `pass_plan.py`
+decides with it, the actuator acts).
 
-The coordinator holds a join phase until every expected member has joined or the expansion
-timeout passes (`coordinator.expansion`), so new members that start seconds apart still
-land in one generation. Kafka's coordinator has no such API: a Kafka-coordinated group
+The coordinator holds a join phase until every expected member has joined or the expected
+members' timeout passes (`coordinator.expected_members`), so new members that start seconds
+apart still land in one generation. Kafka's coordinator has no such API: a Kafka-coordinated group
 rebalances as its members arrive.
 """
 
@@ -38,26 +39,26 @@ def should_clear(
     stable: bool,
     expired: bool = False,
 ) -> bool:
-    """Clear a registration that no longer describes the fleet (a scale-down named slots
-    at or above `replicas`), that is fulfilled (every expected member is listed in a
+    """Clear expected members that no longer describe the fleet (a scale-down named slots
+    at or above `replicas`), that are fulfilled (every expected member is listed in a
     Stable group; a member is listed as soon as it joins, before the held phase ends), or
-    that is past its deadline: it holds no join phase any more, and kept it would go on
-    listing members as awaited that nobody waits for."""
+    that are past their deadline: they hold no join phase any more, and kept they would go
+    on listing members as missing that nobody waits for."""
     wanted = {instance_id(prefix, slot) for slot in range(replicas)}
     if expired or not set(expected) <= wanted:
         return True
     return stable and all(i in listed for i in expected)
 
 
-# A pass at a registration's expiry runs this much after it, so it sees it expired (the
+# A pass at the expected members' expiry runs this much after it, so it sees it expired (the
 # coordinator's clock and the event loop's are read at slightly different moments).
 EXPIRY_MARGIN_SECONDS = 0.05
 
 
 def seconds_until_expiry(deadline_ms: int, now_ms: int) -> float | None:
-    """When the group's pass at its registration's expiry is due (None: expired already).
+    """When the group's pass at its expected members' expiry is due (None: expired already).
 
-    A pending registration is a clock, not a reason to poll: members joining are journal
+    Pending expected members are a clock, not a reason to poll: members joining are journal
     events (each asks for a pass), so only the deadline needs a timer of its own."""
     if now_ms >= deadline_ms:
         return None

@@ -1,5 +1,5 @@
-"""Expected members (pre-registration, KIP-345's "Future Works"): the rule that holds a
-join phase until every expected static member has joined, or until the expansion deadline.
+"""Expected members (KIP-345's "Future Works"): the rule that holds a join phase until
+every expected static member has joined, or until the expected members' deadline.
 
 Pure data and rules; the coordinator calls `hold_ms` where it would end a join phase. Kafka
 has no such API: a group on a Kafka broker rebalances once per member that arrives in a
@@ -14,7 +14,7 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
-class Expansion:
+class ExpectedMembers:
     """The instance ids the group should have, and when waiting for them stops."""
 
     instance_ids: frozenset[str]
@@ -40,7 +40,7 @@ class Expansion:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Expansion:
+    def from_json(cls, data: dict[str, Any]) -> ExpectedMembers:
         return cls(
             instance_ids=frozenset(str(i) for i in data["instance_ids"]),
             timeout_ms=int(data["timeout_ms"]),

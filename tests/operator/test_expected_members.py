@@ -1,8 +1,12 @@
-"""Rules for pre-registering expected members before a scale-up (pure)."""
+"""Rules for the coordinator's expected members before a scale-up (pure)."""
 
 from __future__ import annotations
 
-from staticfleet_operator.scale_up import expected_on_create, seconds_until_expiry, should_clear
+from staticfleet_operator.expected_members import (
+    expected_on_create,
+    seconds_until_expiry,
+    should_clear,
+)
 
 
 def test_scale_up_expects_the_whole_fleet() -> None:
@@ -19,11 +23,11 @@ def test_a_new_group_expects_every_member() -> None:
     assert expected_on_create("o", 2, [0, 1], set()) == ["o-0", "o-1"]
 
 
-def test_a_registration_naming_slots_above_replicas_is_cleared_on_scale_down() -> None:
+def test_expected_members_naming_slots_above_replicas_are_cleared_on_scale_down() -> None:
     assert should_clear(["o-0", "o-1", "o-2", "o-3"], "o", 2, {"o-0", "o-1"}, stable=False)
 
 
-def test_a_fulfilled_registration_is_cleared_once_stable_and_a_pending_one_kept() -> None:
+def test_fulfilled_expected_members_are_cleared_once_stable_and_pending_ones_kept() -> None:
     fleet = ["o-0", "o-1", "o-2"]
     everyone = {"o-0", "o-1", "o-2"}
     assert should_clear(fleet, "o", 3, everyone, stable=True)
@@ -32,13 +36,13 @@ def test_a_fulfilled_registration_is_cleared_once_stable_and_a_pending_one_kept(
     assert not should_clear(fleet, "o", 3, {"o-0", "o-1"}, stable=True)
 
 
-def test_an_expired_registration_is_cleared_even_with_members_missing() -> None:
+def test_expired_expected_members_are_cleared_even_with_members_missing() -> None:
     fleet = ["o-0", "o-1", "o-2"]
     assert not should_clear(fleet, "o", 3, {"o-0"}, stable=True, expired=False)
     assert should_clear(fleet, "o", 3, {"o-0"}, stable=True, expired=True)
 
 
-def test_a_pending_registration_asks_for_one_pass_at_its_deadline() -> None:
+def test_pending_expected_members_ask_for_one_pass_at_their_deadline() -> None:
     due = seconds_until_expiry(deadline_ms=10_000, now_ms=4_000)
     assert due is not None and 6.0 <= due < 6.5
     assert seconds_until_expiry(deadline_ms=10_000, now_ms=10_000) is None
