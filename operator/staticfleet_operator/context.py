@@ -71,16 +71,6 @@ class Operator:
         )
         return await self.kafka.for_group(str(ref), coordinator.bootstrap_servers, settings)
 
-    @property
-    def secret_users(self) -> dict[tuple[str, str], set[tuple[str, str]]]:
-        """(namespace, Secret name) -> the groups that read it (a Secret event wakes them)."""
-        users: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        for ref in self.memories:
-            memory = self.memories.get(ref)
-            for secret in memory.secrets if memory is not None else ():
-                users.setdefault((ref.namespace, secret), set()).add(ref)
-        return users
-
     def settings(self, name: str) -> MemberSettings:
         return MemberSettings(coordinator_url=self.coordinator_url, group_name=name)
 

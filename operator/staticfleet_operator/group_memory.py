@@ -62,6 +62,8 @@ class Memories:
     def __init__(self) -> None:
         self._groups: dict[GroupRef, GroupMemory] = {}
         self._by_group_id: dict[str, GroupRef] = {}
+        # (namespace, Secret name) -> the groups that read it.
+        self._by_secret: dict[tuple[str, str], set[GroupRef]] = {}
 
     def of(self, ref: GroupRef) -> GroupMemory:
         memory = self._groups.get(ref)
@@ -76,6 +78,8 @@ class Memories:
         memory = self._groups.pop(ref, None)
         if memory is not None and memory.group_id is not None:
             self._forget_group_id(memory.group_id, ref)
+        if memory is not None:
+            self._index_secrets(memory, frozenset())
         return memory
 
     def remember(self, memory: GroupMemory, update: MemoryUpdate) -> None:
@@ -91,7 +95,18 @@ class Memories:
                 memory.reported.pop(reason, None)
             else:
                 memory.reported[reason] = message
-        memory.secrets = update.secrets
+        self._index_secrets(memory, update.secrets)
+
+    def _index_secrets(self, memory: GroupMemory, secrets: frozenset[str]) -> None:
+        namespace = memory.ref.namespace
+        for name in memory.secrets - secrets:
+            users = self._by_secret.get((namespace, name), set())
+            users.discard(memory.ref)
+            if not users:
+                self._by_secret.pop((namespace, name), None)
+        for name in secrets - memory.secrets:
+            self._by_secret.setdefault((namespace, name), set()).add(memory.ref)
+        memory.secrets = secrets
 
     def _forget_group_id(self, group_id: str, ref: GroupRef) -> None:
         if self._by_group_id.get(group_id) == ref:
@@ -101,13 +116,9 @@ class Memories:
         """The ConsumerGroup whose spec names `group_id` (a journal entry wakes it)."""
         return self._by_group_id.get(group_id)
 
-    def users_of_secret(self, namespace: str, name: str) -> set[GroupRef]:
-        """The groups that read the Secret `namespace/name` (rare events: a scan is fine)."""
-        return {
-            ref
-            for ref, memory in self._groups.items()
-            if ref.namespace == namespace and name in memory.secrets
-        }
+    def users_of_secret(self, namespace: str, name: str) -> frozenset[GroupRef]:
+        """The groups that read the Secret `namespace/name` (its change wakes them)."""
+        return frozenset(self._by_secret.get((namespace, name), ()))
 
     def __iter__(self) -> Iterator[GroupRef]:
         return iter(list(self._groups))

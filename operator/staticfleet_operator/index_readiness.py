@@ -36,6 +36,8 @@ _ORIGINAL: Final[Callable[[ToggleSet, bool], Awaitable[None]]] = ToggleSet.wait_
 _SHARED: weakref.WeakKeyDictionary[ToggleSet, dict[bool, asyncio.Future[None]]] = (
     weakref.WeakKeyDictionary()
 )
+# How many callers await each shared waiter: the last one to leave cancels it.
+_CALLERS: weakref.WeakKeyDictionary[asyncio.Future[None], int] = weakref.WeakKeyDictionary()
 
 
 async def _shared_wait_for(self: ToggleSet, state: bool, /) -> None:
@@ -47,7 +49,16 @@ async def _shared_wait_for(self: ToggleSet, state: bool, /) -> None:
     if waiter is None or waiter.done() or waiter.get_loop() is not asyncio.get_running_loop():
         waiter = asyncio.ensure_future(_ORIGINAL(self, wanted))
         waiters[wanted] = waiter
-    await asyncio.shield(waiter)
+        _CALLERS[waiter] = 0
+    _CALLERS[waiter] += 1
+    try:
+        await asyncio.shield(waiter)
+    finally:
+        _CALLERS[waiter] -= 1
+        if _CALLERS[waiter] == 0 and not waiter.done():
+            # Every caller is gone (cancelled: Kopf stopping): a waiter left behind is a
+            # task Kopf's shutdown waits 5 s for before it cancels it ("hung tasks").
+            waiter.cancel()
 
 
 def require_pinned_kopf(found: str | None = None) -> None:

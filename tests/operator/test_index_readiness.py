@@ -92,3 +92,20 @@ def test_any_kopf_but_the_pinned_one_is_refused_at_install(monkeypatch: pytest.M
     monkeypatch.setattr(kopf, "__version__", "1.46.0")
     with pytest.raises(RuntimeError, match=r"written for kopf 1\.45\.2; found 1\.46\.0"):
         index_readiness.install()
+
+
+async def test_when_every_caller_is_cancelled_no_waiter_task_is_left_behind() -> None:
+    """Kopf's shutdown waits 5 s for every task born while it ran before it cancels them: a
+    shared waiter that outlived its callers cost each operator stop those 5 s."""
+    index_readiness.install()
+    toggles = ToggleSet(all)
+    await toggles.make_toggle(name="never dropped")
+    before = asyncio.all_tasks()
+    callers = [asyncio.create_task(toggles.wait_for(True)) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    assert len(asyncio.all_tasks() - before) == 4  # three callers, one shared waiter
+    for caller in callers:
+        caller.cancel()
+    await asyncio.gather(*callers, return_exceptions=True)
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() - before == set()
