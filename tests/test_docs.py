@@ -82,7 +82,10 @@ def _event_reasons() -> set[str]:
     reasons = set()
     for path in OPERATOR.rglob("*.py"):
         text = path.read_text()
-        reasons |= set(re.findall(r"post_event\(\s*\w+,\s*\"([A-Za-z]+)\"", text))
+        # An Event of the pass (actions.Event), by its literal reason or a named constant
+        # (pass_plan's TOKEN_UNAVAILABLE = "MemberTokenUnavailable", ...).
+        reasons |= set(re.findall(r"\bEvent\(\s*\"([A-Za-z]+)\"", text))
+        reasons |= set(re.findall(r"^[A-Z_]+ = \"((?:[A-Z][a-z]+){2,})\"$", text, re.M))
         reasons |= set(re.findall(r"event_reason: ClassVar\[str\] = \"([A-Za-z]+)\"", text))
     # A paused rollout's Event is named by its blocker's code.
     from staticfleet_operator.blockers import BlockerCode

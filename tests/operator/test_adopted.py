@@ -123,7 +123,7 @@ async def test_executors_gone_past_the_grace_period_leave_in_one_batch_and_free_
     await _settle(memory, fleet, _listed(0, 1, 2), NOW)
     # The driver releases two executors; the coordinator still lists their members.
     leaves, left, in_use = await _settle(memory, fleet[:1], _listed(0, 1, 2), NOW)
-    assert leaves.sent == [] and in_use == 3 and memory.timed  # vacant: a clock runs
+    assert (leaves.sent, in_use, memory.timed) == ([], 3, True)  # vacant: a clock runs
     # Within the grace period: nobody leaves.
     leaves, _, _ = await _settle(memory, fleet[:1], _listed(0, 1, 2), NOW + timedelta(seconds=5))
     assert leaves.sent == []
@@ -131,7 +131,7 @@ async def test_executors_gone_past_the_grace_period_leave_in_one_batch_and_free_
     later = NOW + timedelta(seconds=GRACE + 1)
     leaves, left, in_use = await _settle(memory, fleet[:1], _listed(0, 1, 2), later)
     assert leaves.sent == [["spark-job-1", "spark-job-2"]] and left == leaves.sent[0]
-    assert in_use == 1 and not memory.timed
+    assert (in_use, memory.timed) == (1, False)
     admission, _ = await adopted.admit(
         memory, _grace_spec(), fleet[:1], _listed(0), "key-new", RolloutStatus(), later
     )
