@@ -85,7 +85,7 @@ class LocalRolloutSpec:
     desired_protocol: RebalanceProtocolSetting
     template_hash: str
     assignors: Assignors
-    expected_members: int
+    desired_members: int
     member_ready_timeout_seconds: float
 
 
@@ -170,7 +170,7 @@ def observation_of(
         desired_protocol=spec.desired_protocol,
         desired_template_hash=spec.template_hash,
         assignors=spec.assignors,
-        expected_members=spec.expected_members,
+        desired_members=spec.desired_members,
         member_ready_timeout_seconds=spec.member_ready_timeout_seconds,
         pods=pods,
         coordinator=CoordinatorView.from_described(described) if described is not None else None,

@@ -41,7 +41,7 @@ def observed_status(
     view: CoordinatorView | None,
     selected_protocol: str | None,
     pods: Sequence[MemberPod],
-    expected_members: int,
+    desired_members: int,
     rollout: RolloutStatus,
     now: datetime,
     degraded_reason: str | None = None,
@@ -77,7 +77,7 @@ def observed_status(
     apply_conditions(
         status,
         generation=generation,
-        expected_members=expected_members,
+        desired_members=desired_members,
         ready_pods=sum(1 for p in live if p.ready),
         rollout=rollout,
         now=now,
@@ -91,7 +91,7 @@ def apply_conditions(
     status: ConsumerGroupStatus,
     *,
     generation: int | None,
-    expected_members: int,
+    desired_members: int,
     ready_pods: int,
     rollout: RolloutStatus,
     now: datetime,
@@ -109,24 +109,22 @@ def apply_conditions(
         )
 
     stable = status.group_state is ObservedGroupState.STABLE or (
-        expected_members == 0
+        desired_members == 0
         and status.group_state in (ObservedGroupState.EMPTY, ObservedGroupState.DEAD)
     )
     if rollout.phase is RolloutPhase.PAUSED:
         # The cause's code (blockers.py), so conditions group by it like Events and metrics.
         paused_on = rollout.blocker.value if rollout.blocker is not None else "RolloutPaused"
         degraded_reason, degraded_message = paused_on, rollout.message
-    settled = (
-        stable and ready_pods == expected_members and (status.members or 0) == expected_members
-    )
+    settled = stable and ready_pods == desired_members and (status.members or 0) == desired_members
     if settled and not rollout.active:
-        put(ConditionType.READY, True, "GroupStable", f"{expected_members} members, group Stable")
+        put(ConditionType.READY, True, "GroupStable", f"{desired_members} members, group Stable")
     else:
         put(
             ConditionType.READY,
             False,
             "RolloutInProgress" if rollout.active else "MembersNotReady",
-            f"{ready_pods}/{expected_members} pods ready, group {status.group_state}",
+            f"{ready_pods}/{desired_members} pods ready, group {status.group_state}",
         )
     if rollout.progressing:
         waiting_on = rollout.blocker.value if rollout.blocker is not None else "RollingBounce"

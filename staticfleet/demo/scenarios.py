@@ -326,7 +326,7 @@ def upgrade(run: ScenarioRun) -> None:
             desired_protocol=RebalanceProtocolSetting.COOPERATIVE,
             template_hash=DEMO_TEMPLATE,
             assignors=Assignors(eager=EAGER_ASSIGNOR, cooperative=COOPERATIVE_ASSIGNOR),
-            expected_members=members,
+            desired_members=members,
             member_ready_timeout_seconds=run.settings.settle_timeout_s,
         ),
         state_path=run.fleet.log_dir / "rollout.json",

@@ -140,7 +140,7 @@ def spec(size: int, protocol: RebalanceProtocolSetting = COOPERATIVE) -> LocalRo
         desired_protocol=protocol,
         template_hash=TEMPLATE,
         assignors=ASSIGNORS,
-        expected_members=size,
+        desired_members=size,
         member_ready_timeout_seconds=TIMEOUT,
     )
 

@@ -102,7 +102,7 @@ class Fleet:
             desired_protocol=desired,
             desired_template_hash=template,
             assignors=self.assignors,
-            expected_members=self.size if expected is None else expected,
+            desired_members=self.size if expected is None else expected,
             member_ready_timeout_seconds=TIMEOUT,
             pods=tuple(self.pods[slot] for slot in sorted(self.pods)),
             coordinator=view,
@@ -302,7 +302,7 @@ def test_each_wait_for_the_bounced_member_must_clear_before_the_next() -> None:
     assert "PreparingRebalance" in wait_reason(step())
     fleet.group_state = GroupState.STABLE
     del fleet.members[1]
-    assert "2 members, 3 expected" in wait_reason(step())
+    assert "2 members, 3 desired" in wait_reason(step())
     fleet.rejoin(1, ASSIGNORS.offered_by(EAGER))
     nxt = step()
     assert isinstance(nxt, Bounce) and nxt.slot == 1
@@ -360,7 +360,7 @@ def test_bounce_2_needs_every_member_offering_cooperative_and_stable_expected_co
     fleet.group_state = GroupState.STABLE
 
     observation = fleet.observe(COOPERATIVE, expected=4)
-    assert "3 member pods are live, 4 expected" in wait_reason(decide(observation, state, now))
+    assert "3 member pods are live, 4 desired" in wait_reason(decide(observation, state, now))
 
     start = decide(fleet.observe(COOPERATIVE), state, now)
     assert isinstance(start, Bounce) and start.protocol is COOPERATIVE and start.slot == 1
@@ -373,7 +373,7 @@ def test_a_stranger_in_the_group_blocks_the_rollout() -> None:
     fleet.members[9] = GroupMemberView(None, "dynamic-1", frozenset({"range"}))
     observation = fleet.observe(COOPERATIVE, expected=2)
     decision = decide(observation, RolloutStatus(), T0)
-    assert "3 members, 2 expected" in wait_reason(decision)
+    assert "3 members, 2 desired" in wait_reason(decision)
 
 
 def test_describe_failing_means_wait() -> None:

@@ -183,7 +183,7 @@ class FleetSim:
             desired_protocol=self.desired,
             desired_template_hash=self.template,
             assignors=ASSIGNORS,
-            expected_members=self.scenario.size,
+            desired_members=self.scenario.size,
             member_ready_timeout_seconds=TIMEOUT,
             pods=pods,
             coordinator=view,
@@ -389,7 +389,7 @@ def check_bounce(observation: Observation, decision: Bounce) -> None:
     if not in_order:
         return
     live = observation.live_pods
-    assert len(view.members) == observation.expected_members == len(live)
+    assert len(view.members) == observation.desired_members == len(live)
     assert view.instance_ids == {pod.instance_id for pod in live}
     remaining = [
         pod for pod in live if not pod.created_with(decision.protocol, decision.template_hash)

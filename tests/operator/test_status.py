@@ -26,7 +26,7 @@ def _status(rollout: RolloutStatus) -> ConsumerGroupStatus:
         view=CoordinatorView(GroupState.STABLE, 5, "o-0", members),
         selected_protocol="range",
         pods=pods,
-        expected_members=2,
+        desired_members=2,
         rollout=rollout,
         now=NOW,
     )

@@ -72,10 +72,10 @@ def group_settled(observation: Observation) -> Blocker | None:
         return Blocker(
             BlockerCode.GROUP_NOT_STABLE, f"the group is {view.group_state.value}, not Stable"
         )
-    if len(view.members) != observation.expected_members:
+    if len(view.members) != observation.desired_members:
         return Blocker(
             BlockerCode.MEMBER_COUNT_MISMATCH,
-            f"the group has {len(view.members)} members, {observation.expected_members} expected",
+            f"the group has {len(view.members)} members, {observation.desired_members} desired",
         )
     return None
 
@@ -89,10 +89,10 @@ def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) ->
     KIP-429's condition for the second bounce: every member offers the cooperative assignor.
     """
     live = observation.live_pods
-    if len(live) != observation.expected_members:
+    if len(live) != observation.desired_members:
         return Blocker(
             BlockerCode.FLEET_INCOMPLETE,
-            f"{len(live)} member pods are live, {observation.expected_members} expected",
+            f"{len(live)} member pods are live, {observation.desired_members} desired",
         )
     not_ready = [pod.pod_name for pod in live if not pod.ready]
     if not_ready:
@@ -140,7 +140,7 @@ def stuck_member(
     live = observation.live_pods
     if view is None or view.group_state is not GroupState.STABLE:
         return None
-    if len(live) != observation.expected_members:
+    if len(live) != observation.desired_members:
         return None
     down = [pod for pod in live if not _serving(observation, pod, view)]
     if len(down) != 1 or down[0] not in remaining or down[0].ready:

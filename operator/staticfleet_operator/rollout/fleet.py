@@ -129,7 +129,7 @@ def plan(observation: FleetObservation) -> Step:
         desired_protocol=desired_protocol(spec),
         desired_template_hash=observation.template_hash,
         assignors=assignors(spec),
-        expected_members=replicas,
+        desired_members=replicas,
         member_ready_timeout_seconds=spec.rollout.member_ready_timeout_seconds,
         pods=pods,
         coordinator=view if observation.describable else None,

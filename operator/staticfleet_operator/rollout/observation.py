@@ -95,7 +95,7 @@ class Observation:
     desired_protocol: RebalanceProtocolSetting
     desired_template_hash: str
     assignors: Assignors
-    expected_members: int
+    desired_members: int
     member_ready_timeout_seconds: float
     pods: tuple[MemberPod, ...] = ()
     # None: describe failed. Nothing is decided on a guess, so that is a reason to wait.
@@ -107,8 +107,8 @@ class Observation:
                 "spec.rebalance.protocol must be eager or cooperative, "
                 f"not {self.desired_protocol.value!r}"
             )
-        if self.expected_members < 0 or self.member_ready_timeout_seconds <= 0:
-            raise ValueError("expected_members must be >= 0 and the ready timeout positive")
+        if self.desired_members < 0 or self.member_ready_timeout_seconds <= 0:
+            raise ValueError("desired_members must be >= 0 and the ready timeout positive")
 
     @property
     def live_pods(self) -> tuple[MemberPod, ...]:

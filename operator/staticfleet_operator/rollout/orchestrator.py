@@ -71,14 +71,14 @@ def _begin(observation: Observation, previous: RolloutStatus, now: datetime, not
     """Plan from the pods as they are (a new rollout, a re-plan, or a lost state)."""
     live = observation.live_pods
     terminating = len(observation.pods) - len(live)
-    if len(live) != observation.expected_members or terminating:
+    if len(live) != observation.desired_members or terminating:
         # A pod in transit has settings nobody knows yet (its replacement's): a plan made
         # now could call the fleet done, or plan a bounce too few. No timeout here: no
         # rollout is under way that could be stuck.
         reason = _join(
             note,
             f"waiting for the fleet before planning: {len(live)} of "
-            f"{observation.expected_members} member pods live, {terminating} terminating",
+            f"{observation.desired_members} member pods live, {terminating} terminating",
         )
         blocker = Blocker(BlockerCode.FLEET_IN_TRANSIT, reason)
         return Wait(reason, _replace(previous, message=reason, blocker=blocker.code), blocker)
@@ -283,7 +283,7 @@ def _finish(observation: Observation, state: RolloutStatus, now: datetime, note:
         note,
         f"rollout complete: {started} -> {protocol.value} with template {state.template_hash} "
         f"in {len(state.bounces)} bounce(s), group Stable with "
-        f"{observation.expected_members} members",
+        f"{observation.desired_members} members",
     )
     record = _replace(
         _without_member_in_flight(state),
