@@ -128,12 +128,12 @@ async def test_a_401_makes_kopf_log_in_again_and_the_call_is_retried_once() -> N
 async def test_the_operator_logs_in_again_and_replaces_a_pod_after_its_token_expired() -> None:
     """The whole operator: its passes hold `op.kube` across Kopf's re-login and go on.
 
-    The re-login closes Kopf's watches with the old credentials' sessions, and Kopf resumes
-    them from their resourceVersion. kmock cannot resume a watch: it would go on from now,
-    and the pod's DELETED event, when it was still in flight, would be lost (it was, now and
-    then, under load) — a real API server replays it. The nearest kmock can play is a server
-    that no longer holds that version: the first watch of each kind after the re-login is
-    answered 410 Gone, Kopf lists again, and the operator finds the pod gone either way."""
+    The re-login closes Kopf's watches (ConsumerGroups) with the old credentials' sessions,
+    and Kopf resumes them from their resourceVersion. kmock cannot resume a watch: it would
+    go on from now — a real API server replays what was in flight. The nearest kmock can play
+    is a server that no longer holds that version: the first watch of each kind after the
+    re-login is answered 410 Gone and Kopf lists again. The pods' watch is the operator's
+    own informer's (one client per watch, not closed by the re-login): it goes on."""
     async with running_cluster(tokens=True) as cluster:
         await cluster.create_group("orders", managed_spec(replicas=2))
         await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
@@ -163,7 +163,7 @@ async def test_the_operator_logs_in_again_and_replaces_a_pod_after_its_token_exp
         )
         assert cluster.tokens == ["token-1", "token-2"]
         assert _ours(cluster.emulator).count(refused) >= 1  # refused, then logged in again
-        assert any(path.endswith("/pods") for path in resumed)  # the pods were listed again
+        assert any(path.endswith("/consumergroups") for path in resumed)  # Kopf relisted
 
 
 async def test_credentials_refused_again_after_the_re_login_raise_unauthorized() -> None:
