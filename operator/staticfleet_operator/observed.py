@@ -28,12 +28,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.informer import Informer
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 
 Body = dict[str, Any]
-Key = tuple[str, str]
+# A Secret by (namespace, name); a group is a GroupRef.
+SecretKey = tuple[str, str]
 # How long a write of our own is laid over the stores at most.
 OVERLAY_SECONDS = 30.0
 
@@ -48,7 +50,7 @@ def _version(body: Mapping[str, Any]) -> int | None:
     return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
-def _first(index: Mapping[Any, Any] | None, key: Key) -> Body | None:
+def _first(index: Mapping[Any, Any] | None, key: GroupRef) -> Body | None:
     if index is None or key not in index:
         return None
     for value in index[key]:
@@ -65,11 +67,11 @@ class Observed:
     pods: Informer | None = None
     secrets: Informer | None = None
     clock: Callable[[], float] = time.monotonic
-    _written_groups: dict[Key, tuple[Body, float]] = field(default_factory=dict)
-    _created_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
-    _deleted_pods: dict[Key, dict[str, float]] = field(default_factory=dict)
-    _patched_pods: dict[Key, dict[str, tuple[Body, float]]] = field(default_factory=dict)
-    _created_secrets: dict[Key, tuple[Body, float]] = field(default_factory=dict)
+    _written_groups: dict[GroupRef, tuple[Body, float]] = field(default_factory=dict)
+    _created_pods: dict[GroupRef, dict[str, tuple[Body, float]]] = field(default_factory=dict)
+    _deleted_pods: dict[GroupRef, dict[str, float]] = field(default_factory=dict)
+    _patched_pods: dict[GroupRef, dict[str, tuple[Body, float]]] = field(default_factory=dict)
+    _created_secrets: dict[SecretKey, tuple[Body, float]] = field(default_factory=dict)
 
     @property
     def watching(self) -> bool:
@@ -89,7 +91,7 @@ class Observed:
     async def group(self, kube: KubeApi, namespace: str, name: str) -> Body | None:
         if self.groups is None:
             return await kube.get_group(namespace, name)
-        key = (namespace, name)
+        key = GroupRef(namespace, name)
         indexed = _first(self.groups, key)
         written = self._written_groups.get(key)
         if written is None:
@@ -106,7 +108,7 @@ class Observed:
         if self.pods is None:
             return await kube.list_pods(namespace, {GROUP_LABEL: group})
         await self.pods.wait_synced()
-        key = (namespace, group)
+        key = GroupRef(namespace, group)
         listed = {pod_identity(pod): dict(pod) for pod in self.pods.group(key)}
         names = {str(_metadata(pod).get("name")) for pod in listed.values()}
         now = self.clock()
@@ -156,7 +158,7 @@ class Observed:
 
     def pending(self, namespace: str, group: str) -> bool:
         """Writes of ours to the group's pods the watch has not shown yet."""
-        key = (namespace, group)
+        key = GroupRef(namespace, group)
         return bool(
             self._created_pods.get(key)
             or self._deleted_pods.get(key)
@@ -168,23 +170,23 @@ class Observed:
     def group_written(self, body: Mapping[str, Any]) -> None:
         metadata = _metadata(body)
         if self.groups is not None and metadata.get("name"):
-            key = (str(metadata.get("namespace")), str(metadata["name"]))
+            key = GroupRef(str(metadata.get("namespace")), str(metadata["name"]))
             self._written_groups[key] = (dict(body), self.clock())
 
     def pod_created(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
         if self.pods is not None:
-            pods = self._created_pods.setdefault((namespace, group), {})
+            pods = self._created_pods.setdefault(GroupRef(namespace, group), {})
             pods[pod_identity(body)] = (dict(body), self.clock())
 
     def pod_patched(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
         """A pod of ours patched (a standby relabelled into a slot): read as patched."""
         if self.pods is not None:
-            pods = self._patched_pods.setdefault((namespace, group), {})
+            pods = self._patched_pods.setdefault(GroupRef(namespace, group), {})
             pods[pod_identity(body)] = (dict(body), self.clock())
 
     def pod_deleted(self, namespace: str, group: str, uids: Iterable[str]) -> None:
         if self.pods is not None:
-            deleted = self._deleted_pods.setdefault((namespace, group), {})
+            deleted = self._deleted_pods.setdefault(GroupRef(namespace, group), {})
             for uid in uids:
                 deleted[uid] = self.clock()
 

@@ -8,9 +8,9 @@ the same second and logged a line for each). Requests for a group
 coalesce: at most one pass runs per group, and requests arriving meanwhile make one more
 pass after it. A pass that is not done — it acted, a rollout is under way, an adopted slot
 waits out its grace period — asks for another after `requeue_seconds` (the only clock a
-settled fleet never sees). A pass may also ask for one at a known moment (a scale-up
-pre-registration's deadline) through `request(..., delay=...)`. A pod or Secret deleted while
-a watch was down is one more event: the informer tells it when it lists again (informer.py).
+settled fleet never sees). A pass may also ask for one at a known moment (the deadline of
+a scale-up's expected members) through `request(..., delay=...)`. A pod or Secret deleted
+while a watch was down is one more event: the informer tells it when it lists again (informer.py).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
+from staticfleet_operator.group_ref import GroupRef
+
 log = logging.getLogger("staticfleet.operator.passes")
 
-Key = tuple[str, str]
 # A failed pass is tried again after this long (doubling up to RETRY_MAX_SECONDS).
 RETRY_SECONDS = 1.0
 RETRY_MAX_SECONDS = 30.0
@@ -43,10 +44,10 @@ class Passes:
     run: Callable[[str, str], Awaitable[bool]]
     requeue_seconds: float
     concurrency: int = DEFAULT_CONCURRENCY
-    _dirty: set[Key] = field(default_factory=set)
-    _tasks: dict[Key, asyncio.Task[None]] = field(default_factory=dict)
-    _timers: dict[Key, asyncio.TimerHandle] = field(default_factory=dict)
-    _failures: dict[Key, int] = field(default_factory=dict)
+    _dirty: set[GroupRef] = field(default_factory=set)
+    _tasks: dict[GroupRef, asyncio.Task[None]] = field(default_factory=dict)
+    _timers: dict[GroupRef, asyncio.TimerHandle] = field(default_factory=dict)
+    _failures: dict[GroupRef, int] = field(default_factory=dict)
     _limit: asyncio.Semaphore | None = None
     _resync: asyncio.Task[None] | None = None
     stopped: bool = False
@@ -54,7 +55,7 @@ class Passes:
     def request(self, namespace: str, name: str, delay: float = 0.0) -> None:
         """A pass for the group now, or after `delay`: one timer per group, the sooner
         request wins (a requeue is not lost behind a later deadline, nor the reverse)."""
-        key = (namespace, name)
+        key = GroupRef(namespace, name)
         if self.stopped:
             return
         if delay > 0:
@@ -75,7 +76,7 @@ class Passes:
         if key not in self._tasks:
             self._tasks[key] = asyncio.create_task(self._passes(key), name=f"pass {key}")
 
-    def resync(self, groups: Callable[[], Iterable[Key]], period_s: float) -> None:
+    def resync(self, groups: Callable[[], Iterable[GroupRef]], period_s: float) -> None:
         """Start the safety net: each of `groups()` gets a pass once per `period_s`, one
         request every `period_s / len(groups)`, so a thousand groups make a steady trickle
         rather than a burst that stalls the webhook. The list is read again every round (a
@@ -85,7 +86,7 @@ class Passes:
         if self._resync is None and not self.stopped:
             self._resync = asyncio.create_task(self._sweep(groups, period_s), name="resync")
 
-    async def _sweep(self, groups: Callable[[], Iterable[Key]], period_s: float) -> None:
+    async def _sweep(self, groups: Callable[[], Iterable[GroupRef]], period_s: float) -> None:
         while True:
             keys = sorted(set(groups()))
             if not keys:
@@ -97,7 +98,7 @@ class Passes:
                 self.request(*key)
 
     def forget(self, namespace: str, name: str) -> None:
-        key = (namespace, name)
+        key = GroupRef(namespace, name)
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
@@ -134,11 +135,11 @@ class Passes:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _due(self, key: Key) -> None:
+    def _due(self, key: GroupRef) -> None:
         self._timers.pop(key, None)
         self.request(*key)
 
-    async def _passes(self, key: Key) -> None:
+    async def _passes(self, key: GroupRef) -> None:
         if self._limit is None:
             self._limit = asyncio.Semaphore(self.concurrency)
         try:
@@ -151,7 +152,7 @@ class Passes:
         finally:
             self._tasks.pop(key, None)
 
-    async def _one(self, key: Key) -> float | None:
+    async def _one(self, key: GroupRef) -> float | None:
         """One pass; the delay before the next one it asks for (None: none)."""
         try:
             again = bool(await self.run(*key))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kube import KubeApi, KubeError
 
 log = logging.getLogger("staticfleet.operator.readiness")
@@ -39,17 +40,17 @@ class TokensGate:
     max_wait_s: float = DEFAULT_MAX_WAIT_SECONDS
     clock: Callable[[], float] = time.monotonic
     # None until the groups were listed; then the keys ("ns/name") still to reconcile.
-    pending: set[str] | None = None
-    reconciled_keys: set[str] = field(default_factory=set)
+    pending: set[GroupRef] | None = None
+    reconciled_keys: set[GroupRef] = field(default_factory=set)
     # When the first pass ran (the replica is active): the bound starts then.
     first_pass_at: float | None = None
     gave_up: bool = False
 
-    def expect(self, keys: Iterable[str]) -> None:
+    def expect(self, keys: Iterable[GroupRef]) -> None:
         self.pending = set(keys) - self.reconciled_keys
         log.info("ready once the member tokens of %d group(s) are registered", len(self.pending))
 
-    def reconciled(self, key: str) -> None:
+    def reconciled(self, key: GroupRef) -> None:
         if self.first_pass_at is None:
             self.first_pass_at = self.clock()
         self.reconciled_keys.add(key)
@@ -66,7 +67,7 @@ class TokensGate:
                 self.gave_up = True
                 log.warning(
                     "ready without the member tokens of %s: not reconciled within %.0f s",
-                    ", ".join(sorted(self.pending)),
+                    ", ".join(str(ref) for ref in sorted(self.pending)),
                     self.max_wait_s,
                 )
             return True
@@ -89,5 +90,5 @@ async def expect_groups(
             log.warning("cannot list ConsumerGroups (readiness waits): %s", error)
             await asyncio.sleep(retry_s)
             continue
-        gate.expect(f"{namespace}/{name}" for namespace, name in keys)
+        gate.expect(GroupRef(namespace, name) for namespace, name in keys)
         return

@@ -83,7 +83,7 @@ async def _pass(op: Operator, ref: GroupRef) -> tuple[str, PassResult | None]:
                 result = plan_pass(observation, memory)
                 done = await Actuator(op, observation, memory, backend).apply(result)
             # Gone, invalid or reconciled: nothing more to wait for before being ready.
-            op.tokens_gate.reconciled(str(ref))
+            op.tokens_gate.reconciled(ref)
     except Exception:
         op.metrics.reconciled(time.monotonic() - started, ok=False)
         raise
@@ -109,7 +109,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
     ref = GroupRef(namespace, name)
     memory = op.memories.of(ref)
     async with memory.lock:
-        op.tokens_gate.reconciled(str(ref))  # going: nothing to wait for
+        op.tokens_gate.reconciled(ref)  # going: nothing to wait for
         if validate_spec(body.get("spec") or {}):
             _forget(op, ref)
             return "invalid spec: nothing was created"

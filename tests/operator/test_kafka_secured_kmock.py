@@ -116,8 +116,13 @@ async def test_refusals_are_reported_as_themselves_then_the_fixed_secret_is_used
 
         await cluster.eventually(healthy, timeout=30, what="Ready with the fixed password")
 
-        # The members' configuration: one file, librdkafka names, the CA inline.
-        written = {s["metadata"]["name"]: s for s in await cluster.secrets()}
+        # The members' configuration: one file, librdkafka names, the CA inline. (Written
+        # by the same pass, after its status: the status write goes first.)
+        async def client_secrets() -> dict[str, Any] | None:
+            found = {s["metadata"]["name"]: s for s in await cluster.secrets()}
+            return found if "orders-kafka-client" in found else None
+
+        written = await cluster.eventually(client_secrets, what="the client configuration")
         data = {
             key: base64.b64decode(value).decode()
             for key, value in written["orders-kafka-client"]["data"].items()

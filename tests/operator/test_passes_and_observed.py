@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.informer import MEMBER_PODS, OPAQUE_SECRETS, Informer
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.observed import OVERLAY_SECONDS, Observed
@@ -90,7 +91,7 @@ async def test_of_two_delayed_requests_the_sooner_wins() -> None:
         return False
 
     runner = Passes(run, requeue_seconds=60)
-    runner.request(NS, "a", delay=30)  # a registration's deadline, say
+    runner.request(NS, "a", delay=30)  # the expected members' deadline, say
     runner.request(NS, "a", delay=0.05)  # a requeue: must not wait behind it
     await asyncio.sleep(0.3)
     assert len(calls) == 1 and calls[0] < 1
@@ -110,7 +111,7 @@ async def test_the_resync_spreads_every_group_over_its_period() -> None:
         calls.setdefault(name, []).append(loop.time() - started)
         return False
 
-    groups = {(NS, "a"), (NS, "b"), (NS, "c"), (NS, "d")}
+    groups = {GroupRef(NS, name) for name in "abcd"}
     runner = Passes(run, requeue_seconds=60)
     runner.resync(lambda: groups, period_s=2.0)  # one request every 0.5 s
     await asyncio.sleep(0.75)

@@ -17,6 +17,7 @@ import kopf
 
 from coordinator.server import AuthConfig
 from staticfleet_operator.app import OperatorOptions, run_operator
+from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.readiness import TokensGate
 from tests.operator.kube_harness import (
     NAMESPACE,
@@ -44,24 +45,24 @@ def test_gate_is_closed_until_the_groups_are_listed() -> None:
 
 def test_gate_opens_once_every_listed_group_was_reconciled() -> None:
     gate = TokensGate()
-    gate.reconciled("ns/early")  # a pass may run before the listing answers
-    gate.expect(["ns/early", "ns/a", "ns/b"])
+    gate.reconciled(GroupRef("ns", "early"))  # a pass may run before the listing answers
+    gate.expect([GroupRef("ns", "early"), GroupRef("ns", "a"), GroupRef("ns", "b")])
     assert not gate()
-    gate.reconciled("ns/a")
+    gate.reconciled(GroupRef("ns", "a"))
     assert not gate()
-    gate.reconciled("ns/b")
+    gate.reconciled(GroupRef("ns", "b"))
     assert gate()
-    gate.reconciled("ns/created-later")
+    gate.reconciled(GroupRef("ns", "created-later"))
     assert gate()
 
 
 def test_gate_gives_up_on_a_group_never_reconciled_after_the_bound() -> None:
     clock = FakeClock()
     gate = TokensGate(max_wait_s=60, clock=clock)
-    gate.expect(["ns/a", "ns/deleted-in-between"])
+    gate.expect([GroupRef("ns", "a"), GroupRef("ns", "deleted-in-between")])
     clock.now += 3600  # no pass yet (a standby replica): the bound has not started
     assert not gate()
-    gate.reconciled("ns/a")
+    gate.reconciled(GroupRef("ns", "a"))
     clock.now += 59
     assert not gate()
     clock.now += 1
