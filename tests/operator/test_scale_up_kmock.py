@@ -100,9 +100,9 @@ async def test_scale_down_and_delete_clear_the_expected_members() -> None:
 async def test_pending_expected_members_wait_for_their_deadline_without_polling() -> None:
     """Expected members that never come cost no passes and no requests until their
     deadline, then one pass clears them (the harness requeues every 0.1 s: a group counted
-    unsettled while members are expected would run about 20 passes in the quiet window)."""
+    unsettled while members are expected would run about 10 passes in the quiet window)."""
     async with running_cluster() as cluster:
-        spec = managed_spec(replicas=3, scaleUp={"expectedMembersTimeoutSeconds": 6})
+        spec = managed_spec(replicas=3, scaleUp={"expectedMembersTimeoutSeconds": 3})
         await cluster.create_group("orders", spec)
         await cluster.eventually(lambda: cluster.group_settled("orders", 3), what="3 Stable")
         cluster.kubelet.refused.update({"orders-3"})
@@ -114,10 +114,10 @@ async def test_pending_expected_members_wait_for_their_deadline_without_polling(
         expected = cluster.coordinator.expected_members("orders")
         assert expected is not None
         expected_at = asyncio.get_running_loop().time()
-        await asyncio.sleep(1.0)  # the scale-up's own passes and their events are done
+        await asyncio.sleep(0.5)  # the scale-up's own passes and their events are done
         passes_before = cluster.passes_done()
         with counted(cluster) as requests:
-            await asyncio.sleep(2.0)
+            await asyncio.sleep(1.0)
         assert requests == []
         assert cluster.passes_done() - passes_before <= 3
         assert cluster.coordinator.expected_members("orders") == expected  # still pending
@@ -126,7 +126,7 @@ async def test_pending_expected_members_wait_for_their_deadline_without_polling(
             timeout=15,
             what="cleared at its deadline",
         )
-        assert asyncio.get_running_loop().time() - expected_at >= 5.5
+        assert asyncio.get_running_loop().time() - expected_at >= 2.5
 
 
 async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
