@@ -38,6 +38,7 @@ KNOWN_KINDS: dict[str, set[str]] = {
     "Service": {"v1"},
     "PersistentVolumeClaim": {"v1"},
     "Deployment": {"apps/v1"},
+    "PodDisruptionBudget": {"policy/v1"},
     "ClusterRole": {"rbac.authorization.k8s.io/v1"},
     "ClusterRoleBinding": {"rbac.authorization.k8s.io/v1"},
     "Role": {"rbac.authorization.k8s.io/v1"},

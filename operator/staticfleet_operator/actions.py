@@ -99,6 +99,17 @@ class PatchSecret:
 
 
 @dataclass(frozen=True, slots=True)
+class CreatePodDisruptionBudget:
+    manifest: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PatchPodDisruptionBudget:
+    name: str
+    patch: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class PromoteStandbys:
     """Hot standby (hot_standby.py): each record's standby takes over its instance id; the
     status with the records is written first (write-ahead)."""
@@ -128,6 +139,8 @@ Action = (
     | UnregisterTokens
     | CreateSecret
     | PatchSecret
+    | CreatePodDisruptionBudget
+    | PatchPodDisruptionBudget
     | PromoteStandbys
     | SettleSlots
 )
@@ -161,4 +174,8 @@ class PassResult:
     poll: bool = False
     # The spec is invalid: only an edit of it (an event) makes the next pass useful.
     invalid: bool = False
+    # The status records intent (a rollout step, promotions): written before the actions
+    # (write-ahead), so a restarted operator resumes them. Otherwise it reports what was
+    # seen and goes after them: a replacement pod does not wait a status round trip.
+    write_ahead: bool = False
     remember: MemoryUpdate = field(default_factory=MemoryUpdate)

@@ -1,8 +1,9 @@
 """Act: carry one planned pass out. The only code of a pass that writes.
 
-The status goes first (write-ahead: a rollout step, a promotion or a scale-up is recorded
-before it is made, so an operator killed mid-step resumes without repeating or skipping
-one), then the Events, then the actions in order. Every write to the API server is laid
+A status that records intent goes first (write-ahead: a rollout step or a promotion is
+recorded before it is made, so an operator killed mid-step resumes without repeating or
+skipping one), then the Events, then the actions in order; a status that only reports what
+was seen goes after the actions, so an action (a replacement pod) does not wait for it. Every write to the API server is laid
 over the cluster as last seen (observed.py: read your writes) until the watch shows it. An
 action's failure raises: the pass runner tries the group again, and the next pass observes
 what was done and plans from there.
@@ -21,6 +22,7 @@ from staticfleet_operator.actions import (
     Action,
     ClearExpectedMembers,
     CreatePod,
+    CreatePodDisruptionBudget,
     CreateSecret,
     CreateTokenSecret,
     DeletePod,
@@ -28,6 +30,7 @@ from staticfleet_operator.actions import (
     ExpectMembers,
     LeaveGroup,
     PassResult,
+    PatchPodDisruptionBudget,
     PatchSecret,
     PromoteStandbys,
     RaiseTopicPartitions,
@@ -42,6 +45,7 @@ from staticfleet_operator.group_memory import GroupMemory
 from staticfleet_operator.group_observation import GroupObservation
 from staticfleet_operator.hot_standby import Outcome, promoted_patch, promotion_outcome
 from staticfleet_operator.kube import Conflict, NotFound
+from staticfleet_operator.members import budget_key, members_budget_spec
 from staticfleet_operator.observed import pod_identity
 from staticfleet_operator.pass_plan import TOKEN_UNAVAILABLE
 from staticfleet_operator.status import status_differs
@@ -69,10 +73,8 @@ class Actuator:
     async def apply(self, result: PassResult) -> str:
         """Status, Events, actions, memory and gauges; what the pass did (for logs)."""
         self.op.memories.remember(self.memory, result.remember)
-        if result.status is not None:
-            await self.write_status(result.status)
-        for event in result.events:
-            await self.post(event)
+        if result.write_ahead:
+            await self._report(result)
         summary = result.summary
         gauges = result.gauges
         for action in result.actions:
@@ -84,6 +86,8 @@ class Actuator:
                 summary = await self._promote(action.records)
             else:
                 await self._apply(action)
+        if not result.write_ahead:
+            await self._report(result)
         if gauges is not None:
             self.op.metrics.observe_group(
                 self.ref.namespace,
@@ -97,6 +101,13 @@ class Actuator:
                 standbys=gauges.standbys,
             )
         return summary
+
+    async def _report(self, result: PassResult) -> None:
+        """The status, then the Events."""
+        if result.status is not None:
+            await self.write_status(result.status)
+        for event in result.events:
+            await self.post(event)
 
     # --- writes ------------------------------------------------------------------------
 
@@ -152,8 +163,26 @@ class Actuator:
                 patched = await self.op.kube.patch_secret(self.ref.namespace, name, dict(patch))
                 self.op.observed.secret_created(patched)
                 log.info("%s: updated Secret %s", self.ref, name)
+            case CreatePodDisruptionBudget(manifest):
+                try:
+                    await self.op.kube.create_pod_disruption_budget(
+                        self.ref.namespace, dict(manifest)
+                    )
+                except Conflict:
+                    return  # made meanwhile: the next pass reads, compares and patches it
+                self._budget_written()
+                log.info("%s: created PodDisruptionBudget", self.ref)
+            case PatchPodDisruptionBudget(name, patch):
+                await self.op.kube.patch_pod_disruption_budget(self.ref.namespace, name, patch)
+                self._budget_written()
+                log.info("%s: updated PodDisruptionBudget %s", self.ref, name)
             case PromoteStandbys() | SettleSlots():
                 raise AssertionError(f"{action} is applied by `apply`")
+
+    def _budget_written(self) -> None:
+        """The members' budget is as the spec wants: later passes need not read it."""
+        wanted = members_budget_spec(self.ref.name, self._spec.disruption.max_unavailable)
+        self.memory.disruption_budget = budget_key(wanted)
 
     async def _settle(self, action: SettleSlots) -> tuple[list[str], int]:
         """The adopted slot table kept true to the pods (adopted.py); the instance ids that

@@ -41,6 +41,9 @@ class GroupMemory:
     # Pod key -> when the webhook granted it a slot: until the API server has created the
     # pod, a pass that does not see it yet must not take its slot back.
     admitted: dict[str, datetime] = field(default_factory=dict)
+    # Managed mode: the members' PodDisruptionBudget spec (members.budget_key) written or
+    # found as wanted; while the spec wants the same, a pass does not read the budget.
+    disruption_budget: str | None = None
     # The last pass waits on a clock (an adopted slot's grace period, an admission's).
     timed: bool = False
 
@@ -54,6 +57,8 @@ class MemoryUpdate:
     # reason -> message to remember as reported; reason -> None: forget (reported again).
     reported: Mapping[str, str | None] = field(default_factory=dict)
     secrets: frozenset[str] = frozenset()
+    # The members' PodDisruptionBudget was found as wanted (members.budget_key).
+    disruption_budget: str | None = None
 
 
 class Memories:
@@ -96,6 +101,8 @@ class Memories:
             else:
                 memory.reported[reason] = message
         self._index_secrets(memory, update.secrets)
+        if update.disruption_budget is not None:
+            memory.disruption_budget = update.disruption_budget
 
     def _index_secrets(self, memory: GroupMemory, secrets: frozenset[str]) -> None:
         namespace = memory.ref.namespace

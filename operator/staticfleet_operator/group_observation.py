@@ -36,6 +36,13 @@ class TokenSecret:
 
 
 @dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """The member pods' PodDisruptionBudget as found (None: absent)."""
+
+    body: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
 class Unreachable:
     """The group's Kafka cluster did not answer (`CoordinatorUnreachable`), or refused the
     operator (the access error's own reason: KafkaAuthenticationFailed, ...)."""
@@ -79,6 +86,8 @@ class GroupObservation:
     # The embedded coordinator's clock, which expected members' deadlines are on.
     coordinator_now_ms: int = 0
     ready_standbys: frozenset[str] = frozenset()
+    # Managed mode: the member pods' PodDisruptionBudget (None: not read, nothing planned).
+    disruption_budget: DisruptionBudget | None = None
 
     @property
     def generation(self) -> int | None:

@@ -47,6 +47,7 @@ from kubernetes_asyncio.client import (
     Configuration,
     CoreV1Api,
     CustomObjectsApi,
+    PolicyV1Api,
 )
 
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
@@ -401,6 +402,40 @@ class KubeApi:
         self.writes += 1
         return await self.json(
             lambda c: CoreV1Api(c).patch_namespaced_secret(
+                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
+            )
+        )
+
+    # --- pod disruption budgets (a managed group's members) ------------------------------------
+
+    async def get_pod_disruption_budget(self, namespace: str, name: str) -> JsonObject | None:
+        try:
+            return await self.json(
+                lambda c: PolicyV1Api(c).read_namespaced_pod_disruption_budget(
+                    name, namespace, _preload_content=False
+                )
+            )
+        except NotFound:
+            return None
+
+    async def create_pod_disruption_budget(
+        self, namespace: str, budget: Mapping[str, Any]
+    ) -> JsonObject:
+        """Create a PodDisruptionBudget; raises `Conflict` when it exists."""
+        self.writes += 1
+        return await self.json(
+            lambda c: PolicyV1Api(c).create_namespaced_pod_disruption_budget(
+                namespace, dict(budget), _preload_content=False
+            )
+        )
+
+    async def patch_pod_disruption_budget(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> JsonObject:
+        """Merge-patch a PodDisruptionBudget the operator made."""
+        self.writes += 1
+        return await self.json(
+            lambda c: PolicyV1Api(c).patch_namespaced_pod_disruption_budget(
                 name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
             )
         )

@@ -154,6 +154,44 @@ def managed_pod(
     )
 
 
+def member_selector(group_name: str) -> dict[str, Any]:
+    """The label selector (metav1.LabelSelector) of a managed group's member pods: the
+    group's labels and a slot label, which standby pods lack until they are promoted."""
+    return {
+        "matchLabels": {MANAGED_BY_LABEL: MANAGED_BY, GROUP_LABEL: group_name},
+        "matchExpressions": [{"key": SLOT_LABEL, "operator": "Exists"}],
+    }
+
+
+def members_budget_spec(group_name: str, max_unavailable: int | str) -> dict[str, Any]:
+    """The spec of the PodDisruptionBudget over a managed group's member pods."""
+    return {"selector": member_selector(group_name), "maxUnavailable": max_unavailable}
+
+
+def budget_key(budget_spec: Mapping[str, Any]) -> str:
+    """What the operator remembers of a budget it wrote or found as wanted (group_memory)."""
+    return json.dumps(budget_spec, sort_keys=True)
+
+
+def format_selector(selector: Mapping[str, Any]) -> str:
+    """A label selector serialized as metav1.FormatLabelSelector does (requirements sorted
+    by key; `key` for Exists, `!key` for DoesNotExist): what an HPA parses back."""
+    parts: list[tuple[str, str]] = [
+        (key, f"{key}={value}") for key, value in (selector.get("matchLabels") or {}).items()
+    ]
+    for expression in selector.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = ",".join(sorted(expression.get("values") or []))
+        text = {
+            "Exists": key,
+            "DoesNotExist": f"!{key}",
+            "In": f"{key} in ({values})",
+            "NotIn": f"{key} notin ({values})",
+        }[operator]
+        parts.append((key, text))
+    return ",".join(text for _, text in sorted(parts))
+
+
 def member_manifest(
     spec: ConsumerGroupSpec,
     settings: MemberSettings,

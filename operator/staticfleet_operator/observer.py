@@ -18,9 +18,10 @@ from typing import Any
 from coordinator.client.kafka_errors import KafkaAccessError
 from staticfleet_operator.backends import CoordinatorUnreachable, GroupBackend, KafkaBackend
 from staticfleet_operator.context import Operator
-from staticfleet_operator.crd import ConsumerGroupSpec, parse_spec, validate_spec
+from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
 from staticfleet_operator.group_observation import (
     UNREACHABLE,
+    DisruptionBudget,
     ExpectedMembers,
     GroupObservation,
     TokenSecret,
@@ -28,6 +29,8 @@ from staticfleet_operator.group_observation import (
 )
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kafka_clients import client_config_secret_name
+from staticfleet_operator.members import budget_key, members_budget_spec
+from staticfleet_operator.owned import members_disruption_budget_name
 from staticfleet_operator.status import read_status
 from staticfleet_operator.tokens import token_secret_ref
 
@@ -54,6 +57,18 @@ async def observe(
     spec = parse_spec(body.get("spec") or {})
     pods = tuple(await op.observed.member_pods(op.kube, ref.namespace, ref.name))
     found: dict[str, Any] = {"spec": spec, "pods": pods}
+    if spec.mode is Mode.MANAGED:
+        # Read only while the budget is not known to be as the spec wants (the first pass
+        # after a start or a change of spec.disruption): the informer does not watch
+        # budgets, and a settled group's pass makes no request (docs/operator.md, "Scale
+        # and disruptions").
+        memory = op.memories.get(ref)
+        known = budget_key(members_budget_spec(ref.name, spec.disruption.max_unavailable))
+        if memory is None or memory.disruption_budget != known:
+            budget = await op.kube.get_pod_disruption_budget(
+                ref.namespace, members_disruption_budget_name(ref.name)
+            )
+            found["disruption_budget"] = DisruptionBudget(budget)
     if not spec.coordinator.is_kafka:
         name, key = token_secret_ref(spec, ref.name)
         secret = await op.observed.secret(op.kube, ref.namespace, name)

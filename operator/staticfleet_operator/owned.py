@@ -48,3 +48,27 @@ def group_secret(
 def secret_data(files: Mapping[str, str]) -> dict[str, str]:
     """A Secret's `data`: each text base64-encoded."""
     return {name: base64.b64encode(text.encode()).decode() for name, text in files.items()}
+
+
+def members_disruption_budget_name(group_name: str) -> str:
+    return f"{group_name}-members"
+
+
+def members_disruption_budget(
+    namespace: str,
+    group_name: str,
+    owner_uid: str,
+    budget_spec: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The manifest of the PodDisruptionBudget over a managed group's member pods."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {
+            "name": members_disruption_budget_name(group_name),
+            "namespace": namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, GROUP_LABEL: group_name},
+            "ownerReferences": [group_owner(group_name, owner_uid)],
+        },
+        "spec": dict(budget_spec),
+    }

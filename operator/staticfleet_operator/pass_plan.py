@@ -13,7 +13,9 @@ The order of a pass:
  5. adopted mode: the slot table kept true to the pods (adopted.py);
  6. managed mode: standby promotions (hot_standby.py) if any, else the standbys kept, stale
     expected members cleared, and the fleet's one step (rollout/fleet.py):
-    scale down, batch LeaveGroup, Switch, create missing members, refuse, or a rollout step.
+    scale down, batch LeaveGroup, Switch, create missing members, refuse, or a rollout step;
+    then the scale subresource's status (replicas, selector) and the members'
+    PodDisruptionBudget (created or patched when it was read and is not as wanted).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from staticfleet_operator.actions import (
     Action,
     ClearExpectedMembers,
     CreatePod,
+    CreatePodDisruptionBudget,
     CreateSecret,
     CreateTokenSecret,
     DeletePod,
@@ -35,6 +38,7 @@ from staticfleet_operator.actions import (
     Gauges,
     LeaveGroup,
     PassResult,
+    PatchPodDisruptionBudget,
     PatchSecret,
     PromoteStandbys,
     RaiseTopicPartitions,
@@ -61,8 +65,21 @@ from staticfleet_operator.kafka_clients import (
     client_config_secret,
     client_config_secret_name,
 )
-from staticfleet_operator.members import MemberSettings, managed_pod, members_of, template_hash
-from staticfleet_operator.owned import secret_data
+from staticfleet_operator.members import (
+    MemberSettings,
+    budget_key,
+    format_selector,
+    managed_pod,
+    member_selector,
+    members_budget_spec,
+    members_of,
+    template_hash,
+)
+from staticfleet_operator.owned import (
+    members_disruption_budget,
+    members_disruption_budget_name,
+    secret_data,
+)
 from staticfleet_operator.rollout import Bounce, CoordinatorView, Done, MemberPod, Pause
 from staticfleet_operator.rollout.fleet import (
     CreateMissing,
@@ -99,6 +116,7 @@ class _Pass:
     actions: list[Action] = field(default_factory=list)
     reported: dict[str, str | None] = field(default_factory=dict)
     token_group_id: str | None = None
+    budget_found: str | None = None
 
     def report_once(self, reason: str, message: str) -> None:
         """A Warning Event for a problem, once until its message changes or it clears (one
@@ -118,6 +136,7 @@ class _Pass:
         gauges: Gauges | None = None,
         *,
         wake_in: float | None = None,
+        write_ahead: bool = False,
     ) -> PassResult:
         spec = self.observation.spec
         ref = self.observation.ref
@@ -128,12 +147,14 @@ class _Pass:
             actions=tuple(self.actions),
             gauges=gauges,
             wake_in=wake_in,
+            write_ahead=write_ahead,
             poll=spec is not None and spec.coordinator.is_kafka,
             remember=MemoryUpdate(
                 group_id=spec.group_id if spec is not None else None,
                 token_group_id=self.token_group_id,
                 reported=self.reported,
                 secrets=secrets_read(spec, ref.name) if spec is not None else frozenset(),
+                disruption_budget=self.budget_found,
             ),
         )
 
@@ -303,6 +324,10 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         rollout=rollout,
         now=observation.now,
     )
+    # The scale subresource's count, from the pods as for a managed group; no selector:
+    # an adopted group cannot be scaled (RULE_ONE_MODE), so nothing reads one.
+    status.replicas = len(live)
+    status.selector = None
     # `slots` is filled in by the actuator: the settled table knows it.
     gauges = Gauges(
         desired=len(live),
@@ -337,7 +362,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     if promotions is not None:
         step.actions.append(PromoteStandbys(tuple(promotions.promotions)))
         gauges = _gauges(observation, spec, members, state, missing_expected=0)
-        return step.result("promotions", promotions, gauges)
+        return step.result("promotions", promotions, gauges, write_ahead=True)
     step.actions.extend(
         keep_standbys(
             spec,
@@ -418,6 +443,8 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         degraded_reason=None if refused is None else PROTOCOL_CHANGE_REFUSED,
         degraded_message=refused or "",
     )
+    _scale_status(status, ref.name, members)
+    _disruption_budget(step, spec)
     missing_expected = _missing_expected(spec, expected, view)
     status.missing_expected_members = missing_expected
     status.standbys_ready = _standbys_ready(observation, spec)
@@ -427,7 +454,43 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         # not a pass every interval.
         wake_in = seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms)
     gauges = _gauges(observation, spec, members, state, missing_expected=len(missing_expected))
-    return step.result(summary, status, gauges, wake_in=wake_in)
+    # A rollout step's state is recorded before it is carried out.
+    rolling = isinstance(fleet_step, Rollout)
+    return step.result(summary, status, gauges, wake_in=wake_in, write_ahead=rolling)
+
+
+def _scale_status(
+    status: ConsumerGroupStatus, group_name: str, members: Sequence[MemberPod]
+) -> None:
+    """What the scale subresource reports: live member pods (as a Deployment's
+    status.replicas: not terminating, not finished; standbys are no member pods) and the
+    serialized selector they match (an HPA's)."""
+    status.replicas = sum(1 for m in members if not m.deleting and not m.finished)
+    status.selector = format_selector(member_selector(group_name))
+
+
+def _disruption_budget(step: _Pass, spec: ConsumerGroupSpec) -> None:
+    """The member pods' PodDisruptionBudget: created when absent, patched when its
+    maxUnavailable or selector differ from the spec's (standbys hold nothing: not in it)."""
+    observation = step.observation
+    if observation.disruption_budget is None:
+        return  # not read
+    ref = observation.ref
+    wanted = members_budget_spec(ref.name, spec.disruption.max_unavailable)
+    current = observation.disruption_budget.body
+    if current is None:
+        manifest = members_disruption_budget(ref.namespace, ref.name, observation.uid, wanted)
+        step.actions.append(CreatePodDisruptionBudget(manifest))
+        return
+    have = current.get("spec") or {}
+    if any(have.get(key) != value for key, value in wanted.items()) or "minAvailable" in have:
+        # A merge patch: minAvailable set by hand goes (a budget has one or the other).
+        patch = {"spec": {**wanted, "minAvailable": None}}
+        step.actions.append(
+            PatchPodDisruptionBudget(members_disruption_budget_name(ref.name), patch)
+        )
+        return
+    step.budget_found = budget_key(wanted)  # as wanted: not read again while it stays so
 
 
 def _switch(

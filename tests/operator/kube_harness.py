@@ -95,6 +95,13 @@ def declare_resources(emulator: kmock.KubernetesEmulator) -> None:
         namespaced=True,
         verbs={"list", "watch", "get", "patch", "create", "delete"},
     )
+    # Each managed group's PodDisruptionBudget (read until known as wanted, created once).
+    emulator.resources["policy/v1/poddisruptionbudgets"] = kmock.ResourceInfo(
+        kind="PodDisruptionBudget",
+        singular="poddisruptionbudget",
+        namespaced=True,
+        verbs={"list", "watch", "get", "patch", "create", "delete"},
+    )
     emulator.resources["v1/namespaces"] = kmock.ResourceInfo(
         kind="Namespace", singular="namespace", namespaced=False, verbs={"list", "watch", "get"}
     )

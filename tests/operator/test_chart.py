@@ -408,3 +408,41 @@ def test_spark_example_selects_its_own_label() -> None:
         f"spark.kubernetes.executor.label.staticfleet.dev/group={group['metadata']['name']}"
         in readme
     )
+
+
+@slow
+@builds_helm
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_operator_may_keep_each_managed_groups_disruption_budget(
+    helm: Path, values: Path | None
+) -> None:
+    docs = documents(render(helm, *(["-f", str(values)] if values else [])))
+    roles = [d for d in docs if d["kind"] in ("ClusterRole", "Role")]
+    budget_rules = [
+        rule
+        for role in roles
+        for rule in role["rules"]
+        if "poddisruptionbudgets" in rule["resources"]
+    ]
+    # The namespaced rules: the ClusterRole (all namespaces) or each watched namespace's Role.
+    assert len(budget_rules) == (1 if values is None else 2)
+    for rule in budget_rules:
+        assert rule["apiGroups"] == ["policy"]
+        assert set(rule["verbs"]) == {"get", "list", "watch", "create", "patch", "delete"}
+
+
+@slow
+@builds_helm
+def test_operator_disruption_budget_only_when_enabled(helm: Path) -> None:
+    default = [d for d in documents(render(helm)) if d["kind"] == "PodDisruptionBudget"]
+    assert default == []
+    (budget,) = [
+        d
+        for d in documents(render(helm, "-f", str(FULL_VALUES)))
+        if d["kind"] == "PodDisruptionBudget"
+    ]
+    assert budget["spec"]["minAvailable"] == 1
+    (deployment,) = [
+        d for d in documents(render(helm, "-f", str(FULL_VALUES))) if d["kind"] == "Deployment"
+    ]
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]

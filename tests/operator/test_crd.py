@@ -53,6 +53,7 @@ from staticfleet_operator.crd.models import (
     RULE_COORDINATOR_TYPE_IMMUTABLE,
     RULE_GRACE_ONLY_ADOPTED,
     RULE_GROUP_ID_IMMUTABLE,
+    RULE_MAX_UNAVAILABLE,
     RULE_ONE_MODE,
     RULE_PARTITIONS_UNLESS_KAFKA,
     RULE_PREFIX_DERIVABLE,
@@ -280,12 +281,22 @@ def test_crd_identity(crd: Json) -> None:
     (version,) = spec["versions"]
     assert version["name"] == "v1alpha1"
     assert version["served"] is True and version["storage"] is True
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        # `kubectl scale` and autoscalers: spec.replicas in, live member pods and their
+        # selector out.
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
 
 
 def test_printer_columns(crd: Json, root_schema: Json) -> None:
     columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert {name: c["jsonPath"] for name, c in columns.items() if c.get("priority", 0) == 0} == {
+        "Replicas": ".status.replicas",
         "State": ".status.groupState",
         "Generation": ".status.generation",
         "Protocol": ".status.effectiveRebalanceProtocol",
@@ -1122,3 +1133,40 @@ def test_doc_examples_are_valid(root_schema: Json, status_schema: Json) -> None:
     assert schema_errors(status_schema, statuses[0]) == []
     parsed = ConsumerGroupStatus.model_validate(statuses[0])
     assert parsed.rollout.progress == statuses[0]["rollout"]["progress"]
+
+
+# --------------------------------------------------------------------------- scale, disruptions
+
+
+def test_adopted_groups_refuse_a_scale_with_a_message_that_says_so() -> None:
+    # `kubectl scale` writes spec.replicas through the scale subresource; on an adopted
+    # group the one-mode rule fails, and its message says why.
+    scaled = with_changes(SPARK, replicas=4)
+    failing = failing_spec_rules(scaled)
+    assert RULE_ONE_MODE.message in failing
+    assert "adopted group (selector) cannot be scaled" in RULE_ONE_MODE.message
+    assert failing_spec_rules(with_changes(MANAGED, replicas=7)) == []
+
+
+@pytest.mark.parametrize("value", [0, 1, 5, "0%", "25%", "100%"])
+def test_max_unavailable_accepts_an_int_or_a_percentage(
+    value: int | str, spec_schema: Json
+) -> None:
+    node = spec_schema["properties"]["disruption"]["properties"]["maxUnavailable"]
+    assert node["x-kubernetes-int-or-string"] is True
+    assert cel(RULE_MAX_UNAVAILABLE.rule, value)
+    spec = parse_spec(with_changes(MANAGED, disruption={"maxUnavailable": value}))
+    assert spec.disruption.max_unavailable == value
+
+
+@pytest.mark.parametrize("value", [-1, "101%", "25", "abc", "5 %", "-5%", "050%"])
+def test_max_unavailable_refuses_other_values(value: int | str) -> None:
+    assert not cel(RULE_MAX_UNAVAILABLE.rule, value)
+    problems = validate_spec(with_changes(MANAGED, disruption={"maxUnavailable": value}))
+    assert any(RULE_MAX_UNAVAILABLE.message in problem for problem in problems), problems
+
+
+def test_max_unavailable_defaults_to_one(spec_schema: Json) -> None:
+    defaulted = apply_defaults(copy.deepcopy(MANAGED), spec_schema)
+    assert defaulted["disruption"] == {"maxUnavailable": 1}
+    assert parse_spec(MANAGED).disruption.max_unavailable == 1

@@ -483,3 +483,31 @@ def member_env_protocol(value: str) -> Any:
     from coordinator.client.config import RebalanceProtocolSetting
 
     return RebalanceProtocolSetting(value)
+
+
+async def test_a_managed_group_gets_its_members_disruption_budget_and_scale_status() -> None:
+    async with running_cluster() as cluster:
+        await cluster.create_group("orders", managed_spec(replicas=2))
+        body = await cluster.eventually(
+            lambda: cluster.group_settled("orders", 2), what="2 members Stable"
+        )
+        assert body["status"]["replicas"] == 2
+        assert body["status"]["selector"] == (
+            "app.kubernetes.io/managed-by=staticfleet,staticfleet.dev/group=orders,"
+            "staticfleet.dev/slot"
+        )
+        budget = await cluster.kube.get_pod_disruption_budget("default", "orders-members")
+        assert budget is not None
+        [owner] = budget["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("ConsumerGroup", "orders")
+        assert owner["uid"] == body["metadata"]["uid"] and owner["controller"] is True
+        assert budget["spec"]["maxUnavailable"] == 1
+
+        # A changed maxUnavailable is patched onto the same budget.
+        await cluster.update_spec("orders", {"disruption": {"maxUnavailable": "50%"}})
+
+        async def patched() -> dict[str, Any] | None:
+            found = await cluster.kube.get_pod_disruption_budget("default", "orders-members")
+            return found if found and found["spec"]["maxUnavailable"] == "50%" else None
+
+        await cluster.eventually(patched, what="maxUnavailable 50%")

@@ -23,12 +23,14 @@ from coordinator.client.kafka_settings import KafkaClientSettings
 from staticfleet_operator.actions import (
     ClearExpectedMembers,
     CreatePod,
+    CreatePodDisruptionBudget,
     CreateSecret,
     CreateTokenSecret,
     DeletePod,
     ExpectMembers,
     LeaveGroup,
     PassResult,
+    PatchPodDisruptionBudget,
     PatchSecret,
     PromoteStandbys,
     RaiseTopicPartitions,
@@ -40,6 +42,7 @@ from staticfleet_operator.crd import RolloutPhase, parse_spec
 from staticfleet_operator.group_memory import GroupMemory
 from staticfleet_operator.group_observation import (
     UNREACHABLE,
+    DisruptionBudget,
     ExpectedMembers,
     GroupObservation,
     TokenSecret,
@@ -618,3 +621,122 @@ def test_a_users_token_secret_is_registered_and_never_replaced() -> None:
     assert RegisterToken("orders", TOKEN) in result.actions
     assert not any(isinstance(a, CreateTokenSecret) for a in result.actions)
     assert result.remember.secrets == frozenset({"creds"})
+
+
+# --- scale subresource and the members' PodDisruptionBudget ---------------------------------
+
+MEMBERS_SELECTOR = (
+    "app.kubernetes.io/managed-by=staticfleet,staticfleet.dev/group=orders,staticfleet.dev/slot"
+)
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """A serialized label selector (`k=v`, `k!=v`, `k`, `!k`; no set forms) against labels:
+    how an HPA reads status.selector back."""
+    for requirement in selector.split(","):
+        if "!=" in requirement:
+            key, value = requirement.split("!=")
+            ok = labels.get(key) != value
+        elif "=" in requirement:
+            key, value = requirement.split("=")
+            ok = labels.get(key) == value
+        elif requirement.startswith("!"):
+            ok = requirement[1:] not in labels
+        else:
+            ok = requirement in labels
+        if not ok:
+            return False
+    return True
+
+
+def _labels(pod: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = pod["metadata"]["labels"]
+    return labels
+
+
+def test_status_carries_the_scale_subresources_replicas_and_selector() -> None:
+    result = plan(group(spec_body(standbys=1), pods=(member(0), member(1), member(2), _standby())))
+    assert result.status is not None
+    assert result.status.replicas == 3  # the standby is no member pod
+    assert result.status.selector == MEMBERS_SELECTOR
+    assert result.status.to_patch()["replicas"] == 3
+
+
+def test_the_members_selector_matches_member_pods_and_never_a_standby() -> None:
+    selector = MEMBERS_SELECTOR
+    assert all(selector_matches(selector, _labels(member(slot))) for slot in range(3))
+    assert not selector_matches(selector, _labels(_standby()))
+    # Another group's member does not match either.
+    other = member(0)
+    other["metadata"]["labels"]["staticfleet.dev/group"] = "payments"
+    assert not selector_matches(selector, _labels(other))
+
+
+def test_status_replicas_counts_live_member_pods_only() -> None:
+    leaving = member(2)
+    leaving["metadata"]["deletionTimestamp"] = "2026-11-27T11:59:00Z"
+    result = plan(group(pods=(member(0), member(1), leaving), seen=described(0, 1, 2)))
+    assert result.status is not None and result.status.replicas == 2
+
+
+def test_the_members_disruption_budget_is_created_when_absent() -> None:
+    result = plan(settled_with_budget(None))
+    [create] = [a for a in result.actions if isinstance(a, CreatePodDisruptionBudget)]
+    manifest = create.manifest
+    assert manifest["apiVersion"] == "policy/v1" and manifest["kind"] == "PodDisruptionBudget"
+    assert manifest["metadata"]["name"] == "orders-members"
+    assert manifest["metadata"]["namespace"] == "default"
+    [owner] = manifest["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("ConsumerGroup", "orders", "uid-orders")
+    assert owner["controller"] is True
+    assert manifest["spec"]["maxUnavailable"] == 1  # the default
+    # The budget selects what status.selector says: the member pods, no standby.
+    selector = manifest["spec"]["selector"]
+    expressions = selector["matchExpressions"]
+    assert {e["key"] for e in expressions} == {"staticfleet.dev/slot"}
+    assert selector["matchLabels"]["staticfleet.dev/group"] == "orders"
+
+
+def settled_with_budget(
+    budget: dict[str, Any] | None, spec: dict[str, Any] | None = None
+) -> GroupObservation:
+    pods = (member(0), member(1), member(2))
+    return converged(group(spec, pods=pods, disruption_budget=DisruptionBudget(budget)))
+
+
+def test_the_members_disruption_budget_is_patched_when_max_unavailable_changes() -> None:
+    created = plan(settled_with_budget(None))
+    [create] = [a for a in created.actions if isinstance(a, CreatePodDisruptionBudget)]
+    existing = dict(create.manifest)
+    # As found, unchanged: nothing to do.
+    unchanged = plan(settled_with_budget(existing))
+    assert not [a for a in unchanged.actions if "PodDisruptionBudget" in type(a).__name__]
+    # ... and remembered, so later passes do not read it while the spec wants the same.
+    assert unchanged.remember.disruption_budget is not None
+    assert '"maxUnavailable": 1' in unchanged.remember.disruption_budget
+    # Not read (remembered as wanted): nothing planned either.
+    assert not [a for a in plan(settled()).actions if "PodDisruptionBudget" in type(a).__name__]
+    # The spec now says 50%: one merge patch of the budget.
+    changed = plan(settled_with_budget(existing, spec_body(disruption={"maxUnavailable": "50%"})))
+    [patch] = [a for a in changed.actions if isinstance(a, PatchPodDisruptionBudget)]
+    assert patch.name == "orders-members"
+    assert patch.patch["spec"]["maxUnavailable"] == "50%"
+    assert not [a for a in changed.actions if isinstance(a, CreatePodDisruptionBudget)]
+
+
+def test_an_adopted_group_gets_no_disruption_budget_and_no_selector() -> None:
+    adopted = {
+        "groupId": "orders",
+        "topics": [{"name": "orders", "partitions": 6}],
+        "selector": {"matchLabels": {"spark-role": "executor"}},
+    }
+    observation = group(
+        adopted,
+        pods=(member(0), member(1)),
+        seen=described(0, 1),
+        disruption_budget=DisruptionBudget(None),
+    )
+    result = plan(observation)
+    assert not [a for a in result.actions if "PodDisruptionBudget" in type(a).__name__]
+    assert result.status is not None
+    assert result.status.replicas == 2 and result.status.selector is None

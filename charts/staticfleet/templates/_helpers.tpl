@@ -127,6 +127,12 @@ ClusterRole when it watches all namespaces). Nothing here is a wildcard.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# Each managed group's PodDisruptionBudget `<group>-members` over its member pods: read each
+# pass, created and patched to the spec's disruption.maxUnavailable (delete: the garbage
+# collector deletes it with the group; the verb lets an operator remove a stray one).
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end }}
 
 {{/*

@@ -187,7 +187,11 @@ class CelRule:
 
 RULE_ONE_MODE: Final = CelRule(
     rule="has(self.replicas) != has(self.selector)",
-    message="set exactly one of replicas (managed mode, with template) or selector (adopted mode)",
+    message=(
+        "set exactly one of replicas (managed mode, with template) or selector (adopted mode); "
+        "an adopted group (selector) cannot be scaled: its pods are made by someone else "
+        "(e.g. Spark), so `kubectl scale` and autoscalers are refused"
+    ),
 )
 RULE_TEMPLATE_WITH_REPLICAS: Final = CelRule(
     rule="has(self.replicas) == has(self.template)",
@@ -657,6 +661,39 @@ class RolloutSpec(SpecModel):
     before the rollout pauses with a Degraded condition."""
 
 
+# A percentage as Kubernetes' IntOrString takes it for a PodDisruptionBudget: 0% to 100%.
+PERCENT_PATTERN: Final = r"^(100|[1-9]?[0-9])%$"
+RULE_MAX_UNAVAILABLE: Final = CelRule(
+    rule=f"type(self) == int ? self >= 0 : self.matches('{PERCENT_PATTERN}')",
+    message="maxUnavailable is an integer >= 0 or a percentage from 0% to 100%",
+)
+
+
+class DisruptionSpec(SpecModel):
+    """Managed mode: the PodDisruptionBudget `<group>-members` the operator keeps over the
+    member pods (voluntary disruptions: drains, evictions; the operator's own rollout
+    deletes pods directly and is not held by it)."""
+
+    max_unavailable: int | str = Field(
+        default=1,
+        json_schema_extra={
+            "x-kubernetes-int-or-string": True,
+            "x-kubernetes-validations": [RULE_MAX_UNAVAILABLE.as_json()],
+        },
+    )
+    """Member pods an eviction may leave unavailable: an integer >= 0 or a percentage
+    ("25%") of the member pods, as a PodDisruptionBudget's maxUnavailable."""
+
+    @field_validator("max_unavailable")
+    @classmethod
+    def _int_or_percentage(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value >= 0:
+            return value
+        if isinstance(value, str) and re.fullmatch(PERCENT_PATTERN, value):
+            return value
+        raise ValueError(RULE_MAX_UNAVAILABLE.message)
+
+
 class ScaleUpSpec(SpecModel):
     """How the operator grows a managed group (embedded coordinator only: Kafka has no way to
     tell its coordinator which members to expect, so a Kafka-coordinated group rebalances as
@@ -951,6 +988,10 @@ class ConsumerGroupSpec(SpecModel):
     """Rolling restart settings."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
     """Managed mode: scale-up in one rebalance (the coordinator's expected members)."""
+    disruption: DisruptionSpec = Field(
+        default_factory=DisruptionSpec, json_schema_extra={"default": {}}
+    )
+    """Managed mode: the member pods' PodDisruptionBudget."""
     standbys: int = Field(default=0, ge=0, le=100)
     """Managed mode on the embedded coordinator: hot standby member pods that hold no
     partitions. When an active member's pod is deleted, fails or loses its node, a Ready
@@ -1296,6 +1337,12 @@ class ConsumerGroupStatus(StatusModel):
     """Per slot: instance id, pod and member id."""
     rollout: RolloutStatus = Field(default_factory=RolloutStatus)
     """Progress of the current or last rollout."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Live member pods (not terminating, not finished; standbys not counted): the scale
+    subresource's status.replicas, as a Deployment's."""
+    selector: str | None = None
+    """The member pods' label selector, serialized (the scale subresource's labelSelector,
+    which an HorizontalPodAutoscaler reads); standby pods do not match it. Managed mode only."""
 
     @field_validator("rollout", mode="wrap")
     @classmethod

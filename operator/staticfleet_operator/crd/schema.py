@@ -127,6 +127,12 @@ def _inline(node: Schema, definitions: dict[str, Schema], path: str) -> Schema:
         elif "allOf" in node and len(node["allOf"]) == 1:
             (only,) = node.pop("allOf")
             node = {**only, **node}
+        elif "anyOf" in node and node.get("x-kubernetes-int-or-string") is True:
+            # int | str as Kubernetes' IntOrString: the marker types it (its validation
+            # is a CEL rule on the field), so the union goes.
+            types = {branch.get("type") for branch in node.pop("anyOf")}
+            if types != {"integer", "string"}:
+                raise SchemaError(f"{path}: x-kubernetes-int-or-string needs int | str")
         elif "anyOf" in node:
             # Optional[X] is "X, or absent": null is not a value a Kubernetes field holds
             # (the API server prunes nulls of non-nullable fields), so the null branch goes.
@@ -328,7 +334,21 @@ def _list_type_problems(node: Schema, path: str) -> Iterator[str]:
 
 # --------------------------------------------------------------------------- the CRD
 
+# `kubectl scale` and autoscalers (HPA, KEDA) write spec.replicas through it; an adopted
+# group has none, and RULE_ONE_MODE refuses the write.
+SCALE_SUBRESOURCE: Final[dict[str, str]] = {
+    "specReplicasPath": ".spec.replicas",
+    "statusReplicasPath": ".status.replicas",
+    "labelSelectorPath": ".status.selector",
+}
+
 PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
+    {
+        "name": "Replicas",
+        "type": "integer",
+        "jsonPath": ".status.replicas",
+        "description": "Live member pods (the scale subresource's status.replicas)",
+    },
     {
         "name": "State",
         "type": "string",
@@ -451,7 +471,7 @@ def consumer_group_crd() -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, "scale": copy.deepcopy(SCALE_SUBRESOURCE)},
                     "additionalPrinterColumns": copy.deepcopy(PRINTER_COLUMNS),
                     "schema": {"openAPIV3Schema": schema},
                 }
