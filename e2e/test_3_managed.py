@@ -4,13 +4,14 @@ coordinator starts no new generation."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from coordinator.journal_metrics import partition_moves
 from e2e.cluster import Cluster, instance_ids_from_env
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, static_rejoins, wait_for
-from e2e.groups import apply, managed_group, namespace, wait_stable
+from e2e.groups import adopted_group, apply, managed_group, namespace, wait_stable
 
 GROUP = "orders"
 
@@ -77,3 +78,48 @@ def test_managed_group_keeps_instance_ids_across_pod_replacement(
         )
         record("generation_before", generation)
         record("generation_after", after["generation_id"])
+
+
+def test_kubectl_scale_resizes_a_managed_group_and_is_refused_for_an_adopted_one(
+    cluster: Cluster, operator_release: None, record: Record
+) -> None:
+    with namespace(cluster, "e2e-scale") as ns:
+        apply(cluster, ns, managed_group("scaled", replicas=2))
+        wait_stable(cluster, ns, "scaled", 2)
+
+        # `kubectl scale` goes through the /scale subresource (spec.replicas in).
+        started = time.monotonic()
+        cluster.kubectl("-n", ns, "scale", "consumergroup/scaled", "--replicas=3")
+        wait_stable(cluster, ns, "scaled", 3)
+        record("kubectl_scale_2_to_3_s", round(time.monotonic() - started, 1))
+        path = f"/apis/staticfleet.dev/v1alpha1/namespaces/{ns}/consumergroups/scaled/scale"
+
+        def scale_reports_three() -> dict[str, Any] | None:
+            scale: dict[str, Any] = json.loads(cluster.kubectl("get", "--raw", path).stdout)
+            return scale if scale.get("status", {}).get("replicas") == 3 else None
+
+        scale = wait_for("the scale subresource reports 3", scale_reports_three, timeout_s=60)
+        assert scale["spec"]["replicas"] == 3
+        selector = scale["status"]["selector"]
+        assert selector == (
+            "app.kubernetes.io/managed-by=staticfleet,staticfleet.dev/group=scaled,"
+            "staticfleet.dev/slot"
+        )
+        # The selector, as an HPA uses it, finds exactly the member pods.
+        selected = cluster.get_json("-n", ns, "get", "pods", "-l", selector)["items"]
+        live = [p for p in selected if not p["metadata"].get("deletionTimestamp")]
+        assert len(live) == 3
+
+        # The members' PodDisruptionBudget, owned by the group.
+        budget = cluster.get_json("-n", ns, "get", "poddisruptionbudget", "scaled-members")
+        [owner] = budget["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("ConsumerGroup", "scaled")
+        assert budget["spec"]["maxUnavailable"] == 1
+
+        # An adopted group has no replicas to scale: the API server refuses, and says why.
+        apply(cluster, ns, adopted_group("spark-scaled", app="scaled-app"))
+        refused = cluster.kubectl(
+            "-n", ns, "scale", "consumergroup/spark-scaled", "--replicas=2", check=False
+        )
+        assert refused.returncode != 0
+        assert "an adopted group (selector) cannot be scaled" in refused.stderr, refused.stderr
