@@ -14,8 +14,8 @@ The order of a pass:
  6. managed mode: standby promotions (hot_standby.py) if any, else the standbys kept, stale
     expected members cleared, and the fleet's one step (rollout/fleet.py):
     scale down, batch LeaveGroup, Switch, create missing members, refuse, or a rollout step;
-    then the scale subresource's status (replicas, selector) and the members'
-    PodDisruptionBudget (created or patched when it was read and is not as wanted).
+    the members' PodDisruptionBudget first (created or patched when it was read and is not
+    as wanted); the status carries the scale subresource's replicas and selector.
 """
 
 from __future__ import annotations
@@ -363,6 +363,8 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         step.actions.append(PromoteStandbys(tuple(promotions.promotions)))
         gauges = _gauges(observation, spec, members, state, missing_expected=0)
         return step.result("promotions", promotions, gauges, write_ahead=True)
+    # The budget before the pods it covers (and before a bounce: it counts the bounced one).
+    _disruption_budget(step, spec)
     step.actions.extend(
         keep_standbys(
             spec,
@@ -444,7 +446,6 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         degraded_message=refused or "",
     )
     _scale_status(status, ref.name, members)
-    _disruption_budget(step, spec)
     missing_expected = _missing_expected(spec, expected, view)
     status.missing_expected_members = missing_expected
     status.standbys_ready = _standbys_ready(observation, spec)
