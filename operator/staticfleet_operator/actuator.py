@@ -3,10 +3,10 @@
 A status that records intent goes first (write-ahead: a rollout step or a promotion is
 recorded before it is made, so an operator killed mid-step resumes without repeating or
 skipping one), then the Events, then the actions in order; a status that only reports what
-was seen goes after the actions, so an action (a replacement pod) does not wait for it. Every write to the API server is laid
-over the cluster as last seen (observed.py: read your writes) until the watch shows it. An
-action's failure raises: the pass runner tries the group again, and the next pass observes
-what was done and plans from there.
+was seen goes after the actions, so an action (a replacement pod) does not wait for it.
+Every write to the API server is laid over the cluster as last seen (observed.py: read your
+writes) until the watch shows it. An action's failure raises: the pass runner tries the
+group again, and the next pass observes what was done and plans from there.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Hot standby (issue 15, part 2): which standby takes over which missing active member.
 
-Pure decision rules only; `hot_standby.promote_standbys` feeds them from a reconcile pass
+Pure decision rules only; `hot_standby.plan_promotions` feeds them from a pass
 and carries their decisions out (docs/operator.md, "Hot standby").
 
 A promotion hands a standby the missing member's instance id as a static replacement (same

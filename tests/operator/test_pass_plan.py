@@ -740,3 +740,20 @@ def test_an_adopted_group_gets_no_disruption_budget_and_no_selector() -> None:
     assert not [a for a in result.actions if "PodDisruptionBudget" in type(a).__name__]
     assert result.status is not None
     assert result.status.replicas == 2 and result.status.selector is None
+
+
+def test_only_a_status_that_records_intent_is_written_before_the_actions() -> None:
+    """Write-ahead for a rollout step and promotions; a status that only reports (a missing
+    pod created) goes after the action, so the replacement does not wait for it."""
+    changed = spec_body(template={"spec": {"containers": [{"name": "member", "image": "m:2"}]}})
+    assert plan(group(changed, pods=(member(0), member(1), member(2)))).write_ahead
+    promoting = group(
+        spec_body(standbys=1),
+        pods=(member(0), member(1), _standby()),
+        seen=described(0, 1, 2),
+        ready_standbys=frozenset({"orders-standby-0"}),
+    )
+    assert plan(promoting).write_ahead
+    missing = plan(replace(settled(), pods=(member(0), member(2)), described=described(0, 1, 2)))
+    assert not missing.write_ahead
+    assert any(isinstance(a, CreatePod) for a in missing.actions)
