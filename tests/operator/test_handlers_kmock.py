@@ -355,15 +355,21 @@ async def test_operator_process_serves_coordinator_health_and_reconciles() -> No
                     headers = {"Authorization": f"Bearer {bearer}"}
                     async with session.post(beat, json=body, headers=headers) as r:
                         assert r.status == expected, await r.text()
-                # One scrape target: the coordinator's /metrics carries the operator's series.
-                async with session.get(f"http://127.0.0.1:{coordinator_port}/metrics") as r:
-                    assert r.status == 200
-                    samples = {
-                        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-                        for family in text_string_to_metric_families(await r.text())
-                        for sample in family.samples
-                    }
-                assert samples[("staticfleet_operator_reconciles_total", (("result", "ok"),))] >= 1
+                # One scrape target: the coordinator's /metrics carries the operator's series
+                # (the pass that created the pod ends after it: its status and metrics follow).
+                passed = ("staticfleet_operator_reconciles_total", (("result", "ok"),))
+                for _ in range(100):
+                    async with session.get(f"http://127.0.0.1:{coordinator_port}/metrics") as r:
+                        assert r.status == 200
+                        samples = {
+                            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                            for family in text_string_to_metric_families(await r.text())
+                            for sample in family.samples
+                        }
+                    if samples.get(passed, 0) >= 1:
+                        break
+                    await asyncio.sleep(0.05)
+                assert samples[passed] >= 1
                 desired = (("group", "orders"), ("kind", "desired"), ("namespace", NAMESPACE))
                 assert samples[("staticfleet_operator_group_members", desired)] == 1
                 assert ("staticfleet_join_latency_seconds_count", ()) in samples  # the server's

@@ -46,15 +46,6 @@ async def test_a_scale_up_with_expected_members_is_exactly_one_rebalance() -> No
         )
 
 
-async def test_without_expected_members_the_same_scale_up_rebalances_twice() -> None:
-    async with running_cluster() as cluster:
-        spec = managed_spec(replicas=3, scaleUp={"expectMembers": False})
-        await cluster.create_group("orders", spec)
-        kinds = await _scale_up_with_stragglers(cluster)
-        assert kinds.count("generation_started") >= 2, kinds
-        assert cluster.coordinator.expected_members("orders") is None
-
-
 async def test_scale_down_and_delete_clear_the_expected_members() -> None:
     async with running_cluster() as cluster:
         await cluster.create_group("orders", managed_spec(replicas=3))
