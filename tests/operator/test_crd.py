@@ -295,6 +295,8 @@ def test_crd_identity(crd: Json) -> None:
 
 def test_printer_columns(crd: Json, root_schema: Json) -> None:
     columns = {c["name"]: c for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]}
+    # Scripts read `kubectl get cg --no-headers` by position: a new column goes after these.
+    assert list(columns)[:5] == ["State", "Generation", "Protocol", "Members", "Replicas"]
     assert {name: c["jsonPath"] for name, c in columns.items() if c.get("priority", 0) == 0} == {
         "Replicas": ".status.replicas",
         "State": ".status.groupState",

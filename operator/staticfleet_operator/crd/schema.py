@@ -344,12 +344,6 @@ SCALE_SUBRESOURCE: Final[dict[str, str]] = {
 
 PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
     {
-        "name": "Replicas",
-        "type": "integer",
-        "jsonPath": ".status.replicas",
-        "description": "Live member pods (the scale subresource's status.replicas)",
-    },
-    {
         "name": "State",
         "type": "string",
         "jsonPath": ".status.groupState",
@@ -372,6 +366,14 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
         "type": "integer",
         "jsonPath": ".status.members",
         "description": "Members in the group",
+    },
+    # After Members: the columns before it keep their places (scripts read them by
+    # position, as e2e/kafka_fleet.py does).
+    {
+        "name": "Replicas",
+        "type": "integer",
+        "jsonPath": ".status.replicas",
+        "description": "Live member pods (the scale subresource's status.replicas)",
     },
     {
         "name": "Rollout",
