@@ -49,7 +49,7 @@ from staticfleet_operator.members import budget_key, members_budget_spec
 from staticfleet_operator.observed import pod_identity
 from staticfleet_operator.pass_plan import TOKEN_UNAVAILABLE
 from staticfleet_operator.status import status_differs
-from staticfleet_operator.tokens import managed_secret, new_token, secret_value
+from staticfleet_operator.tokens import MANAGED_TOKEN_KEY, managed_secret, new_token, secret_value
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -250,7 +250,7 @@ class Actuator:
         else:
             self.op.observed.secret_created(secret)
             log.info("created member token Secret %s/%s", self.ref.namespace, name)
-        token = secret_value(secret, "token")
+        token = secret_value(secret, MANAGED_TOKEN_KEY)
         if token is not None:
             await self._register_token(group_id, token)
 

@@ -43,14 +43,7 @@ async def observe(
     body = await op.observed.group(op.kube, ref.namespace, ref.name)
     if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
         return None
-    base = GroupObservation(
-        ref=ref,
-        body=body,
-        status=read_status(body),
-        now=op.clock(),
-        coordinator_url=op.coordinator_url,
-        pass_id=uuid.uuid4().hex[:12],
-    )
+    base = _base(op, ref, body)
     problems = validate_spec(body.get("spec") or {})
     if problems:
         return replace(base, problems=tuple(problems)), None
@@ -70,9 +63,7 @@ async def observe(
             )
             found["disruption_budget"] = DisruptionBudget(budget)
     if not spec.coordinator.is_kafka:
-        name, key = token_secret_ref(spec, ref.name)
-        secret = await op.observed.secret(op.kube, ref.namespace, name)
-        found["token"] = TokenSecret(name, key, spec.token_secret_ref is not None, secret)
+        found["token"] = await _token_secret(op, ref, spec)
     backend: GroupBackend | None = None
     try:
         backend = await op.backend(ref, spec)
@@ -113,8 +104,11 @@ async def observe_member_token(
     op: Operator, ref: GroupRef, body: Mapping[str, Any], spec: ConsumerGroupSpec
 ) -> GroupObservation:
     """Only what the member token's part of a pass reads (the admission webhook's)."""
-    name, key = token_secret_ref(spec, ref.name)
-    secret = await op.observed.secret(op.kube, ref.namespace, name)
+    return replace(_base(op, ref, body), spec=spec, token=await _token_secret(op, ref, spec))
+
+
+def _base(op: Operator, ref: GroupRef, body: Mapping[str, Any]) -> GroupObservation:
+    """The object, its status and the pass's own clock reading and id."""
     return GroupObservation(
         ref=ref,
         body=body,
@@ -122,6 +116,10 @@ async def observe_member_token(
         now=op.clock(),
         coordinator_url=op.coordinator_url,
         pass_id=uuid.uuid4().hex[:12],
-        spec=spec,
-        token=TokenSecret(name, key, spec.token_secret_ref is not None, secret),
     )
+
+
+async def _token_secret(op: Operator, ref: GroupRef, spec: ConsumerGroupSpec) -> TokenSecret:
+    name, key = token_secret_ref(spec, ref.name)
+    secret = await op.observed.secret(op.kube, ref.namespace, name)
+    return TokenSecret(name, key, spec.token_secret_ref is not None, secret)
