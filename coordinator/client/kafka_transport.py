@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from kafka.protocol.admin import DescribeGroupsRequest
+from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 from kafka.protocol.consumer.group import (
     HeartbeatRequest as KafkaHeartbeatRequest,
 )
@@ -57,6 +57,14 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
 from coordinator.client.kafka_errors import TOPIC_AUTHORIZATION_FAILED, authorization_failed
+from coordinator.client.kafka_groups import (
+    ConsumerGroupDescription,
+    GroupType,
+    ListedGroup,
+    consumer_group_description,
+    listed_groups,
+)
+from coordinator.client.kafka_messages import ConsumerGroupDescribeRequest
 from coordinator.client.kafka_security import token_source
 from coordinator.client.kafka_settings import (
     PLAINTEXT_SETTINGS,
@@ -114,6 +122,10 @@ FETCH_VERSIONS = (8, 9)
 FIND_COORDINATOR_VERSIONS = (4, 6)
 METADATA_VERSIONS = (10, 12)
 DESCRIBE_VERSIONS = (3, 5)
+# ListGroups v5 filters by and answers each group's type (KIP-848); ConsumerGroupDescribe v1
+# says which members still speak the classic protocol (KIP-1099).
+LIST_GROUPS_VERSIONS = (5, 5)
+CONSUMER_DESCRIBE_VERSIONS = (0, 1)
 
 
 def parse_bootstrap(url: str) -> list[BrokerAddress]:
@@ -404,6 +416,35 @@ class KafkaTransport:
                 for m in group.members
             ],
         )
+
+    async def list_groups(self, types: Sequence[GroupType] = ()) -> list[ListedGroup]:
+        """ListGroups v5 of the bootstrap broker: the groups it coordinates, with their type,
+        those of `types` only (none: every type). A cluster of several brokers answers per
+        broker; this asks the one the metadata connection reaches (tests, conformance)."""
+        answer = await self._metadata_call(
+            ListGroupsRequest,
+            LIST_GROUPS_VERSIONS,
+            {"states_filter": [], "types_filter": [t.value for t in types]},
+        )
+        code = error_code(answer.error_code)
+        if code is not ErrorCode.NONE:
+            raise TransportError(f"ListGroups: {code.name}")
+        return listed_groups(answer)
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        """ConsumerGroupDescribe of one group, from its coordinator. A group that is not a
+        consumer-protocol group answers GROUP_ID_NOT_FOUND (its `error_code`, not raised)."""
+        answer = await self._group_call(
+            group_id,
+            "control",
+            ConsumerGroupDescribeRequest,
+            CONSUMER_DESCRIBE_VERSIONS,
+            {"group_ids": [group_id], "include_authorized_operations": False},
+        )
+        group = answer.groups[0]
+        self._check_access(group.error_code, ConsumerGroupDescribeRequest, group_id)
+        self._check_coordinator(group_id, [error_code(group.error_code)])
+        return consumer_group_description(group)
 
     async def wait_for_coordinator(self, group_id: str, timeout_s: float = 30.0) -> None:
         """Until the group's coordinator is known and loaded (a fresh cluster creates its

@@ -1,0 +1,31 @@
+"""Kafka messages kafka-python 3.0 does not ship: ConsumerGroupDescribe (API key 69, KIP-848).
+
+Generated, not hand-written: the JSON files beside this module are Kafka's own message
+definitions, copied unchanged from kafka-clients 4.4.0 (`common/message/*.json` in its jar,
+the version the test broker runs), and kafka-python's `ApiMessage` builds the request and
+response classes from them (`load_json=` names this package), exactly as it builds the
+messages it ships: the same flexible versions, compact strings and tagged fields, so a
+`KafkaConnection` sends and decodes them like any other. A newer Kafka's definition is a
+file copy away. (ListGroups v5, with its types filter, is kafka-python's own.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.api_message import ApiMessage
+
+
+class ConsumerGroupDescribeRequest(ApiMessage, load_json=__name__):  # type: ignore[misc,call-arg]
+    pass
+
+
+class ConsumerGroupDescribeResponse(ApiMessage, load_json=__name__):  # type: ignore[misc,call-arg]
+    pass
+
+
+# What mypy sees: the classes are built at import time from the JSON.
+REQUEST: Any = ConsumerGroupDescribeRequest
+RESPONSE: Any = ConsumerGroupDescribeResponse
+
+__all__ = ["REQUEST", "RESPONSE", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"]
