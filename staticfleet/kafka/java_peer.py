@@ -42,7 +42,12 @@ class JavaPeer:
         heartbeat_interval_ms: int = 500,
         commit_interval_ms: int = 500,
         client_config: Path | None = None,
+        group_protocol: str = "classic",
+        remote_assignor: str | None = None,
     ) -> None:
+        """`group_protocol="consumer"`: KIP-848's protocol, the broker assigning with
+        `remote_assignor` (None: the broker's default); `strategies` and the session and
+        heartbeat settings are then the broker's (group-level), not the client's."""
         self.event_log = Path(event_log)
         self.stderr_path = self.event_log.with_suffix(".err")
         self.arguments = [
@@ -65,6 +70,10 @@ class JavaPeer:
         ]
         if instance_id:
             self.arguments += ["--instance-id", instance_id]
+        if group_protocol != "classic":
+            self.arguments += ["--group-protocol", group_protocol]
+        if remote_assignor:
+            self.arguments += ["--remote-assignor", remote_assignor]
         if client_config is not None:
             # Java client properties (TLS, SASL) merged into the consumer's configuration.
             self.arguments += ["--client-config", str(client_config)]

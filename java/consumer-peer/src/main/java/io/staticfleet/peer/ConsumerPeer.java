@@ -30,7 +30,8 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  * A tiny KafkaConsumer: the reference client for the KIP-429 two-bounce and for groups that
  * mix it with staticfleet members.
  *
- * <p>It subscribes (classic group protocol) with the assignment strategies it is given, counts
+ * <p>It subscribes (the classic group protocol, or KIP-848's with --group-protocol consumer and
+ * an optional --remote-assignor uniform|range) with the assignment strategies it is given, counts
  * the records it reads, commits its positions every commit interval and in
  * onPartitionsRevoked, and writes one JSON line per event in the same shape as
  * `staticfleet member run`'s event log (started, assigned, revoked, lost, commit, stopped), so
@@ -39,7 +40,7 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *
  * <p>Arguments: --bootstrap HOST:PORT --group-id ID --topics A,B [--instance-id ID]
  * [--strategies range,cooperative-sticky] [--session-timeout-ms N] [--heartbeat-interval-ms
- * N] [--commit-interval-ms N] [--events PATH] (default: stdout) [--client-config PATH] (a
+ * N] [--group-protocol classic|consumer] [--remote-assignor NAME] [--commit-interval-ms N] [--events PATH] (default: stdout) [--client-config PATH] (a
  * properties file merged into the consumer's configuration; default: $KAFKA_CLIENT_CONFIG).
  */
 public final class ConsumerPeer {
@@ -63,19 +64,34 @@ public final class ConsumerPeer {
     Properties properties = new Properties();
     properties.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required("bootstrap"));
     properties.put(ConsumerConfig.GROUP_ID_CONFIG, required("group-id"));
-    properties.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+    // KIP-848: with group.protocol=consumer the broker assigns (group.remote.assignor, none:
+    // the broker's default); the classic assignors and session/heartbeat settings are then
+    // group-level broker configs, and KafkaConsumer refuses them as client settings.
+    String protocol = options.getOrDefault("group-protocol", "classic");
+    boolean consumerProtocol = protocol.equals("consumer");
+    if (!consumerProtocol && !protocol.equals("classic")) {
+      throw new IllegalArgumentException("--group-protocol: classic or consumer, not " + protocol);
+    }
+    properties.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
     String instanceId = options.get("instance-id");
     if (instanceId != null && !instanceId.isEmpty()) {
       properties.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instanceId);
     }
     properties.put(ConsumerConfig.CLIENT_ID_CONFIG, "java-peer-" + (instanceId == null ? ProcessHandle.current().pid() : instanceId));
-    properties.put(
-        ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
-        List.of(options.getOrDefault("strategies", "range").split(",")).stream()
-            .map(name -> ASSIGNORS.getOrDefault(name.trim(), name.trim()))
-            .collect(Collectors.joining(",")));
-    properties.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, options.getOrDefault("session-timeout-ms", "10000"));
-    properties.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, options.getOrDefault("heartbeat-interval-ms", "1000"));
+    if (consumerProtocol) {
+      String remoteAssignor = options.get("remote-assignor");
+      if (remoteAssignor != null && !remoteAssignor.isEmpty()) {
+        properties.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, remoteAssignor);
+      }
+    } else {
+      properties.put(
+          ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG,
+          List.of(options.getOrDefault("strategies", "range").split(",")).stream()
+              .map(name -> ASSIGNORS.getOrDefault(name.trim(), name.trim()))
+              .collect(Collectors.joining(",")));
+      properties.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, options.getOrDefault("session-timeout-ms", "10000"));
+      properties.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, options.getOrDefault("heartbeat-interval-ms", "1000"));
+    }
     properties.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
     properties.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
     properties.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
