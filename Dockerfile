@@ -16,14 +16,20 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-# What setuptools needs to build the distribution (pyproject's packages.find: ".", "operator";
-# the CLI imports pipeline/ for `staticfleet spark`, so it is part of every install).
-COPY pyproject.toml README.md ./
+# The dependencies first, from pyproject.toml alone and at constraints.txt's versions (the ones
+# the tests ran against): this layer stays cached while only the sources change.
+COPY pyproject.toml constraints.txt ./
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\n'.join(p['dependencies'] + p['optional-dependencies']['operator']))" >requirements.txt \
+ && pip wheel --wheel-dir /wheels -c constraints.txt -r requirements.txt
+# Then the distribution itself (pyproject's packages.find: ".", "operator"; the CLI imports
+# pipeline/ for `staticfleet spark`, so it is part of every install).
+COPY README.md LICENSE ./
 COPY coordinator ./coordinator
 COPY staticfleet ./staticfleet
 COPY operator ./operator
 COPY pipeline ./pipeline
-RUN pip wheel --wheel-dir /wheels '.[operator]'
+RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # --- runtime --------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

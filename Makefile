@@ -15,12 +15,18 @@ install: $(STAMP) ## create .venv and install the project with every extra (once
 
 # setuptools' notice that an editable install is editable is silenced (it says nothing
 # a developer must act on); any other build warning is shown.
-$(STAMP): pyproject.toml
+# constraints.txt pins every dependency at the version the tests ran against (make constraints).
+$(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -e '.$(if $(EXTRAS),[$(EXTRAS)])'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -c constraints.txt -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $(STAMP)
+
+# After changing a dependency in pyproject.toml: install it unconstrained, test, then re-pin.
+.PHONY: constraints
+constraints: ## rewrite constraints.txt from what .venv holds of pyproject's dependencies
+	$(PY) scripts/freeze_constraints.py --output constraints.txt
 
 demo: install ## the local fleet demo: coordinator + 6 members, seven scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
