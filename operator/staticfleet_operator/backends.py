@@ -15,6 +15,15 @@ broker could not have selected it) and the glue widens it with what each pod was
 with (`widen_offers`); the generation is read from the members' subscriptions (v2+ carry
 the generation of their last assignment), a lower bound of the broker's; no leader is
 known, so the rollout bounces in slot order.
+
+A consumer-protocol group (KIP-848) is read with ConsumerGroupDescribe instead: DescribeGroups
+v5 answers such a group as Dead with no members, as it answers a group that does not exist.
+Each group's type is learned from the describe that answers and remembered, so a pass makes
+one request: a remembered consumer group is described with ConsumerGroupDescribe (a
+GROUP_ID_NOT_FOUND there: it went back to classic, or is gone, and DescribeGroups is asked);
+a classic answer of Dead with no members is asked again with ConsumerGroupDescribe. (ListGroups
+v5 names every group's type too, but lists every group a broker coordinates: one per pass
+per group would read N groups N times.) docs/kafka.md, "The consumer protocol".
 """
 
 from __future__ import annotations
@@ -35,12 +44,14 @@ from coordinator import (
     LeaveGroupResponse,
     MemberIdentity,
 )
+from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
-from coordinator.messages import NO_GENERATION
+from coordinator.messages import NO_GENERATION, DescribedGroupMember
 from coordinator.protocol import ProtocolError, decode_subscription
-from staticfleet_operator.rollout import Assignors, CoordinatorView, MemberPod
+from staticfleet_operator.rollout import Assignors, CoordinatorView, GroupProtocol, MemberPod
+from staticfleet_operator.rollout.observation import consumer_group_state
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -120,6 +131,8 @@ class KafkaBackend:
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.settings = settings
+        # group id -> the type its last describe found (which describe to send first)
+        self._types: dict[str, GroupType] = {}
         self.transport = transport or KafkaTransport(
             bootstrap_servers,
             client_id="staticfleet-operator",
@@ -128,11 +141,31 @@ class KafkaBackend:
         )
 
     async def describe(self, group_id: str) -> DescribedGroup:
+        described, _ = await self.describe_typed(group_id)
+        return described
+
+    async def describe_typed(
+        self, group_id: str
+    ) -> tuple[DescribedGroup, ConsumerGroupDescription | None]:
+        """The group as DescribeGroups shows it, and, for a consumer-protocol group, its
+        ConsumerGroupDescribe answer (the DescribedGroup is then made from it)."""
         try:
-            described = await self.transport.describe_group(group_id)
+            if self._types.get(group_id) is GroupType.CONSUMER:
+                consumer = await self.transport.describe_consumer_group(group_id)
+                if consumer.error_code == 0:
+                    return described_from_consumer(consumer), consumer
+                self._types.pop(group_id, None)
+            classic = from_kafka(await self.transport.describe_group(group_id))
+            if not _absent_or_other(classic):
+                self._types[group_id] = GroupType.CLASSIC
+                return classic, None
+            consumer = await self.transport.describe_consumer_group(group_id)
         except TransportError as error:
             raise CoordinatorUnreachable(str(error)) from error
-        return from_kafka(described)
+        if consumer.error_code != 0:
+            return classic, None
+        self._types[group_id] = GroupType.CONSUMER
+        return described_from_consumer(consumer), consumer
 
     async def leave(self, group_id: str, instance_ids: Sequence[str]) -> LeaveGroupResponse:
         try:
@@ -237,18 +270,50 @@ def from_kafka(group: DescribedGroup) -> DescribedGroup:
     return replace(group, members=members, generation_id=generation)
 
 
+def _absent_or_other(group: DescribedGroup) -> bool:
+    """DescribeGroups (v5) answers a consumer-protocol group like a missing one."""
+    return group.error_code is ErrorCode.GROUP_ID_NOT_FOUND or (
+        group.error_code is ErrorCode.NONE and group.group_state == "Dead" and not group.members
+    )
+
+
+def described_from_consumer(group: ConsumerGroupDescription) -> DescribedGroup:
+    """A consumer group's ConsumerGroupDescribe answer as the DescribedGroup the status and
+    the rules read: the state in the classic vocabulary (`consumer_group_state`), the group
+    epoch as the generation, the broker's assignor as the selected protocol; no member
+    metadata (the broker assigns: members offer no classic assignor)."""
+    return DescribedGroup(
+        error_code=ErrorCode.NONE,
+        group_id=group.group_id,
+        group_state=consumer_group_state(group.state, group.converged).value,
+        protocol_type="consumer",
+        protocol_data=group.assignor,
+        members=[
+            DescribedGroupMember(m.member_id, m.instance_id, m.client_id, m.client_host, b"", b"")
+            for m in group.members
+        ],
+        generation_id=group.group_epoch,
+    )
+
+
 def widen_offers(
     view: CoordinatorView, pods: Sequence[MemberPod], assignors: Assignors
 ) -> CoordinatorView:
     """Each member's offered protocols, from what its pod was created with, as long as the
     broker's selected protocol is among them (the broker proves a member offered that one);
-    otherwise only what the broker proves. Kafka's describe does not list the offers."""
+    otherwise only what the broker proves. Kafka's describe does not list the offers.
+
+    A consumer-protocol group's members offer no classic assignor (the broker assigns), so
+    there is nothing to prove: a member with a pod is taken to offer what its pod was
+    created with (its rejoin is proven by its epoch instead: `CoordinatorView.settled`)."""
     by_instance = {p.instance_id: p for p in pods if not p.deleting}
+    consumer = view.protocol is GroupProtocol.CONSUMER
     members = []
     for member in view.members:
         pod = by_instance.get(member.instance_id) if member.instance_id else None
         offered = assignors.offered_by(pod.protocol) if pod is not None else frozenset()
-        if member.supported_protocols and member.supported_protocols <= offered:
+        proven = bool(member.supported_protocols) and member.supported_protocols <= offered
+        if proven or (consumer and pod is not None):
             members.append(replace(member, supported_protocols=offered))
         else:
             members.append(member)
@@ -273,6 +338,7 @@ __all__ = [
     "GroupBackend",
     "KafkaBackend",
     "KafkaBackends",
+    "described_from_consumer",
     "from_kafka",
     "leave_errors",
     "settings_fingerprint",

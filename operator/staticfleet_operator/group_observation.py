@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from coordinator import DescribedGroup
+from coordinator.client.kafka_groups import ConsumerGroupDescription
 from coordinator.client.kafka_settings import KafkaClientSettings
 from staticfleet_operator.crd import (
     ConsumerGroupSpec,
@@ -81,6 +82,9 @@ class GroupObservation:
     # counts of the spec's topics.
     topic_partitions: Mapping[str, int] = field(default_factory=dict)
     described: DescribedGroup | None = None
+    # A Kafka group on the consumer protocol (KIP-848): its ConsumerGroupDescribe answer
+    # (`described` is then made from it: backends.described_from_consumer).
+    consumer_group: ConsumerGroupDescription | None = None
     unreachable: Unreachable | None = None
     expected_members: ExpectedMembers | None = None
     # The embedded coordinator's clock, which expected members' deadlines are on.

@@ -77,7 +77,10 @@ async def observe(
             found["topic_partitions"] = await backend.topic_partitions(wanted)
         else:
             found["topic_partitions"] = await op.coordinator.topic_metadata()
-        described = await backend.describe(spec.group_id)
+        if isinstance(backend, KafkaBackend):
+            described, found["consumer_group"] = await backend.describe_typed(spec.group_id)
+        else:
+            described = await backend.describe(spec.group_id)
     except CoordinatorUnreachable as error:
         message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {error}"
         found["unreachable"] = Unreachable(UNREACHABLE, message)
@@ -88,8 +91,9 @@ async def observe(
         return replace(base, **found), None
     found["described"] = described
     if spec.coordinator.is_kafka:
-        if op.journal is not None:
-            # The rebalances describe shows, recorded as seen (the analytics' input).
+        if op.journal is not None and found.get("consumer_group") is None:
+            # Classic groups only: a consumer group's reassignments are not in DescribeGroups'
+            # member assignments (docs/kafka.md, "The consumer protocol").
             op.journal.observe(described, base.now)
     else:
         found["coordinator_now_ms"] = op.coordinator.clock.now_ms()

@@ -100,6 +100,8 @@ from staticfleet_operator.tokens import secret_value
 TOKEN_UNAVAILABLE = "MemberTokenUnavailable"
 TOPICS_NOT_FOUND = "TopicsNotFound"
 PROTOCOL_CHANGE_REFUSED = "ProtocolChangeRefused"
+GROUP_PROTOCOL_CHANGED = "GroupProtocolChanged"
+GROUP_CONVERGED = "GroupConverged"
 
 # Describe of a group nobody has joined yet answers GROUP_ID_NOT_FOUND: that is an observed
 # empty group (the view reads Dead with no members), not a failed describe.
@@ -324,6 +326,7 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         rollout=rollout,
         now=observation.now,
     )
+    _protocol_events(step, observation.status, status)
     # The scale subresource's count, from the pods as for a managed group; no selector:
     # an adopted group cannot be scaled (RULE_ONE_MODE), so nothing reads one.
     status.replicas = len(live)
@@ -445,6 +448,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         degraded_reason=None if refused is None else PROTOCOL_CHANGE_REFUSED,
         degraded_message=refused or "",
     )
+    _protocol_events(step, observation.status, status)
     _scale_status(status, ref.name, members)
     missing_expected = _missing_expected(spec, expected, view)
     status.missing_expected_members = missing_expected
@@ -458,6 +462,32 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     # A rollout step's state is recorded before it is carried out.
     rolling = isinstance(fleet_step, Rollout)
     return step.result(summary, status, gauges, wake_in=wake_in, write_ahead=rolling)
+
+
+def _protocol_events(
+    step: _Pass, previous: ConsumerGroupStatus, status: ConsumerGroupStatus
+) -> None:
+    """Events for what the Kafka cluster changed: the group's protocol (a member joined with
+    the other one: KIP-848's conversion), and a consumer group converging after a change."""
+    if previous.group_protocol is not None and status.group_protocol not in (
+        None,
+        previous.group_protocol,
+    ):
+        step.events.append(
+            Event(
+                GROUP_PROTOCOL_CHANGED,
+                f"the group runs the {status.group_protocol} protocol now "
+                f"(it ran {previous.group_protocol})",
+            )
+        )
+    if previous.converged is False and status.converged is True:
+        step.events.append(
+            Event(
+                GROUP_CONVERGED,
+                f"{status.members} members at group epoch {status.group_epoch} hold their "
+                "target assignment",
+            )
+        )
 
 
 def _scale_status(
@@ -607,7 +637,11 @@ def group_view(
     """The rules' view of a describe; for a Kafka group, each member's offers widened from
     its pod (Kafka's describe lists only the selected protocol)."""
     assert observation.described is not None  # observed, unless unreachable
-    view = CoordinatorView.from_described(observation.described)
+    view = (
+        CoordinatorView.from_consumer_group(observation.consumer_group)
+        if observation.consumer_group is not None
+        else CoordinatorView.from_described(observation.described)
+    )
     if not spec.coordinator.is_kafka:
         return view
     return widen_offers(view, pods, assignors(spec))

@@ -54,8 +54,10 @@ def observed_status(
         status.group_state = ObservedGroupState(view.group_state.value)
         status.generation = view.generation_id
         status.members = len(view.members)
+        status.group_protocol = view.protocol
     else:
         status.group_state = ObservedGroupState.UNKNOWN
+    put_consumer_progress(status, view)
     status.selected_protocol = selected_protocol or None
     live = sorted((p for p in pods if not p.deleting), key=lambda p: p.slot)
     protocols = {p.protocol for p in live}
@@ -85,6 +87,19 @@ def observed_status(
         degraded_message=degraded_message,
     )
     return status
+
+
+def put_consumer_progress(status: ConsumerGroupStatus, view: CoordinatorView | None) -> None:
+    """A consumer-protocol group's epochs and convergence; cleared for a classic group (and
+    kept as last seen while the group cannot be observed)."""
+    if view is None:
+        return
+    progress = view.consumer
+    status.group_epoch = progress.group_epoch if progress else None
+    status.assignment_epoch = progress.assignment_epoch if progress else None
+    status.converged = progress.converged if progress else None
+    status.converged_members = progress.converged_members if progress else None
+    status.classic_members = progress.classic_members if progress else None
 
 
 def apply_conditions(
@@ -117,6 +132,8 @@ def apply_conditions(
         paused_on = rollout.blocker.value if rollout.blocker is not None else "RolloutPaused"
         degraded_reason, degraded_message = paused_on, rollout.message
     settled = stable and ready_pods == desired_members and (status.members or 0) == desired_members
+    if status.converged is False:
+        settled = False  # a consumer group's Stable is its convergence
     if settled and not rollout.active:
         put(ConditionType.READY, True, "GroupStable", f"{desired_members} members, group Stable")
     else:

@@ -305,8 +305,16 @@ def test_printer_columns(crd: Json, root_schema: Json) -> None:
         "Members": ".status.members",
         "Rollout": ".status.rollout.phase",
         "Progress": ".status.rollout.progress",
+        "GroupProtocol": ".status.groupProtocol",
+        "Converged": ".status.converged",
         "Age": ".metadata.creationTimestamp",
     }
+    # The consumer protocol's columns come after the rollout's, Age stays last.
+    assert [name for name, c in columns.items() if c.get("priority", 0) == 0][-3:] == [
+        "GroupProtocol",
+        "Converged",
+        "Age",
+    ]
     assert columns["Age"]["type"] == "date"
     assert columns["Members"]["type"] == columns["Generation"]["type"] == "integer"
     # Every column's path names a field the schema has (a typo would show an empty column).
@@ -320,7 +328,9 @@ def test_printer_columns(crd: Json, root_schema: Json) -> None:
                 node = node["items"]
             assert part in node["properties"], column
             node = node["properties"][part]
-        expected = {"integer": "integer", "date": "string"}.get(column["type"], "string")
+        expected = {"integer": "integer", "boolean": "boolean", "date": "string"}.get(
+            column["type"], "string"
+        )
         assert node["type"] == expected, column
 
 

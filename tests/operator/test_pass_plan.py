@@ -19,6 +19,11 @@ import pytest
 
 from coordinator import DescribedGroup, DescribedGroupMember, ErrorCode
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.kafka_groups import (
+    ConsumerGroupDescription,
+    ConsumerGroupMember,
+    MemberType,
+)
 from coordinator.client.kafka_settings import KafkaClientSettings
 from staticfleet_operator.actions import (
     ClearExpectedMembers,
@@ -38,6 +43,7 @@ from staticfleet_operator.actions import (
     SettleSlots,
     UnregisterTokens,
 )
+from staticfleet_operator.backends import described_from_consumer
 from staticfleet_operator.crd import RolloutPhase, parse_spec
 from staticfleet_operator.group_memory import GroupMemory
 from staticfleet_operator.group_observation import (
@@ -52,6 +58,7 @@ from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.hot_standby import ROLE_LABEL, STANDBY_ROLE, standby_pod
 from staticfleet_operator.members import MemberSettings, managed_pod
 from staticfleet_operator.pass_plan import plan_pass
+from staticfleet_operator.rollout import CoordinatorView
 
 REF = GroupRef("default", "orders")
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -757,3 +764,173 @@ def test_only_a_status_that_records_intent_is_written_before_the_actions() -> No
     missing = plan(replace(settled(), pods=(member(0), member(2)), described=described(0, 1, 2)))
     assert not missing.write_ahead
     assert any(isinstance(a, CreatePod) for a in missing.actions)
+
+
+# --- the consumer protocol (KIP-848) --------------------------------------------------------
+
+ORDERS = "orders"
+
+
+def consumer_group(
+    *slots: int,
+    epoch: int = 5,
+    assignment_epoch: int | None = None,
+    behind: tuple[int, ...] = (),
+    away: tuple[int, ...] = (),
+    moving: tuple[int, ...] = (),
+    classic: tuple[int, ...] = (),
+    state: str = "Stable",
+) -> ConsumerGroupDescription:
+    """A ConsumerGroupDescribe answer: each slot a member holding partition `slot`, at the
+    group epoch unless `behind` (one epoch less) or `away` (-2: a static member's restart);
+    `moving` members' targets differ from what they hold; `classic` ones speak classic."""
+    members = []
+    for slot in slots:
+        held = ((ORDERS, slot),)
+        member_epoch = -2 if slot in away else epoch - 1 if slot in behind else epoch
+        members.append(
+            ConsumerGroupMember(
+                member_id=f"m-{slot}",
+                instance_id=f"orders-{slot}",
+                member_epoch=member_epoch,
+                client_id="c",
+                client_host="h",
+                subscribed_topics=(ORDERS,),
+                assignment=held,
+                target_assignment=((ORDERS, slot + 10),) if slot in moving else held,
+                member_type=MemberType.CLASSIC if slot in classic else MemberType.CONSUMER,
+            )
+        )
+    return ConsumerGroupDescription(
+        group_id=ORDERS,
+        error_code=0,
+        state=state if slots else "Empty",
+        group_epoch=epoch,
+        assignment_epoch=epoch if assignment_epoch is None else assignment_epoch,
+        assignor="uniform",
+        members=tuple(members),
+    )
+
+
+def on_consumer_protocol(
+    found: ConsumerGroupDescription, spec: dict[str, Any] | None = None, **fields: Any
+) -> GroupObservation:
+    """A Kafka group the cluster runs on the consumer protocol, with a pod per slot listed."""
+    pods = tuple(
+        member(int(str(m.instance_id).rsplit("-", 1)[1]), kafka_spec()) for m in found.members
+    )
+    return group(
+        spec or kafka_spec(),
+        pods=fields.pop("pods", pods),
+        seen=described_from_consumer(found),
+        consumer_group=found,
+        **fields,
+    )
+
+
+@pytest.mark.parametrize(
+    ("view", "settled"),
+    [
+        pytest.param(CoordinatorView.from_described(described(0, 1, 2)), True, id="classic-stable"),
+        pytest.param(
+            CoordinatorView.from_described(described(0, 1, state="PreparingRebalance")),
+            False,
+            id="classic-rebalancing",
+        ),
+        pytest.param(
+            CoordinatorView.from_consumer_group(consumer_group(0, 1, 2)), True, id="converged"
+        ),
+        pytest.param(
+            CoordinatorView.from_consumer_group(consumer_group(0, 1, 2, behind=(1,))),
+            False,
+            id="a-member-behind-the-group-epoch",
+        ),
+        pytest.param(
+            CoordinatorView.from_consumer_group(consumer_group(0, 1, 2, moving=(2,))),
+            False,
+            id="assignment-not-yet-its-target",
+        ),
+        pytest.param(
+            CoordinatorView.from_consumer_group(consumer_group(0, 1, 2, away=(0,))),
+            False,
+            id="a-static-member-away-epoch-minus-2",
+        ),
+        pytest.param(
+            CoordinatorView.from_consumer_group(consumer_group(0, 1, 2, assignment_epoch=4)),
+            False,
+            id="target-not-computed-for-the-group-epoch",
+        ),
+        pytest.param(
+            CoordinatorView.from_consumer_group(consumer_group(0, 1, 2, state="Reconciling")),
+            True,
+            id="every-member-converged-before-the-broker-says-stable",
+        ),
+        pytest.param(CoordinatorView.from_consumer_group(consumer_group()), False, id="empty"),
+    ],
+)
+def test_the_gate_is_stable_for_classic_groups_and_convergence_for_consumer_groups(
+    view: CoordinatorView, settled: bool
+) -> None:
+    assert view.settled is settled
+    assert (view.unsettled_reason() is None) is settled
+
+
+def test_a_consumer_group_is_seen_with_its_epochs_and_convergence_in_status() -> None:
+    result = plan(on_consumer_protocol(consumer_group(0, 1, 2, classic=(2,))))
+    status = result.status
+    assert status is not None
+    assert status.group_protocol == "consumer" and status.group_state == "Stable"
+    assert (status.generation, status.group_epoch, status.assignment_epoch) == (5, 5, 5)
+    assert status.converged is True and status.converged_members == 3
+    assert status.classic_members == 1  # a migration under way
+    assert status.selected_protocol == "uniform" and status.members == 3
+    assert {c.type: c.status for c in status.conditions}["Ready"] == "True"
+
+
+def test_a_consumer_group_not_converged_is_not_ready_and_holds_a_rollout() -> None:
+    changed = {
+        **kafka_spec(),
+        "template": {"spec": {"containers": [{"name": "member", "image": "m:2"}]}},
+    }
+    # The pods were made from kafka_spec(): `changed` is a template change.
+    result = plan(on_consumer_protocol(consumer_group(0, 1, 2, behind=(1,)), changed))
+    assert not any(isinstance(a, DeletePod) for a in result.actions)
+    status = result.status
+    assert status is not None and status.converged is False and status.converged_members == 2
+    assert {c.type: c.status for c in status.conditions}["Ready"] == "False"
+    assert "not converged: 2/3 members at group epoch 5" in status.rollout.message
+    # Converged: the same change bounces one member.
+    moved = plan(on_consumer_protocol(consumer_group(0, 1, 2), changed))
+    assert len([a for a in moved.actions if isinstance(a, DeletePod)]) == 1
+
+
+def test_a_consumer_group_scale_down_is_one_batch_leave_by_instance_id() -> None:
+    found = consumer_group(0, 1, 2, 3, 4)
+    pods = tuple(member(slot, kafka_spec()) for slot in range(3))
+    result = plan(on_consumer_protocol(found, pods=pods))
+    assert LeaveGroup(("orders-3", "orders-4"), "scale-down") in result.actions
+
+
+def test_a_protocol_change_and_a_convergence_are_events_once() -> None:
+    pods = tuple(member(slot, kafka_spec()) for slot in range(3))
+    classic = converged(group(kafka_spec(), pods=pods))
+    assert classic.status.group_protocol == "classic"
+    moving = plan(
+        replace(
+            on_consumer_protocol(consumer_group(0, 1, 2, behind=(0,))),
+            body=classic.body,
+            status=classic.status,
+        )
+    )
+    assert reasons(moving) == ["GroupProtocolChanged"]
+    assert moving.status is not None
+    after = on_consumer_protocol(consumer_group(0, 1, 2))
+    body = {**after.body, "status": moving.status.to_patch()}
+    done = plan(replace(after, body=body, status=moving.status))
+    assert reasons(done) == ["GroupConverged"]
+    assert done.events[0].message == "3 members at group epoch 5 hold their target assignment"
+    assert done.status is not None
+    again = plan(
+        replace(after, body={**after.body, "status": done.status.to_patch()}, status=done.status)
+    )
+    assert reasons(again) == []

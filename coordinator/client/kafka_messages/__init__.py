@@ -11,21 +11,22 @@ file copy away. (ListGroups v5, with its types filter, is kafka-python's own.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_message import ApiMessage
 
+if TYPE_CHECKING:
+    # Built at import time from the JSON (fields, versions): opaque to mypy, as kafka-python's
+    # own messages are (it ships stubs for those; its classes are indexed by version).
+    ConsumerGroupDescribeRequest: Any
+    ConsumerGroupDescribeResponse: Any
+else:
 
-class ConsumerGroupDescribeRequest(ApiMessage, load_json=__name__):  # type: ignore[misc,call-arg]
-    pass
+    class ConsumerGroupDescribeRequest(ApiMessage, load_json=__name__):
+        pass
+
+    class ConsumerGroupDescribeResponse(ApiMessage, load_json=__name__):
+        pass
 
 
-class ConsumerGroupDescribeResponse(ApiMessage, load_json=__name__):  # type: ignore[misc,call-arg]
-    pass
-
-
-# What mypy sees: the classes are built at import time from the JSON.
-REQUEST: Any = ConsumerGroupDescribeRequest
-RESPONSE: Any = ConsumerGroupDescribeResponse
-
-__all__ = ["REQUEST", "RESPONSE", "ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"]
+__all__ = ["ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"]

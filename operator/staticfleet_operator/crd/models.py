@@ -403,6 +403,15 @@ class ObservedGroupState(StrEnum):
     DEAD = "Dead"
 
 
+class GroupProtocol(StrEnum):
+    """How the group's coordinator runs it: classic (JoinGroup/SyncGroup, rebalances ending
+    Stable) or consumer (Kafka's KIP-848 protocol: the broker assigns, members reconcile
+    towards a target assignment)."""
+
+    CLASSIC = "classic"
+    CONSUMER = "consumer"
+
+
 class RolloutPhase(StrEnum):
     """Where the rollout is. Idle: no rollout has run yet. Bounce1: first bounce of a protocol
     change, members restarted one at a time with the compatible protocol. VerifyCompatible:
@@ -1326,7 +1335,23 @@ class ConsumerGroupStatus(StatusModel):
     group_state: ObservedGroupState | None = None
     """Empty, PreparingRebalance, CompletingRebalance, Stable, Dead, or Unknown."""
     generation: int | None = None
-    """The group's generation id in the coordinator."""
+    """The group's generation id in the coordinator (a consumer-protocol group's epoch)."""
+    group_protocol: GroupProtocol | None = None
+    """classic, or consumer (KIP-848) when the Kafka cluster runs the group on the consumer
+    protocol (ConsumerGroupDescribe)."""
+    group_epoch: int | None = None
+    """Consumer protocol: the group epoch (bumped on every membership or subscription
+    change)."""
+    assignment_epoch: int | None = None
+    """Consumer protocol: the epoch of the target assignment (equal to the group epoch
+    once the broker has assigned)."""
+    converged: bool | None = None
+    """Consumer protocol: every member at the group epoch holds its target assignment (what
+    rollouts, replacements and scale-downs wait for, as Stable for a classic group)."""
+    converged_members: int | None = Field(default=None, ge=0)
+    """Consumer protocol: members at the group epoch holding their target assignment."""
+    classic_members: int | None = Field(default=None, ge=0)
+    """Consumer protocol: members still on the classic protocol (above 0: a migration)."""
     selected_protocol: str | None = None
     """Assignor (protocol name) the coordinator selected, e.g. range or cooperative-sticky."""
     effective_rebalance_protocol: RebalanceProtocolSetting | None = None

@@ -388,6 +388,18 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
         "description": "Members restarted / total in the current bounce",
     },
     {
+        "name": "GroupProtocol",
+        "type": "string",
+        "jsonPath": ".status.groupProtocol",
+        "description": "classic, or consumer (Kafka's KIP-848 group protocol)",
+    },
+    {
+        "name": "Converged",
+        "type": "boolean",
+        "jsonPath": ".status.converged",
+        "description": "Consumer protocol: every member at the group epoch holds its target",
+    },
+    {
         "name": "Ready",
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',

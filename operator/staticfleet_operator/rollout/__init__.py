@@ -7,7 +7,7 @@ at the top of `orchestrator.py`; docs/rollout.md explains them. `plan(observatio
 is the whole pass over a managed fleet: scale-down, leaves, creation, or `decide`.
 """
 
-from staticfleet_operator.crd import RolloutPhase, RolloutStatus
+from staticfleet_operator.crd import GroupProtocol, RolloutPhase, RolloutStatus
 from staticfleet_operator.rollout.decisions import Bounce, Decision, Done, Pause, Wait
 from staticfleet_operator.rollout.fleet import (
     CreateMissing,
@@ -21,6 +21,7 @@ from staticfleet_operator.rollout.fleet import (
     plan,
 )
 from staticfleet_operator.rollout.observation import (
+    ConsumerProgress,
     CoordinatorView,
     GroupMemberView,
     MemberPod,
@@ -37,12 +38,14 @@ from staticfleet_operator.rollout.plan import (
 __all__ = [
     "Assignors",
     "Bounce",
+    "ConsumerProgress",
     "CoordinatorView",
     "CreateMissing",
     "Decision",
     "Done",
     "FleetObservation",
     "GroupMemberView",
+    "GroupProtocol",
     "Leave",
     "MemberPod",
     "Observation",

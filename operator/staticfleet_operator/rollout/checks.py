@@ -7,7 +7,6 @@ ready) and the coordinator's view (who is in the group, what each member offered
 
 from __future__ import annotations
 
-from coordinator import GroupState
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.blockers import Blocker, BlockerCode
 from staticfleet_operator.crd import RolloutStatus
@@ -64,14 +63,15 @@ def member_back(observation: Observation, state: RolloutStatus) -> Blocker | Non
 
 
 def group_settled(observation: Observation) -> Blocker | None:
-    """Why the group is not Stable with the expected member count; None if it is."""
+    """Why the group is not settled (`CoordinatorView.settled`: Stable, or converged for a
+    consumer-protocol group) with the expected member count; None if it is."""
     view = observation.coordinator
     if view is None:
         return _UNAVAILABLE
-    if view.group_state is not GroupState.STABLE:
-        return Blocker(
-            BlockerCode.GROUP_NOT_STABLE, f"the group is {view.group_state.value}, not Stable"
-        )
+    unsettled = view.unsettled_reason()
+    if unsettled is not None:
+        # One code for both protocols: not Stable (classic) or not converged (consumer).
+        return Blocker(BlockerCode.GROUP_NOT_STABLE, unsettled)
     if len(view.members) != observation.desired_members:
         return Blocker(
             BlockerCode.MEMBER_COUNT_MISMATCH,
@@ -138,7 +138,7 @@ def stuck_member(
     """
     view = observation.coordinator
     live = observation.live_pods
-    if view is None or view.group_state is not GroupState.STABLE:
+    if view is None or not view.settled:
         return None
     if len(live) != observation.desired_members:
         return None

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from coordinator import DescribedGroup, ErrorCode, GroupState
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.kafka_groups import ConsumerGroupDescription, MemberType
+from staticfleet_operator.crd import GroupProtocol
 from staticfleet_operator.rollout.plan import DESIRED_PROTOCOLS, Assignors
 
 
@@ -53,6 +55,23 @@ class GroupMemberView:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerProgress:
+    """A consumer-protocol group's epochs and convergence (ConsumerGroupDescribe)."""
+
+    state: str  # the broker's: Empty, Assigning, Reconciling, Stable, Dead
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    converged: bool
+    converged_members: int
+    classic_members: int  # > 0: a migration under way (classic members in the group)
+
+    @property
+    def migrating(self) -> bool:
+        return self.classic_members > 0
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorView:
     """The parts of `describe_groups` the rollout rules read."""
 
@@ -60,6 +79,31 @@ class CoordinatorView:
     generation_id: int
     leader_instance_id: str | None
     members: tuple[GroupMemberView, ...] = ()
+    protocol: GroupProtocol = GroupProtocol.CLASSIC
+    consumer: ConsumerProgress | None = None  # a consumer-protocol group's progress
+
+    @property
+    def settled(self) -> bool:
+        """The gate of rollouts, replacements and scale-downs, protocol-neutral: a classic
+        group is Stable; a consumer group has converged (every member at the group epoch
+        holding its target assignment: docs/kafka.md, "The consumer protocol")."""
+        if self.consumer is not None:
+            return self.consumer.converged and self.group_state is GroupState.STABLE
+        return self.group_state is GroupState.STABLE
+
+    def unsettled_reason(self) -> str | None:
+        """Why the group is not settled, in words; None when it is."""
+        if self.settled:
+            return None
+        progress = self.consumer
+        if progress is None:
+            return f"the group is {self.group_state.value}, not Stable"
+        return (
+            f"the consumer group is {progress.state}, not converged: "
+            f"{progress.converged_members}/{len(self.members)} members at group epoch "
+            f"{progress.group_epoch} with their target assignment "
+            f"(assignment epoch {progress.assignment_epoch})"
+        )
 
     def member(self, instance_id: str) -> GroupMemberView | None:
         return next((m for m in self.members if m.instance_id == instance_id), None)
@@ -88,6 +132,55 @@ class CoordinatorView:
                 for m in group.members
             ),
         )
+
+    @classmethod
+    def from_consumer_group(cls, group: ConsumerGroupDescription) -> CoordinatorView:
+        """Map a ConsumerGroupDescribe answer. The state the rules read is Stable only when
+        the group has converged (the broker's Stable may list a member away on a static
+        restart, epoch -2); the broker's own state is in `consumer.state`. Members offer
+        no classic assignor (the broker assigns): their offers are left empty, which
+        `backends.widen_offers` fills from each pod."""
+        if group.error_code != 0:
+            return cls(GroupState.DEAD, NO_EPOCH, None, protocol=GroupProtocol.CONSUMER)
+        progress = ConsumerProgress(
+            state=group.state,
+            group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor=group.assignor,
+            converged=group.converged,
+            converged_members=group.converged_members,
+            classic_members=sum(1 for m in group.members if m.member_type is MemberType.CLASSIC),
+        )
+        return cls(
+            group_state=consumer_group_state(group.state, group.converged),
+            generation_id=group.group_epoch,
+            leader_instance_id=None,  # no leader: the broker assigns
+            members=tuple(
+                GroupMemberView(m.instance_id, m.member_id, frozenset()) for m in group.members
+            ),
+            protocol=GroupProtocol.CONSUMER,
+            consumer=progress,
+        )
+
+
+NO_EPOCH = -1
+
+
+def consumer_group_state(state: str, converged: bool) -> GroupState:
+    """A consumer group's state in the classic vocabulary the rules read: Empty and Dead
+    as they are; converged is Stable; anything else (Assigning, Reconciling, a member
+    away) is a rebalance in progress."""
+    if state == "Empty":
+        return GroupState.EMPTY
+    if state == "Dead":
+        return GroupState.DEAD
+    if converged:
+        return GroupState.STABLE
+    return (
+        GroupState.COMPLETING_REBALANCE
+        if state == "Reconciling"
+        else (GroupState.PREPARING_REBALANCE)
+    )
 
 
 @dataclass(frozen=True, slots=True)
