@@ -20,12 +20,12 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client import Enum as EnumMetric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from coordinator.errors import ErrorCode
 from coordinator.journal import JournalEvent, JournalKind
 from coordinator.messages import DescribedGroup, ListedGroup
+from coordinator.server.default_metrics import register_defaults
 from coordinator.state import GroupState
 
 log = logging.getLogger(__name__)
@@ -72,29 +72,32 @@ class GroupSource(Protocol):
 class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        register_defaults(self.registry)
+        # A group's label is `group`, as in the operator's series (staticfleet_operator_*).
         self.rebalances = Counter(
             "staticfleet_group_rebalances",
             "Rebalances started per group (journal rebalance_started events)",
-            ["group_id"],
+            ["group"],
             registry=self.registry,
         )
         self.generation = Gauge(
             "staticfleet_group_generation",
             "Current generation id per group",
-            ["group_id"],
+            ["group"],
             registry=self.registry,
         )
         self.members = Gauge(
             "staticfleet_group_members",
             "Current number of members per group",
-            ["group_id"],
+            ["group"],
             registry=self.registry,
         )
-        self.state = EnumMetric(
+        # A gauge per (group, state) rather than prometheus_client's Enum, whose state label
+        # is named after the metric: `state` reads better in PromQL and matches the docs.
+        self.state = Gauge(
             "staticfleet_group_state",
-            "Current state per group (1 for the state the group is in)",
-            ["group_id"],
-            states=_STATES,
+            "Current state per group: 1 for the state the group is in, 0 for the others",
+            ["group", "state"],
             registry=self.registry,
         )
         self.join_latency = Histogram(
@@ -135,9 +138,13 @@ class ServerMetrics:
         elif event.kind == JournalKind.GENERATION_STARTED:
             self.generation.labels(safe_label(event.group_id)).set(event.generation_id)
         elif event.kind == JournalKind.GROUP_DELETED:
-            for metric in (self.rebalances, self.generation, self.members, self.state):
+            group = safe_label(event.group_id)
+            for metric in (self.rebalances, self.generation, self.members):
                 with contextlib.suppress(KeyError):
-                    metric.remove(safe_label(event.group_id))
+                    metric.remove(group)
+            for state in _STATES:
+                with contextlib.suppress(KeyError):
+                    self.state.remove(group, state)
 
     def observe_error(self, operation: str, code: ErrorCode) -> None:
         if code is not ErrorCode.NONE:
@@ -163,7 +170,9 @@ class ServerMetrics:
             # Touch the counter so a group that never rebalanced shows an explicit 0.
             self.rebalances.labels(safe_label(group.group_id))
             if group.group_state in _STATES:
-                self.state.labels(safe_label(group.group_id)).state(group.group_state)
+                for state in _STATES:
+                    value = 1 if state == group.group_state else 0
+                    self.state.labels(safe_label(group.group_id), state).set(value)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

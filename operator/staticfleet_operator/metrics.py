@@ -17,6 +17,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from coordinator.server.default_metrics import register_defaults
 from staticfleet_operator.blockers import BlockerCode
 from staticfleet_operator.crd import RolloutPhase
 
@@ -34,6 +35,7 @@ DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 class OperatorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        register_defaults(self.registry)  # once per registry: the server's may hold them
         self.reconciles = Counter(
             f"{PREFIX}_reconciles",
             "Reconcile passes over ConsumerGroups, by result (error: the pass raised)",

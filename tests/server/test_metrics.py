@@ -40,7 +40,7 @@ async def test_metrics_after_traffic(server: Server) -> None:
     assert reply.status == 200
     assert reply.headers["Content-Type"].startswith("text/plain")
     samples = _samples(reply.text)
-    group = (("group_id", GROUP_A),)
+    group = (("group", GROUP_A),)
     assert samples[("staticfleet_group_rebalances_total", group)] >= 1
     assert samples[("staticfleet_group_generation", group)] == 1
     assert samples[("staticfleet_group_members", group)] == 2
@@ -48,14 +48,12 @@ async def test_metrics_after_traffic(server: Server) -> None:
         samples[
             (
                 "staticfleet_group_state",
-                (*group, ("staticfleet_group_state", "CompletingRebalance")),
+                (*group, ("state", "CompletingRebalance")),
             )
         ]
         == 1
     )
-    assert (
-        samples[("staticfleet_group_state", (*group, ("staticfleet_group_state", "Stable")))] == 0
-    )
+    assert samples[("staticfleet_group_state", (*group, ("state", "Stable")))] == 0
     assert samples[("staticfleet_join_latency_seconds_count", ())] == 2
     # The join phase waited for the initial rebalance delay (50 ms).
     assert samples[("staticfleet_join_latency_seconds_sum", ())] >= 0.05
@@ -81,4 +79,38 @@ async def test_deleted_group_leaves_the_gauges(server: Server) -> None:
     await server.call("POST", f"/v1/groups/{GROUP_A}/leave", leave)
     assert (await server.call("DELETE", f"/v1/groups/{GROUP_A}")).body["error"] == "NONE"
     text = (await server.call("GET", "/metrics", token=None)).text
-    assert not re.search(r'staticfleet_group_(generation|members)\{group_id="group-a"\}', text)
+    assert not re.search(r'staticfleet_group_(generation|members|state)\{group="group-a"', text)
+
+
+async def test_default_series_are_exposed_once(server: Server) -> None:
+    """process_*, python_info and the build info are in the server's registry; the operator's
+    metrics on the same registry (as in `operator run`) do not register them twice."""
+    from importlib import metadata
+
+    from coordinator.server.context import CONTEXT
+    from staticfleet_operator.metrics import OperatorMetrics
+
+    OperatorMetrics(server.running.runner.app[CONTEXT].metrics.registry)
+    text = (await server.call("GET", "/metrics", token=None)).text
+    samples = _samples(text)
+    build = [key for key in samples if key[0] == "staticfleet_build_info"]
+    assert len(build) == 1 and samples[build[0]] == 1
+    assert ("version", metadata.version("staticfleet")) in build[0][1]
+    assert samples[("process_resident_memory_bytes", ())] > 0
+    assert samples[("process_open_fds", ())] > 0
+    assert any(key[0] == "python_info" for key in samples)
+    assert text.count("# TYPE process_resident_memory_bytes ") == 1
+
+
+def test_operator_registry_of_its_own_has_the_default_series() -> None:
+    from prometheus_client import generate_latest
+
+    from staticfleet_operator.metrics import OperatorMetrics
+
+    text = generate_latest(OperatorMetrics().registry).decode()
+    assert "staticfleet_build_info{" in text
+    assert "process_cpu_seconds_total" in text
+    # The operator's group label is `group`, like the coordinator's.
+    metrics = OperatorMetrics()
+    metrics.observe_group("ns", "orders", desired=1, ready=1, slots=1, phase="Idle")
+    assert 'group="orders"' in generate_latest(metrics.registry).decode()
