@@ -1,0 +1,238 @@
+"""Consumer-protocol (KIP-848) groups on the real Kafka 4.4 broker, as the operator reads them.
+
+A Java fleet (kafka-clients 4.4, `group.protocol=consumer`, static instance ids) and a
+librdkafka fleet (confluent-kafka, the same) are read through the operator's `KafkaBackend`:
+seen with their epochs and converged; one batch LeaveGroup by instance id after a member's
+pod is gone (a scale-down); a static member's restart. What the broker does is measured and
+asserted here, and written down in docs/kafka.md, "The consumer protocol".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType, MemberType
+from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.kafka.java_peer import JavaPeer
+from staticfleet.member.events import read_events
+from staticfleet_operator.backends import CoordinatorUnreachable, KafkaBackend, leave_errors
+from staticfleet_operator.rollout import CoordinatorView, GroupProtocol
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+PARTITIONS = 6
+# The broker's default group.consumer.heartbeat.interval.ms is 5 s: a member learns a new
+# target at its next heartbeat, so convergence takes up to that long.
+CONVERGE_S = 30.0
+
+
+async def wait_converged(
+    backend: KafkaBackend, group_id: str, members: int, limit_s: float = CONVERGE_S
+) -> tuple[ConsumerGroupDescription, set[int]]:
+    """The group once converged with `members` members; and every group epoch seen. (A
+    fresh broker answers COORDINATOR_NOT_AVAILABLE until its offsets topic is loaded.)"""
+    deadline = time.monotonic() + limit_s
+    epochs: set[int] = set()
+    last: ConsumerGroupDescription | None = None
+    while time.monotonic() < deadline:
+        try:
+            _, found = await backend.describe_typed(group_id)
+        except CoordinatorUnreachable:
+            found = None
+        if found is not None:
+            last = found
+            epochs.add(found.group_epoch)
+            if found.converged and len(found.members) == members:
+                return found, epochs
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{group_id} not converged with {members} members in {limit_s}s: {last}")
+
+
+def owned(found: ConsumerGroupDescription) -> dict[str | None, tuple[tuple[str, int], ...]]:
+    return {m.instance_id: m.assignment for m in found.members}
+
+
+def moves_after(log: Path, since_ms: int) -> list[str]:
+    """The assignment changes a member's event log shows after `since_ms`."""
+    return [
+        str(row["event"])
+        for row in read_events(log)
+        if row["event"] in ("assigned", "revoked", "lost") and int(row["ts_ms"]) >= since_ms
+    ]
+
+
+@pytest.fixture
+def java_fleet(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> Iterator[tuple[str, str, dict[str, JavaPeer]]]:
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    peers = {
+        f"{group_id}-{slot}": JavaPeer(
+            kafka_broker.bootstrap,
+            group_id,
+            [topic],
+            tmp_path / f"{group_id}-{slot}.jsonl",
+            instance_id=f"{group_id}-{slot}",
+            group_protocol="consumer",
+        )
+        for slot in range(3)
+    }
+    for peer in peers.values():
+        peer.start()
+    try:
+        yield topic, group_id, peers
+    finally:
+        for peer in peers.values():
+            peer.stop()
+
+
+async def test_a_java_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
+    kafka_broker: KafkaBroker, java_fleet: tuple[str, str, dict[str, JavaPeer]], tmp_path: Path
+) -> None:
+    topic, group_id, peers = java_fleet
+    instances = sorted(peers)
+    backend = KafkaBackend(kafka_broker.bootstrap)
+    try:
+        # --- seen: the type, the epochs, every member converged.
+        found, _ = await wait_converged(backend, group_id, 3)
+        listed = await backend.transport.list_groups([GroupType.CONSUMER])
+        assert any(g.group_id == group_id and g.group_type is GroupType.CONSUMER for g in listed)
+        assert [m.instance_id for m in found.members] == instances
+        assert found.assignor == "uniform"  # the broker's default group.consumer.assignors
+        assert found.group_epoch == found.assignment_epoch >= 1
+        assert all(m.member_epoch == found.group_epoch for m in found.members)
+        assert {m.member_type for m in found.members} == {MemberType.CONSUMER}
+        assert not found.migrating
+        every = {(topic, p) for p in range(PARTITIONS)}
+        assert {tp for m in found.members for tp in m.assignment} == every
+        described, _ = await backend.describe_typed(group_id)
+        assert (described.group_state, described.generation_id) == ("Stable", found.group_epoch)
+        view = CoordinatorView.from_consumer_group(found)
+        assert view.protocol is GroupProtocol.CONSUMER and view.settled
+        assert view.instance_ids == frozenset(instances)
+
+        # --- a static restart: the member is away at epoch -2 keeping its partitions; back
+        # within the session timeout it gets them again, and nobody else moves.
+        restarted = instances[1]
+        before = owned(found)
+        since_ms = int(time.time() * 1000)
+        peers[restarted].stop()
+        _, away = await backend.describe_typed(group_id)
+        assert away is not None
+        [absent] = [m for m in away.members if m.instance_id == restarted]
+        assert absent.member_epoch == -2 and absent.assignment == before[restarted]
+        assert not away.converged and away.group_epoch == found.group_epoch
+        assert not CoordinatorView.from_consumer_group(away).settled  # the gate waits
+        peers[restarted] = JavaPeer(
+            kafka_broker.bootstrap,
+            group_id,
+            [topic],
+            tmp_path / f"{restarted}-again.jsonl",
+            instance_id=restarted,
+            group_protocol="consumer",
+        )
+        started = time.monotonic()
+        peers[restarted].start()
+        back, epochs = await wait_converged(backend, group_id, 3)  # every member epoch >= 0
+        rejoin_s = time.monotonic() - started
+        assert owned(back) == before  # 0 partitions moved
+        assert epochs == {found.group_epoch}  # no group epoch bump: no reassignment at all
+        for other in (instances[0], instances[2]):
+            assert moves_after(peers[other].event_log, since_ms) == []
+        print(f"static restart: rejoined with its partitions in {rejoin_s:.2f}s, epoch unchanged")
+
+        # --- a scale-down: the last member's pod is gone (a static member's close leaves
+        # it in the group at epoch -2), then one batch LeaveGroup by instance id.
+        retired = instances[2]
+        peers[retired].stop()
+        started = time.monotonic()
+        answer = await backend.leave(group_id, [retired])
+        leave_ms = (time.monotonic() - started) * 1000
+        assert leave_errors(answer) == []
+        after, epochs = await wait_converged(backend, group_id, 2)
+        converged_s = time.monotonic() - started
+        assert retired not in {m.instance_id for m in after.members}
+        # One group epoch bump for the one removal; the survivors keep what they held.
+        assert after.group_epoch == back.group_epoch + 1
+        assert epochs <= {back.group_epoch, back.group_epoch + 1}
+        kept = owned(back)
+        for member in after.members:
+            assert set(kept[member.instance_id]) <= set(member.assignment)
+        assert {tp for m in after.members for tp in m.assignment} == every
+        print(
+            f"scale-down: LeaveGroup answered in {leave_ms:.1f} ms, converged with 2 members "
+            f"{converged_s:.2f}s later, 1 member removed, 1 group epoch bump"
+        )
+        # An instance id the group does not hold is refused per member, not for the batch.
+        unknown = await backend.leave(group_id, [f"{group_id}-9"])
+        assert leave_errors(unknown) == [f"{group_id}-9: UNKNOWN_MEMBER_ID"]
+    finally:
+        await backend.close()
+
+
+@contextmanager
+def librdkafka_fleet(bootstrap: str, group_id: str, topic: str) -> Iterator[list[str]]:
+    """Three confluent-kafka consumers on the consumer protocol, static, polling in threads."""
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def run(instance_id: str) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group_id,
+                "group.protocol": "consumer",
+                "group.instance.id": instance_id,
+                "client.id": instance_id,
+            }
+        )
+        try:
+            consumer.subscribe([topic])
+            while not stop.is_set():
+                message = consumer.poll(0.1)
+                if message is not None and message.error():
+                    errors.append(str(message.error()))
+        finally:
+            consumer.close()
+
+    threads = [
+        threading.Thread(target=run, args=(f"{group_id}-{slot}",), daemon=True) for slot in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        yield errors
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+
+
+async def test_a_librdkafka_consumer_protocol_fleet_is_seen_converged(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
+) -> None:
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    backend = KafkaBackend(kafka_broker.bootstrap)
+    try:
+        with librdkafka_fleet(kafka_broker.bootstrap, group_id, topic) as errors:
+            found, _ = await wait_converged(backend, group_id, 3)
+            assert errors == []
+        assert [m.instance_id for m in found.members] == [f"{group_id}-{s}" for s in range(3)]
+        assert {m.member_type for m in found.members} == {MemberType.CONSUMER}
+        assert all(m.member_epoch == found.group_epoch for m in found.members)
+        assert sorted(tp for m in found.members for tp in m.assignment) == [
+            (topic, p) for p in range(PARTITIONS)
+        ]
+        assert CoordinatorView.from_consumer_group(found).settled
+    finally:
+        await backend.close()
