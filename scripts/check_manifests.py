@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from staticfleet.logs import LOG_FORMATS
+
 Doc = dict[str, Any]
 
 # kind -> the apiVersions it may be rendered with.
@@ -74,6 +76,7 @@ REQUIRED_FLAGS = {
     "--webhook-port",
     "--peering",
     "--health-port",
+    "--log-format",
     *FIXED_FLAGS,
 }
 
@@ -273,6 +276,9 @@ class Checker:
         for flag, expected in FIXED_FLAGS.items():
             if flags.get(flag) and flags[flag] != [expected]:
                 self.fail(f"Deployment: {flag}={flags[flag][0]}, expected {expected}")
+        log_format = flags.get("--log-format", [""])[0]
+        if log_format and log_format not in LOG_FORMATS:
+            self.fail(f"Deployment: --log-format={log_format}, expected one of {LOG_FORMATS}")
         self.flags = flags
 
         ports = {p["name"]: p["containerPort"] for p in c.get("ports") or []}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S
+from staticfleet.logs import add_log_format_argument, configure_logging
 
 if TYPE_CHECKING:
     from coordinator.server import AuthConfig
@@ -173,6 +174,7 @@ def register(subparsers: Any) -> None:
     )
     serve.add_argument("--access-log", action="store_true", help="log every request")
     serve.add_argument("--log-level", default="INFO", help="(default: %(default)s)")
+    add_log_format_argument(serve)
     serve.set_defaults(handler=serve_command)
 
     openapi = commands.add_parser("openapi", help="print the OpenAPI document")
@@ -211,10 +213,7 @@ def openapi_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level.upper(), args.log_format)
     try:
         return _run_loop(_serve(args))
     except KeyboardInterrupt:  # a second Ctrl-C while stopping

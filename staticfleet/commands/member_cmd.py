@@ -21,6 +21,7 @@ from typing import Any
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.client.strategy import ConfigurationError
+from staticfleet.logs import add_log_format_argument, configure_logging
 from staticfleet.member.runtime import EXIT_USAGE, run_member
 from staticfleet.member.settings import DEFAULTS, Overrides, settings_from
 
@@ -131,6 +132,7 @@ def register(subparsers: Any) -> None:
         help="when the synthetic logs began (ms)",
     )
     run.add_argument("--log-level", default="WARNING")
+    add_log_format_argument(run)
     run.set_defaults(handler=run_command)
 
 
@@ -140,10 +142,8 @@ def overrides_from(args: argparse.Namespace) -> Overrides:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    configure_logging(
+        getattr(logging, str(args.log_level).upper(), logging.WARNING), args.log_format
     )
     try:
         settings = settings_from(overrides_from(args), os.environ)

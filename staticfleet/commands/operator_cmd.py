@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S, DEFAULT_FULL_INTERVAL_S
+from staticfleet.logs import add_log_format_argument, configure_logging
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -122,6 +123,7 @@ def register(subparsers: Any) -> None:
         "size needs (default: %(default)s)",
     )
     run.add_argument("--verbose", action="store_true", help="debug logging")
+    add_log_format_argument(run)
     run.set_defaults(handler=run_command, extra="operator")
 
 
@@ -160,12 +162,17 @@ def options_from_args(args: argparse.Namespace) -> Any:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    from kopf._core.actions.loggers import ObjectJsonFormatter
+
     from coordinator.server import AuthConfig, AuthConfigError
     from staticfleet_operator.app import run_operator
 
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    # Kopf's JSON formatter (a python-json-logger subclass) adds its per-object lines'
+    # `object` reference: Kopf's own JSON format, in the same keys as ours.
+    configure_logging(
+        logging.DEBUG if args.verbose else logging.INFO,
+        args.log_format,
+        json_factory=ObjectJsonFormatter,
     )
     try:
         options = options_from_args(args)

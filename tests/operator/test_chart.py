@@ -141,6 +141,7 @@ def test_default_deployment_follows_the_operator_contract(helm: Path) -> None:
         "--webhook-key=/certs/tls.key",
         "--peering=staticfleet-system-sf-staticfleet",
         "--health-port=8080",
+        "--log-format=text",
     ]
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
     assert "sf-staticfleet-coordinator" in services
