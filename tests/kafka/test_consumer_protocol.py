@@ -69,6 +69,30 @@ def moves_after(log: Path, since_ms: int) -> list[str]:
     ]
 
 
+def logged_holding(log: Path) -> set[tuple[str, int]]:
+    """What a Java member's event log says it holds (on the consumer protocol its callbacks
+    name only the partitions added or taken away)."""
+    held: set[tuple[str, int]] = set()
+    for row in read_events(log):
+        parts = {(str(t), int(p)) for t, p in row.get("partitions", [])}
+        if row["event"] == "assigned":
+            held |= parts
+        elif row["event"] in ("revoked", "lost"):
+            held -= parts
+    return held
+
+
+async def wait_logged(peers: dict[str, JavaPeer], found: ConsumerGroupDescription) -> None:
+    """Until every member's callbacks have caught up with what the broker says it holds (the
+    broker can see a member's acknowledgement before its log line is written)."""
+    deadline = time.monotonic() + 10
+    for member in found.members:
+        log = peers[str(member.instance_id)].event_log
+        while logged_holding(log) != set(member.assignment):
+            assert time.monotonic() < deadline, (member, logged_holding(log))
+            await asyncio.sleep(0.05)
+
+
 @pytest.fixture
 def java_fleet(
     kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
@@ -123,14 +147,15 @@ async def test_a_java_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
         # --- a static restart: the member is away at epoch -2 keeping its partitions; back
         # within the session timeout it gets them again, and nobody else moves.
         restarted = instances[1]
+        await wait_logged(peers, found)
         before = owned(found)
         since_ms = int(time.time() * 1000)
         peers[restarted].stop()
         _, away = await backend.describe_typed(group_id)
         assert away is not None
         [absent] = [m for m in away.members if m.instance_id == restarted]
-        assert absent.member_epoch == -2 and absent.assignment == before[restarted]
-        assert not away.converged and away.group_epoch == found.group_epoch
+        assert absent.member_epoch == -2 and absent.assignment == before[restarted], away
+        assert not away.converged and away.group_epoch == found.group_epoch, (found, away)
         assert not CoordinatorView.from_consumer_group(away).settled  # the gate waits
         peers[restarted] = JavaPeer(
             kafka_broker.bootstrap,
@@ -144,10 +169,11 @@ async def test_a_java_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
         peers[restarted].start()
         back, epochs = await wait_converged(backend, group_id, 3)  # every member epoch >= 0
         rejoin_s = time.monotonic() - started
-        assert owned(back) == before  # 0 partitions moved
-        assert epochs == {found.group_epoch}  # no group epoch bump: no reassignment at all
+        assert owned(back) == before, (found, back)  # 0 partitions moved
+        # No group epoch bump: no reassignment at all.
+        assert epochs == {found.group_epoch}, (found, back, epochs)
         for other in (instances[0], instances[2]):
-            assert moves_after(peers[other].event_log, since_ms) == []
+            assert moves_after(peers[other].event_log, since_ms) == [], other
         print(f"static restart: rejoined with its partitions in {rejoin_s:.2f}s, epoch unchanged")
 
         # --- a scale-down: the last member's pod is gone (a static member's close leaves
