@@ -85,10 +85,18 @@ HELM_VERSION ?= v3.21.4
 HELM := build/bin/helm
 CHART := charts/staticfleet
 
-.PHONY: helm chart-crds chart-lint
+.PHONY: helm chart-crds chart-lint promtool kubeconform
 
 helm: ## build helm from its Go module into build/bin/helm (once)
 	@HELM_VERSION=$(HELM_VERSION) scripts/build-helm.sh
+
+# promtool (the chart's alert unit tests) and kubeconform (manifest schemas), each pinned by a
+# go.mod under tools/ and built once into build/bin.
+promtool: ## build promtool (tools/promtool/go.mod) into build/bin/promtool (once)
+	@scripts/build-go-tool.sh promtool
+
+kubeconform: ## build kubeconform (tools/kubeconform/go.mod) into build/bin/kubeconform (once)
+	@scripts/build-go-tool.sh kubeconform
 
 # The chart's CRDs are copies of crds/ (generated from the pydantic models); a test fails on
 # drift. kopf-peerings.yaml (Kopf's peering CRDs) belongs to the chart alone.
@@ -97,12 +105,13 @@ chart-crds: ## copy crds/ into the chart
 	find $(CHART)/crds -name '*.yaml' ! -name kopf-peerings.yaml -delete
 	cp crds/*.yaml $(CHART)/crds/
 
-chart-lint: install helm ## helm lint and the rendered-manifest checks of charts/staticfleet
+chart-lint: install helm promtool kubeconform ## helm lint, rendered-manifest checks and alert unit tests of charts/staticfleet
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(PY) scripts/check_manifests.py --profile full
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds --set store.persistence.enabled=false | $(PY) scripts/check_manifests.py --profile ephemeral
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --set metrics.prometheusRule.enabled=true | $(PY) scripts/check_rules.py
 
 # --- End to end (e2e/) ---------------------------------------------------------------------
 # A real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) built once from

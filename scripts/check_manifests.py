@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import json
 import sys
 from collections import Counter
 from collections.abc import Iterable
@@ -51,6 +52,9 @@ KNOWN_KINDS: dict[str, set[str]] = {
     "KopfPeering": {"kopf.dev/v1"},
     "Certificate": {"cert-manager.io/v1"},
     "Issuer": {"cert-manager.io/v1"},
+    "ServiceMonitor": {"monitoring.coreos.com/v1"},
+    "PrometheusRule": {"monitoring.coreos.com/v1"},
+    "ConfigMap": {"v1"},
 }
 CLUSTER_SCOPED = {
     "ClusterRole",
@@ -207,6 +211,7 @@ class Checker:
             self.check_services()
             self.check_rbac()
             self.check_webhook()
+            self.check_monitoring()
             self.check_profile()
         return self.problems
 
@@ -487,6 +492,54 @@ class Checker:
                 svc_dns = f"{svc_ref.get('name')}.{svc_ref.get('namespace')}.svc"
                 if svc_dns not in (cert["spec"].get("dnsNames") or []):
                     self.fail(f"Certificate {cert_name}: dnsNames lack {svc_dns}")
+
+    # -- Prometheus Operator and Grafana (optional) ---------------------------------------
+    def check_monitoring(self) -> None:
+        """The ServiceMonitor scrapes the coordinator port of a Service it selects; the rules'
+        down alert names that Service as its job; the dashboard is JSON with panels."""
+        scraped: set[str] = set()
+        for sm in self.of_kind("ServiceMonitor"):
+            want = sm["spec"]["selector"].get("matchLabels") or {}
+            selected = [
+                s
+                for s in self.of_kind("Service")
+                if all((s["metadata"].get("labels") or {}).get(k) == v for k, v in want.items())
+            ]
+            for endpoint in sm["spec"].get("endpoints") or []:
+                hits = [
+                    s["metadata"]["name"]
+                    for s in selected
+                    if any(p.get("name") == endpoint.get("port") for p in s["spec"]["ports"])
+                ]
+                if not hits:
+                    self.fail(f"{name_of(sm)}: no selected Service has port {endpoint.get('port')}")
+                if endpoint.get("path") != "/metrics":
+                    self.fail(f"{name_of(sm)}: path {endpoint.get('path')}, expected /metrics")
+                scraped.update(hits)
+        for rule in self.of_kind("PrometheusRule"):
+            exprs = [
+                str(r.get("expr", ""))
+                for group in rule["spec"]["groups"]
+                for r in group["rules"]
+                if r.get("alert") == "StaticfleetOperatorDown"
+            ]
+            if not exprs:
+                self.fail(f"{name_of(rule)}: no StaticfleetOperatorDown alert")
+            coordinator = self.flags.get("--coordinator-url", [""])[0].split("//")[-1]
+            service = coordinator.split(".")[0]
+            if exprs and f'job="{service}"' not in exprs[0]:
+                self.fail(f"{name_of(rule)}: StaticfleetOperatorDown does not watch job {service}")
+            if scraped and service not in scraped:
+                self.fail(f"{name_of(rule)}: the ServiceMonitor does not scrape {service}")
+        for cm in self.of_kind("ConfigMap"):
+            for key, text in (cm.get("data") or {}).items():
+                if key.endswith(".json"):
+                    try:
+                        panels = json.loads(text).get("panels")
+                    except (ValueError, AttributeError):
+                        panels = None
+                    if not panels:
+                        self.fail(f"{name_of(cm)}: {key} is no dashboard with panels")
 
     # -- what one values file must produce ---------------------------------------------------
     def check_profile(self) -> None:
