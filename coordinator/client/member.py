@@ -32,7 +32,14 @@ from coordinator.client.config import MemberConfig
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.leader import assign, assignments_by_instance
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
-from coordinator.client.member_state import MemberState, Reset, is_active, transition
+from coordinator.client.member_state import (
+    Identity,
+    MemberState,
+    Reset,
+    is_active,
+    is_stale,
+    transition,
+)
 from coordinator.client.probing import rejoin_reason
 from coordinator.client.strategy import PROTOCOL_TYPE, AssignorFactory, build_strategy
 from coordinator.client.timing import MonotonicClock, sleep
@@ -161,6 +168,8 @@ class GroupMember:
         # Since when the coordinator refuses our credentials (None: it accepts them).
         self._unauthorized_since_ms: int | None = None
         self._rebalances = 0
+        # Rejoins begun (a part of `Identity`): an answer sent before one began is stale.
+        self._rejoins = 0
         # Set by start() for a promoted hot standby: its first step is a sync, not a join.
         self._promoted: Promoted | None = None
 
@@ -291,10 +300,19 @@ class GroupMember:
             raise self._error
         if not offsets:
             return
+        if not self._may_commit():
+            # Kafka's client refuses too (RebalanceInProgressException): a commit sent now
+            # carries an identity the rejoin is about to replace.
+            raise CoordinatorError(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                f"offset commit by {self._label()} not sent: the member is rebalancing "
+                f"({self._state}); commit again once it is stable",
+            )
+        sent = self._identity()
         request = OffsetCommitRequest(
             group_id=self._config.group_id,
-            generation_id=self._generation_id,
-            member_id=self._member_id,
+            generation_id=sent.generation_id,
+            member_id=sent.member_id,
             group_instance_id=self._config.group_instance_id,
             partitions=[
                 OffsetCommitPartition(tp.topic, tp.partition, offset, metadata)
@@ -304,8 +322,7 @@ class GroupMember:
         try:
             response = await self._transport.commit_offsets(request)
         except CoordinatorError as error:
-            self._note_request_error(error.code, "offset commit")
-            raise
+            raise self._on_request_error(error.code, "offset commit", sent) or error from None
         code = response.error_code
         if code is ErrorCode.NONE:
             code = next(
@@ -313,8 +330,9 @@ class GroupMember:
                 ErrorCode.NONE,
             )
         if code is not ErrorCode.NONE:
-            self._note_request_error(code, "offset commit")
-            raise CoordinatorError(code, f"offset commit by {self._label()} failed")
+            raise self._on_request_error(code, "offset commit", sent) or CoordinatorError(
+                code, f"offset commit by {self._label()} failed"
+            )
 
     async def fetch_committed(
         self, partitions: Iterable[TopicPartition]
@@ -323,17 +341,20 @@ class GroupMember:
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
+        sent = self._identity()
         request = OffsetFetchRequest(
             group_id=self._config.group_id,
             partitions=[(tp.topic, tp.partition) for tp in wanted],
-            member_id=self._member_id or None,
-            generation_id=self._generation_id,
+            member_id=sent.member_id or None,
+            generation_id=sent.generation_id,
             group_instance_id=self._config.group_instance_id,
         )
         response = await self._transport.fetch_offsets(request)
         if response.error_code is not ErrorCode.NONE:
-            self._note_request_error(response.error_code, "offset fetch")
-            raise CoordinatorError(response.error_code, f"offset fetch by {self._label()} failed")
+            code = response.error_code
+            raise self._on_request_error(code, "offset fetch", sent) or CoordinatorError(
+                code, f"offset fetch by {self._label()} failed"
+            )
         return {
             TopicPartition(p.topic, p.partition): p.committed_offset
             for p in response.partitions
@@ -439,6 +460,7 @@ class GroupMember:
         """Kafka's onJoinPrepare: settle what happens to owned partitions before joining."""
         self._rejoin_event.clear()
         self._enter(MemberState.PREPARING_REBALANCE)
+        self._rejoins += 1
         self._stable_event.clear()
         if self._owned and self._session_expired():
             logger.warning("member %s: no contact for a session timeout", self._label())
@@ -665,11 +687,11 @@ class GroupMember:
             delay_ms = interval_ms
             if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
                 continue
-            member_id, generation = self._member_id, self._generation_id
+            sent = self._identity()
             request = HeartbeatRequest(
                 group_id=self._config.group_id,
-                generation_id=generation,
-                member_id=member_id,
+                generation_id=sent.generation_id,
+                member_id=sent.member_id,
                 group_instance_id=self._config.group_instance_id,
             )
             try:
@@ -690,8 +712,8 @@ class GroupMember:
                 delay_ms = max(interval_ms, backoff.next_delay_ms())
                 continue
             backoff.reset()
-            if (member_id, generation) != (self._member_id, self._generation_id):
-                continue  # answer about an identity we no longer have
+            if is_stale(sent, self._identity()):
+                continue
             self._on_heartbeat_result(code)
 
     def _on_heartbeat_result(self, code: ErrorCode) -> None:
@@ -770,12 +792,44 @@ class GroupMember:
             self._rejoin_reason = reason
         self._rejoin_event.set()
 
-    def _note_request_error(self, code: ErrorCode, what: str) -> None:
-        """Errors of commit/fetch that change the member, not just the call."""
+    def _identity(self) -> Identity:
+        return Identity(self._member_id, self._generation_id, self._rejoins)
+
+    def _may_commit(self) -> bool:
+        """Stable or closing, or a rebalance listener (it runs in the main task, e.g. the
+        revoke before a join, while this member's generation is still current)."""
+        if self._state in (MemberState.STABLE, MemberState.LEAVING):
+            return True
+        return self._main_task is not None and asyncio.current_task() is self._main_task
+
+    def _on_request_error(
+        self, code: ErrorCode, what: str, sent: Identity
+    ) -> CoordinatorError | None:
+        """Errors of commit/fetch that change the member, not just the call. An answer about
+        an identity the member no longer holds changes nothing: it is returned as the
+        error to raise instead (fencing of an old member id is not fencing of this one)."""
+        if is_stale(sent, self._identity()):
+            logger.info(
+                "member %s: %s sent as member id %s generation %d returned %s after the "
+                "member rejoined; stale, ignored",
+                self._label(),
+                what,
+                sent.member_id,
+                sent.generation_id,
+                code.name,
+            )
+            rebalancing = self._state not in (MemberState.STABLE, MemberState.LEAVING)
+            return CoordinatorError(
+                ErrorCode.REBALANCE_IN_PROGRESS if rebalancing else ErrorCode.ILLEGAL_GENERATION,
+                f"{what} by {self._label()} was sent as member id {sent.member_id!r} "
+                f"generation {sent.generation_id}, which it no longer holds (it rejoined); "
+                f"the coordinator's {code.name} is stale: not applied, not fatal",
+            )
         if code is ErrorCode.FENCED_INSTANCE_ID:
             self._fail(CoordinatorError(code, f"{what} by {self._label()}"))
         elif code is ErrorCode.REBALANCE_IN_PROGRESS and self._state is MemberState.STABLE:
             self._request_rejoin(f"{what} returned REBALANCE_IN_PROGRESS")
+        return None
 
     def _fail(self, error: CoordinatorError) -> None:
         """Declare a fatal error: the member never sends again. The main task then drops

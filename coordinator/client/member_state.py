@@ -13,6 +13,7 @@ not a state but one pending `Reset` level, since each level implies the ones bel
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
 
@@ -118,3 +119,21 @@ class Reset(IntEnum):
     """ILLEGAL_GENERATION or no contact for a session: rejoin with no generation."""
     MEMBER_ID = 3
     """UNKNOWN_MEMBER_ID: rejoin as a new member."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who the member was when it sent a request: the member id and generation it sent,
+    and how many rejoins it had begun (an answer that arrives after a rejoin began is the
+    rejoin's to decide, even when the id and generation have not changed yet)."""
+
+    member_id: str
+    generation_id: int
+    rejoins: int
+
+
+def is_stale(sent: Identity, now: Identity) -> bool:
+    """True when an answer is about an identity the member no longer holds: it changes
+    nothing, whatever it says (Kafka's `generationUnchanged()`, negated). The one rule for
+    heartbeats, commits and offset fetches alike."""
+    return sent != now

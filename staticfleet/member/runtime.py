@@ -186,7 +186,11 @@ async def _consume_until_stopped(
                 consumed = consumer.consume_available(settings.max_poll_records)
                 if asyncio.get_running_loop().time() >= next_commit:
                     await consumer.commit()
-                    next_commit += settings.commit_interval_ms / 1000
+                    next_commit = next_commit_deadline(
+                        next_commit,
+                        asyncio.get_running_loop().time(),
+                        settings.commit_interval_ms / 1000,
+                    )
             except KafkaAccessError as error:  # the source's cluster refused us
                 fatal.cancel()
                 return _report_access(consumer, error)
@@ -202,6 +206,14 @@ async def _consume_until_stopped(
         return _report_fatal(member, consumer)
     fatal.cancel()
     return EXIT_OK
+
+
+def next_commit_deadline(due: float, now: float, interval: float) -> float:
+    """When to commit next after the commit due at `due` ran at `now`: one interval later,
+    or one interval from now for a loop that fell behind (a stall, a slow commit): one
+    commit covers the missed ticks, which are never caught up in a burst."""
+    following = due + interval
+    return following if following > now else now + interval
 
 
 def _report_access(consumer: SourceConsumer, error: KafkaAccessError) -> int:
