@@ -262,3 +262,80 @@ async def test_a_librdkafka_consumer_protocol_fleet_is_seen_converged(
         assert CoordinatorView.from_consumer_group(found).settled
     finally:
         await backend.close()
+
+
+# A broker of the test's own with a short consumer-group session (the defaults, 45 s, and a
+# 45-s minimum, would make this test a minute long).
+SHORT_SESSION = {
+    "group.consumer.min.session.timeout.ms": "3000",
+    "group.consumer.session.timeout.ms": "4000",
+    # The broker requires the heartbeat interval below the session timeout.
+    "group.consumer.min.heartbeat.interval.ms": "500",
+    "group.consumer.heartbeat.interval.ms": "1000",
+}
+
+
+async def test_a_static_restart_that_outlasts_the_session_is_a_removal_and_a_reassignment(
+    tmp_path: Path,
+) -> None:
+    broker = KafkaBroker(tmp_path / "broker", settings=SHORT_SESSION)
+    broker.start()
+    peers: dict[str, JavaPeer] = {}
+    backend = KafkaBackend(broker.bootstrap)
+    try:
+        broker.wait_ready(timeout=120)
+        topic, group_id = "orders", "orders-group"
+        broker.create_topic(topic, PARTITIONS)
+        for slot in range(3):
+            instance = f"{group_id}-{slot}"
+            peers[instance] = JavaPeer(
+                broker.bootstrap,
+                group_id,
+                [topic],
+                tmp_path / f"{instance}.jsonl",
+                instance_id=instance,
+                group_protocol="consumer",
+            )
+            peers[instance].start()
+        found, _ = await wait_converged(backend, group_id, 3, limit_s=60)
+        restarted = f"{group_id}-1"
+        before = owned(found)
+        peers[restarted].stop()
+        stopped = time.monotonic()
+        # Away past the session: the broker removes the member and reassigns its partitions.
+        gone, epochs = await wait_converged(backend, group_id, 2, limit_s=30)
+        removed_s = time.monotonic() - stopped
+        assert restarted not in owned(gone)
+        assert gone.group_epoch == found.group_epoch + 1, (found, gone, epochs)
+        assert {tp for m in gone.members for tp in m.assignment} == {
+            (topic, p) for p in range(PARTITIONS)
+        }
+        peers[restarted] = JavaPeer(
+            broker.bootstrap,
+            group_id,
+            [topic],
+            tmp_path / f"{restarted}-again.jsonl",
+            instance_id=restarted,
+            group_protocol="consumer",
+        )
+        peers[restarted].start()
+        back, _ = await wait_converged(backend, group_id, 3, limit_s=60)
+        # Back as a new member: another epoch bump; its partitions went to the others for
+        # the time it was gone (the survivors covered all six above) and are assigned again.
+        assert back.group_epoch == gone.group_epoch + 1
+        moved = sum(
+            1
+            for m in back.members
+            for tp in m.assignment
+            if tp not in before.get(m.instance_id, ())
+        )
+        print(
+            f"restart past a 4-s session: removed {removed_s:.1f}s after the stop, epochs "
+            f"{found.group_epoch} -> {gone.group_epoch} -> {back.group_epoch}, "
+            f"{moved} partition(s) on another member than before at the end"
+        )
+    finally:
+        for peer in peers.values():
+            peer.stop()
+        await backend.close()
+        broker.stop()
