@@ -461,6 +461,9 @@ class Kubelet:
                 strategies=strategy.split(","),
                 session_timeout_ms=10_000,
                 heartbeat_interval_ms=500,
+                # A template's KAFKA_GROUP_PROTOCOL=consumer: KIP-848's protocol (the
+                # strategy is then the broker's business; the peer ignores it).
+                group_protocol=values.get("KAFKA_GROUP_PROTOCOL", "classic"),
             )
             await asyncio.to_thread(peer.start)
             self.members[key] = JavaPod(peer)

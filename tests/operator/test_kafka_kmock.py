@@ -168,3 +168,60 @@ async def test_java_fleet_restart_two_bounce_without_double_ownership_and_scale_
     assert len(everything) == 3 + 2 * 3  # the first three, then two bounces of three
     end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
     assert list(ownership_overlaps(all_holdings(everything), end_ms)) == []
+
+
+async def test_java_consumer_protocol_fleet_is_seen_converged_rolled_and_scaled_down(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    """Java pods whose template sets group.protocol=consumer (KIP-848): the operator reads the
+    group with ConsumerGroupDescribe, its rollout gates on convergence, its scale-down is one
+    batch LeaveGroup by instance id on the consumer group."""
+    topic = kafka_topic(6)
+    bootstrap = kafka_broker.bootstrap
+    consumer_env = [{"name": "KAFKA_GROUP_PROTOCOL", "value": "consumer"}]
+    template = {
+        "spec": {"containers": [{"name": "member", "image": "java:1", "env": consumer_env}]}
+    }
+    group_id, spec = kafka_spec(bootstrap, topic, replicas=3, family="java", template=template)
+    transport = KafkaTransport(bootstrap)
+    async with running_cluster(java_logs=tmp_path / "java") as cluster:
+        await cluster.create_group("kc", spec)
+        body = await cluster.eventually(lambda: cluster.group_settled("kc", 3), timeout=120)
+        status = body["status"]
+        assert status["groupProtocol"] == "consumer" and status["converged"] is True
+        assert status["groupEpoch"] == status["assignmentEpoch"] == status["generation"]
+        assert status["convergedMembers"] == 3 and status["selectedProtocol"] == "uniform"
+        first = await transport.describe_consumer_group(group_id)
+        assert sorted(str(m.instance_id) for m in first.members) == [
+            f"{group_id}-{slot}" for slot in range(3)
+        ]
+
+        # A template change: a static bounce, each step waiting for convergence.
+        bumped = {
+            "spec": {"containers": [{"name": "member", "image": "java:2", "env": consumer_env}]}
+        }
+        await cluster.update_spec("kc", {"template": bumped})
+
+        async def rolled() -> dict[str, Any] | None:
+            body = await cluster.get_group("kc")
+            status = body.get("status") or {}
+            done = (status.get("rollout") or {}).get("phase") == "Completed"
+            return body if done and status.get("converged") is True else None
+
+        await cluster.eventually(rolled, timeout=240, what="consumer-group rollout completed")
+        after = await transport.describe_consumer_group(group_id)
+        assert after.converged and len(after.members) == 3
+        # Static restarts within the session: no member was removed, so no epoch bump.
+        assert after.group_epoch == first.group_epoch
+
+        await cluster.update_spec("kc", {"replicas": 2})
+        await cluster.eventually(lambda: cluster.group_settled("kc", 2), timeout=90)
+        left = await events(cluster, "MembersLeft")
+        assert len(left) == 1 and f"{group_id}-2" in left[0]["message"]
+        final = await transport.describe_consumer_group(group_id)
+        assert sorted(str(m.instance_id) for m in final.members) == [
+            f"{group_id}-0",
+            f"{group_id}-1",
+        ]
+        assert final.group_epoch == first.group_epoch + 1  # the one removal
+    await transport.close()
