@@ -30,6 +30,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--strategy-env", default="KAFKA_PARTITION_ASSIGNMENT_STRATEGY")
     parser.add_argument("--topics-env", default="KAFKA_TOPICS")
     parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
+    # KIP-848: `consumer` makes the peer subscribe with group.protocol=consumer.
+    parser.add_argument("--group-protocol-env", default="KAFKA_GROUP_PROTOCOL")
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     args = parser.parse_args(argv)
     env = os.environ
@@ -43,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         strategies=env[args.strategy_env].split(","),
         session_timeout_ms=args.session_timeout_ms,
         client_config=Path(config) if (config := env.get(args.client_config_env)) else None,
+        group_protocol=env.get(args.group_protocol_env) or "classic",
     )
     ensure_built()
     events.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@ A stock librdkafka client (confluent-kafka's `Consumer`) in a Kafka-coordinated
 ConsumerGroup with `clientFamily: librdkafka`, configured by the env the operator injects
 (`spec.coordinator.env`, defaults below): bootstrap servers, group id, group.instance.id,
 topics and `partition.assignment.strategy` (`range` or `cooperative-sticky`: librdkafka
-refuses a list mixing eager and cooperative assignors); on a secured cluster, the mounted
+refuses a list mixing eager and cooperative assignors), or `KAFKA_GROUP_PROTOCOL=consumer`
+for KIP-848's protocol (the broker assigns); on a secured cluster, the mounted
 client configuration file `KAFKA_CLIENT_CONFIG` names (librdkafka's property names). It
 polls until SIGTERM, then closes (a static member sends no LeaveGroup), and prints one JSON
 event per line in the shape of `staticfleet member run`'s (`started`, `assigned`, `revoked`,
@@ -46,6 +47,21 @@ def read_properties(path: str) -> dict[str, str]:
     return {key: value.data for key, value in parsed.items()}
 
 
+def group_protocol_config(protocol: str, strategy: str, session_timeout_ms: int) -> dict[str, Any]:
+    """The group settings of `protocol`: classic takes the assignment strategy and the
+    session; `consumer` (KIP-848, librdkafka >= 2.12) refuses all three (the broker assigns
+    and times sessions out), so only `group.protocol` is set."""
+    if protocol == "consumer":
+        return {"group.protocol": "consumer"}
+    if protocol != "classic":
+        raise SystemExit(f"group protocol: classic or consumer, not {protocol!r}")
+    return {
+        "partition.assignment.strategy": strategy,
+        "session.timeout.ms": session_timeout_ms,
+        "heartbeat.interval.ms": 1000,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--instance-id-env", default="KAFKA_GROUP_INSTANCE_ID")
@@ -55,20 +71,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--topics-env", default="KAFKA_TOPICS")
     parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
     parser.add_argument("--session-timeout-ms", type=int, default=30_000)
+    parser.add_argument("--group-protocol-env", default="KAFKA_GROUP_PROTOCOL")
     args = parser.parse_args(argv)
     env = os.environ
     instance_id = env.get(args.instance_id_env) or ""
     strategy = env[args.strategy_env]
+    protocol = env.get(args.group_protocol_env) or "classic"
     config: dict[str, Any] = {
         "bootstrap.servers": env[args.bootstrap_env],
         "group.id": env[args.group_id_env],
-        "partition.assignment.strategy": strategy,
-        "session.timeout.ms": args.session_timeout_ms,
-        "heartbeat.interval.ms": 1000,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "client.id": f"rdkafka-{instance_id or os.getpid()}",
     }
+    config.update(group_protocol_config(protocol, strategy, args.session_timeout_ms))
     if instance_id:
         config["group.instance.id"] = instance_id
     client_config = env.get(args.client_config_env)

@@ -1,23 +1,22 @@
 """Consumer-protocol (KIP-848) groups on the real Kafka 4.4 broker, as the operator reads them.
 
 A Java fleet (kafka-clients 4.4, `group.protocol=consumer`, static instance ids) and a
-librdkafka fleet (confluent-kafka, the same) are read through the operator's `KafkaBackend`:
-seen with their epochs and converged; one batch LeaveGroup by instance id after a member's
-pod is gone (a scale-down); a static member's restart. What the broker does is measured and
-asserted here, and written down in docs/kafka.md, "The consumer protocol".
+librdkafka fleet (the librdkafka pod program, confluent-kafka, the same) are read through
+the operator's `KafkaBackend`: seen with their epochs and converged; one batch LeaveGroup by
+instance id after a member's pod is gone (a scale-down); a static member's restart, within
+the session and past it. What the broker does is measured and asserted here, and written
+down in docs/kafka.md, "The consumer protocol".
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
+import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
 from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType, MemberType
 from staticfleet.kafka.broker import KafkaBroker
@@ -25,6 +24,8 @@ from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet.member.events import read_events
 from staticfleet_operator.backends import CoordinatorUnreachable, KafkaBackend, leave_errors
 from staticfleet_operator.rollout import CoordinatorView, GroupProtocol
+
+from .helpers import MemberProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -205,54 +206,33 @@ async def test_a_java_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
         await backend.close()
 
 
-@contextmanager
-def librdkafka_fleet(bootstrap: str, group_id: str, topic: str) -> Iterator[list[str]]:
-    """Three confluent-kafka consumers on the consumer protocol, static, polling in threads."""
-    stop = threading.Event()
-    errors: list[str] = []
-
-    def run(instance_id: str) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group_id,
-                "group.protocol": "consumer",
-                "group.instance.id": instance_id,
-                "client.id": instance_id,
-            }
-        )
-        try:
-            consumer.subscribe([topic])
-            while not stop.is_set():
-                message = consumer.poll(0.1)
-                if message is not None and message.error():
-                    errors.append(str(message.error()))
-        finally:
-            consumer.close()
-
-    threads = [
-        threading.Thread(target=run, args=(f"{group_id}-{slot}",), daemon=True) for slot in range(3)
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        yield errors
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
+def rdkafka_pod(bootstrap: str, group_id: str, topic: str, slot: int, log: Path) -> MemberProcess:
+    """`python -m staticfleet.kafka.rdkafka_pod` (the librdkafka pod program) configured by
+    the env the operator injects, with KAFKA_GROUP_PROTOCOL=consumer."""
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "KAFKA_GROUP_ID": group_id,
+        "KAFKA_GROUP_INSTANCE_ID": f"{group_id}-{slot}",
+        "KAFKA_TOPICS": topic,
+        "KAFKA_PARTITION_ASSIGNMENT_STRATEGY": "range",  # ignored on the consumer protocol
+        "KAFKA_GROUP_PROTOCOL": "consumer",
+    }
+    command = [sys.executable, "-m", "staticfleet.kafka.rdkafka_pod"]
+    return MemberProcess(command, env, log, stdout=True)
 
 
 async def test_a_librdkafka_consumer_protocol_fleet_is_seen_converged(
-    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
 ) -> None:
     topic = kafka_topic(PARTITIONS)
     group_id = f"{topic}-group"
     backend = KafkaBackend(kafka_broker.bootstrap)
+    pods = [
+        rdkafka_pod(kafka_broker.bootstrap, group_id, topic, slot, tmp_path / f"rd-{slot}.jsonl")
+        for slot in range(3)
+    ]
     try:
-        with librdkafka_fleet(kafka_broker.bootstrap, group_id, topic) as errors:
-            found, _ = await wait_converged(backend, group_id, 3)
-            assert errors == []
+        found, _ = await wait_converged(backend, group_id, 3)
         assert [m.instance_id for m in found.members] == [f"{group_id}-{s}" for s in range(3)]
         assert {m.member_type for m in found.members} == {MemberType.CONSUMER}
         assert all(m.member_epoch == found.group_epoch for m in found.members)
@@ -261,6 +241,8 @@ async def test_a_librdkafka_consumer_protocol_fleet_is_seen_converged(
         ]
         assert CoordinatorView.from_consumer_group(found).settled
     finally:
+        for pod in pods:
+            assert pod.stop() == 0, pod.stderr_path.read_text()
         await backend.close()
 
 
