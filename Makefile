@@ -98,6 +98,13 @@ promtool: ## build promtool (tools/promtool/go.mod) into build/bin/promtool (onc
 kubeconform: ## build kubeconform (tools/kubeconform/go.mod) into build/bin/kubeconform (once)
 	@scripts/build-go-tool.sh kubeconform
 
+# kubeconform's schemas, generated offline (Kubernetes' OpenAPI from the e2e's k8s.io/kubernetes
+# module, the CRDs): nothing is fetched while checking.
+.PHONY: kube-schemas
+kube-schemas: install ## JSON schemas for kubeconform into build/kube-schemas
+	@scripts/build-kube-schemas.sh
+KUBECONFORM := build/bin/kubeconform -strict -summary -schema-location 'build/kube-schemas/{{ .ResourceKind }}_{{ .Group }}_{{ .ResourceAPIVersion }}.json'
+
 # The chart's CRDs are copies of crds/ (generated from the pydantic models); a test fails on
 # drift. kopf-peerings.yaml (Kopf's peering CRDs) belongs to the chart alone.
 chart-crds: ## copy crds/ into the chart
@@ -105,13 +112,17 @@ chart-crds: ## copy crds/ into the chart
 	find $(CHART)/crds -name '*.yaml' ! -name kopf-peerings.yaml -delete
 	cp crds/*.yaml $(CHART)/crds/
 
-chart-lint: install helm promtool kubeconform ## helm lint, rendered-manifest checks and alert unit tests of charts/staticfleet
+chart-lint: install helm promtool kubeconform kube-schemas ## helm lint, rendered-manifest checks and alert unit tests of charts/staticfleet
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/full-values.yaml
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(PY) scripts/check_manifests.py --profile default
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(PY) scripts/check_manifests.py --profile full
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds --set store.persistence.enabled=false | $(PY) scripts/check_manifests.py --profile ephemeral
 	$(HELM) template sf $(CHART) --namespace staticfleet-system --set metrics.prometheusRule.enabled=true | $(PY) scripts/check_rules.py
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds | $(KUBECONFORM) -
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds -f $(CHART)/ci/full-values.yaml | $(KUBECONFORM) -
+	$(HELM) template sf $(CHART) --namespace staticfleet-system --include-crds --set store.persistence.enabled=false | $(KUBECONFORM) -
+	$(KUBECONFORM) examples crds
 
 # --- End to end (e2e/) ---------------------------------------------------------------------
 # A real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) built once from
