@@ -1,8 +1,9 @@
 """Certificates and keys of the e2e control plane (e2e/controlplane.py).
 
 One cluster CA signs the API server's serving certificate and the client certificates of the
-admin (CN=e2e-admin, O=system:masters) and of kube-controller-manager
-(CN=system:kube-controller-manager). A separate front-proxy CA signs the aggregator's client
+admin (CN=e2e-admin, O=system:masters), of kube-controller-manager
+(CN=system:kube-controller-manager) and of the API server towards kubelets
+(CN=kube-apiserver-kubelet-client). A separate front-proxy CA signs the aggregator's client
 certificate (CN=front-proxy-client). The service-account key pair signs and verifies
 ServiceAccount tokens. All files are PEM; private keys are unencrypted and mode 0600.
 """
@@ -33,6 +34,8 @@ API_SERVER_DNS_NAMES = (
 ADMIN_USER = "e2e-admin"
 CONTROLLER_MANAGER_USER = "system:kube-controller-manager"
 FRONT_PROXY_CLIENT_USER = "front-proxy-client"
+# The API server's client certificate towards kubelets (logs, exec), as kubeadm names it.
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class ClusterCerts:
     apiserver: KeyPair
     admin: KeyPair
     controller_manager: KeyPair
+    kubelet_client: KeyPair  # --kubelet-client-certificate/key (a real node: e2e/node/)
     front_proxy_ca: KeyPair
     front_proxy_client: KeyPair
     service_account_key: Path  # private (RSA): --service-account-signing-key-file and KCM's
@@ -60,6 +64,12 @@ def generate_certs(directory: Path, node_ip: str) -> ClusterCerts:
     admin = ca.issue(directory, "admin", name(ADMIN_USER, "system:masters"), server=False)
     controller_manager = ca.issue(
         directory, "controller-manager", name(CONTROLLER_MANAGER_USER), server=False
+    )
+    kubelet_client = ca.issue(
+        directory,
+        "apiserver-kubelet-client",
+        name(KUBELET_CLIENT_USER, "system:masters"),
+        server=False,
     )
     front_proxy_ca = CertificateAuthority.create(directory, "front-proxy-ca", "e2e-front-proxy-ca")
     front_proxy_client = front_proxy_ca.issue(
@@ -80,6 +90,7 @@ def generate_certs(directory: Path, node_ip: str) -> ClusterCerts:
         apiserver=apiserver,
         admin=admin,
         controller_manager=controller_manager,
+        kubelet_client=kubelet_client,
         front_proxy_ca=front_proxy_ca.pair,
         front_proxy_client=front_proxy_client,
         service_account_key=sa_key_path,

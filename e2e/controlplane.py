@@ -98,7 +98,7 @@ class ControlPlaneError(RuntimeError):
 @dataclass(frozen=True)
 class ControlPlane:
     workdir: Path
-    server: str  # "https://127.0.0.1:<port>"
+    server: str  # "https://127.0.0.1:<port>" (or the node IP: start_control_plane)
     kubeconfig: Path  # admin, client-cert auth, context "e2e"
     ca_cert: Path
     admin_cert: Path
@@ -305,19 +305,29 @@ def _require_binaries(bin_dir: Path) -> None:
 
 
 def start_control_plane(
-    workdir: Path, bin_dir: Path = DEFAULT_BIN_DIR, *, timeout_s: float = 120
+    workdir: Path,
+    bin_dir: Path = DEFAULT_BIN_DIR,
+    *,
+    timeout_s: float = 120,
+    bind_node_ip: bool = False,
 ) -> tuple[ControlPlane, Callable[[], None]]:
     """Start etcd, kube-apiserver and kube-controller-manager; return the cluster and stop().
+
+    The API server listens on loopback, or with bind_node_ip on the host's node IP (which
+    it advertises as the `kubernetes` Service's endpoint): what a real node's pods reach
+    through kube-proxy (e2e/node/, docs/node.md). cp.server names the address it listens on.
 
     The etcd data and the certificates in workdir are recreated: every start is a fresh
     cluster. stop() is idempotent and also registered with atexit. On a failure to start,
     everything started is stopped and ControlPlaneError carries the relevant log's tail.
     """
-    cp, runner = _start(workdir, bin_dir, timeout_s)
+    cp, runner = _start(workdir, bin_dir, timeout_s, bind_node_ip)
     return cp, runner.stop
 
 
-def _start(workdir: Path, bin_dir: Path, timeout_s: float) -> tuple[ControlPlane, _Runner]:
+def _start(
+    workdir: Path, bin_dir: Path, timeout_s: float, bind_node_ip: bool = False
+) -> tuple[ControlPlane, _Runner]:
     workdir = workdir.resolve()
     bin_dir = bin_dir.resolve()
     _require_binaries(bin_dir)
@@ -330,7 +340,8 @@ def _start(workdir: Path, bin_dir: Path, timeout_s: float) -> tuple[ControlPlane
         old.unlink()
     certs = generate_certs(workdir / "pki", ip)
     etcd_client, etcd_peer, api_port, kcm_port = free_ports(4)
-    server = f"https://127.0.0.1:{api_port}"
+    bind_address = ip if bind_node_ip else "127.0.0.1"
+    server = f"https://{bind_address}:{api_port}"
     kubeconfig = workdir / "kubeconfig"
     write_kubeconfig(kubeconfig, server, certs.ca.cert, certs.admin, "e2e-admin")
     kcm_kubeconfig = workdir / "controller-manager.kubeconfig"
@@ -358,7 +369,7 @@ def _start(workdir: Path, bin_dir: Path, timeout_s: float) -> tuple[ControlPlane
         etcd = runner.start("etcd", _etcd_argv(bin_dir, workdir, etcd_url, etcd_client, etcd_peer))
         _wait(f"{etcd_url}/health", lambda: _etcd_healthy(etcd_url), runner, deadline, etcd.log)
         api = runner.start(
-            "kube-apiserver", _apiserver_argv(bin_dir, certs, ip, api_port, etcd_url)
+            "kube-apiserver", _apiserver_argv(bin_dir, certs, ip, bind_address, api_port, etcd_url)
         )
         ctx = cp.ssl_context()
         _wait(
@@ -403,17 +414,22 @@ def _etcd_argv(bin_dir: Path, workdir: Path, url: str, client: int, peer: int) -
 
 
 def _apiserver_argv(
-    bin_dir: Path, certs: ClusterCerts, ip: str, port: int, etcd_url: str
+    bin_dir: Path, certs: ClusterCerts, ip: str, bind_address: str, port: int, etcd_url: str
 ) -> list[str]:
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers={etcd_url}",
-        "--bind-address=127.0.0.1",
+        f"--bind-address={bind_address}",
         f"--advertise-address={ip}",
         f"--secure-port={port}",
         f"--tls-cert-file={certs.apiserver.cert}",
         f"--tls-private-key-file={certs.apiserver.key}",
         f"--client-ca-file={certs.ca.cert}",
+        # What the API server shows a real node's kubelet for logs and exec (e2e/node/).
+        f"--kubelet-client-certificate={certs.kubelet_client.cert}",
+        f"--kubelet-client-key={certs.kubelet_client.key}",
+        # At the node's IP: its name (the kubelet's --hostname-override) is in no DNS.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
         f"--service-account-key-file={certs.service_account_pub}",
         f"--service-account-signing-key-file={certs.service_account_key}",
@@ -461,10 +477,14 @@ def _controller_manager_argv(
 
 @contextlib.contextmanager
 def running_control_plane(
-    workdir: Path, bin_dir: Path = DEFAULT_BIN_DIR, *, timeout_s: float = 120
+    workdir: Path,
+    bin_dir: Path = DEFAULT_BIN_DIR,
+    *,
+    timeout_s: float = 120,
+    bind_node_ip: bool = False,
 ) -> Iterator[ControlPlane]:
     """A started control plane, torn down on exit (also on exceptions)."""
-    cp, stop = start_control_plane(workdir, bin_dir, timeout_s=timeout_s)
+    cp, stop = start_control_plane(workdir, bin_dir, timeout_s=timeout_s, bind_node_ip=bind_node_ip)
     try:
         yield cp
     finally:

@@ -1,13 +1,15 @@
 """Does a real node go Ready beside the e2e control plane? (docs/node.md, issue 28)
 
-Starts the control plane of e2e/controlplane.py, a containerd v2 with CRI and the bridge CNI
-plugin (Debian's), imports the pause and staticfleet images, starts kubelet v1.36.3 on cgroup
-v1 (`failCgroupV1: false`) and waits for its Node to be Ready; then runs one pod of the chart's
-image (`staticfleet --version`, uid 10001, read-only root) and waits for it to succeed.
+Starts the control plane of e2e/controlplane.py (the API server on the node IP), a containerd
+with CRI and the bridge CNI plugin (Debian's), imports the pause and staticfleet images, starts
+kubelet v1.36.3 on cgroup v1 (`failCgroupV1: false`) and waits for its Node to be Ready; then
+kube-proxy and CoreDNS (e2e/node/services.py). Runs a pod of the chart's image (`staticfleet
+--version`, uid 10001, read-only root) and one that resolves `kubernetes.default.svc` and calls
+it with its ServiceAccount token; reads both outputs through the API server (pods/log).
 Every stage's outcome and time go to <workdir>/probe.json; a failed stage carries the tail of
 the log that tells why. Everything is torn down at the end, also on failure: the pod, kubelet,
-containerd, the control plane, the bridge, network namespaces, mounts, cgroups and the kernel
-settings kubelet changes.
+containerd, CoreDNS, kube-proxy (and its chains), the control plane, the bridge, network
+namespaces, mounts, cgroups and the kernel settings kubelet changes.
 
     python -m e2e.node.probe    # root; binaries: e2e/build.sh, scripts/node/build.sh
 """
@@ -18,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.controlplane import ControlPlane, free_ports, running_control_plane
+from e2e.node import services
 from e2e.node.containerd import (
     Containerd,
     containerd2_cri_config,
@@ -53,6 +57,7 @@ KERNEL_SETTINGS = (
     "kernel.panic_on_oops",
     "net.ipv4.ip_forward",
     "net.ipv6.conf.all.forwarding",
+    *services.KERNEL_SETTINGS,
 )
 # kubelet's own iptables chains (its canary, and KUBE-FIREWALL, which drops packets to
 # 127.0.0.0/8 from other sources), made in every table of iptables and ip6tables.
@@ -74,7 +79,8 @@ class ProbeError(RuntimeError):
 
 
 def cni_conflist(ipam_dir: Path) -> dict[str, Any]:
-    """One bridge with host-local addresses from POD_CIDR; no NAT rules (ipMasq false)."""
+    """One bridge with host-local addresses from POD_CIDR, the pods' default gateway; no NAT
+    rules (ipMasq false: pods reach this host and the Services, not the outside)."""
     return {
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
@@ -83,6 +89,9 @@ def cni_conflist(ipam_dir: Path) -> dict[str, Any]:
                 "type": "bridge",
                 "bridge": BRIDGE,
                 "isGateway": True,
+                # A default route via the bridge: Service ClusterIPs (10.96.0.0/16) are
+                # outside the pod network and reach the host's kube-proxy rules through it.
+                "isDefaultGateway": True,
                 "ipMasq": False,
                 "ipam": {
                     "type": "host-local",
@@ -105,7 +114,10 @@ def kubelet_config(cp: ControlPlane, workdir: Path, runtime: Path, ports: list[i
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "containerRuntimeEndpoint": f"unix://{runtime}",
-        "address": "127.0.0.1",
+        # The node IP, where the API server reaches it for `kubectl logs` (pods/log) with its
+        # --kubelet-client-certificate; the serving certificate is the kubelet's self-signed
+        # one (the API server is not given --kubelet-certificate-authority).
+        "address": cp.node_ip,
         "port": port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -115,10 +127,14 @@ def kubelet_config(cp: ControlPlane, workdir: Path, runtime: Path, ports: list[i
             "webhook": {"enabled": False},
             "x509": {"clientCAFile": str(cp.ca_cert)},
         },
+        # Only clients with a certificate of the cluster CA get in (anonymous off): the API
+        # server and the admin. AlwaysAllow rather than Webhook: one fewer moving part, and
+        # no node-level authorization is under test here.
         "authorization": {"mode": "AlwaysAllow"},
         "failSwapOn": False,
         "podCIDR": POD_CIDR,
-        "clusterDomain": "cluster.local",
+        "clusterDomain": services.CLUSTER_DOMAIN,
+        "clusterDNS": [services.DNS_SERVICE_IP],
         "resolvConf": "/etc/resolv.conf",
         "podLogsDir": str(workdir / "pod-logs"),
         # A shared build machine's disk and memory: no eviction of our one pod for them.
@@ -184,9 +200,13 @@ def _wait(
     deadline = time.monotonic() + timeout_s
     while True:
         alive()
-        with contextlib.suppress(Exception):
+        try:
             if check():
                 return
+        except ProbeError:
+            raise
+        except Exception:  # the API server or the node not there yet: try again
+            pass
         if time.monotonic() > deadline:
             raise ProbeError(f"no {what} after {timeout_s}s")
         time.sleep(1)
@@ -221,6 +241,79 @@ def _pod(image: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+# Run in a pod of the image with its ServiceAccount token: resolves the API server's Service
+# name through the cluster DNS and calls it at that name (in-cluster config, as the operator
+# does). /version is open to any authenticated client (200); listing pods is not granted to
+# the default ServiceAccount (403). Both prove the token was accepted.
+IN_CLUSTER_SCRIPT = """\
+import json, socket, ssl, urllib.error, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+token = open(sa + "/token").read()
+ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+def status(path):
+    req = urllib.request.Request("https://kubernetes.default.svc" + path)
+    req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+name = "kubernetes.default.svc.cluster.local"
+print(json.dumps({
+    "resolved": socket.getaddrinfo(name, 443, socket.AF_INET, socket.SOCK_STREAM)[0][4][0],
+    "version": status("/version"),
+    "pods": status("/api/v1/namespaces/default/pods"),
+}, sort_keys=True))
+"""
+
+
+def _in_cluster_pod(image: str) -> dict[str, Any]:
+    pod = _pod(image)
+    pod["metadata"]["name"] = "in-cluster-probe"
+    spec = pod["spec"]
+    spec["automountServiceAccountToken"] = True
+    container = spec["containers"][0]
+    container["command"] = ["python", "-c", IN_CLUSTER_SCRIPT]
+    container.pop("args")
+    return pod
+
+
+def _run_pod(
+    cp: ControlPlane,
+    stack: contextlib.ExitStack,
+    body: dict[str, Any],
+    entry: dict[str, Any],
+    alive: Callable[[], None],
+    timeout_s: float,
+) -> None:
+    """Create the pod, wait for Succeeded, and record its output read through the API
+    (GET pods/log: the API server fetches it from the kubelet, as `kubectl logs` does)."""
+    name = body["metadata"]["name"]
+    _api(cp, "POST", "/api/v1/namespaces/default/pods", body)
+    stack.callback(_delete_pod, cp, name)
+
+    def succeeded() -> bool:
+        pod = _api(cp, "GET", f"/api/v1/namespaces/default/pods/{name}")
+        entry["phase"] = pod["status"].get("phase")
+        entry["container_statuses"] = pod["status"].get("containerStatuses")
+        if entry["phase"] == "Failed":
+            entry["output"] = _pod_log(cp, name).splitlines()
+            raise ProbeError(f"pod failed: {json.dumps(pod['status'])}")
+        return bool(entry["phase"] == "Succeeded")
+
+    _wait(f"Succeeded pod {name}", succeeded, alive, timeout_s)
+    entry["output"] = _pod_log(cp, name).splitlines()
+
+
+def _pod_log(cp: ControlPlane, name: str) -> str:
+    req = urllib.request.Request(f"{cp.server}/api/v1/namespaces/default/pods/{name}/log")
+    try:
+        with urllib.request.urlopen(req, context=cp.ssl_context(), timeout=10) as resp:
+            return str(resp.read().decode())
+    except urllib.error.HTTPError as err:
+        raise ProbeError(f"GET pods/{name}/log: {err.code} {err.read().decode()}") from err
 
 
 def kernel_settings() -> dict[str, str]:
@@ -258,7 +351,7 @@ def _remove_chains(chains: set[tuple[str, str, str]]) -> None:
             [binary, "-w", "-t", table, "-S"], capture_output=True, text=True, check=False
         ).stdout.splitlines()
         for rule in rules:
-            words = rule.split()
+            words = shlex.split(rule)  # kube-proxy's rules carry quoted comments
             if words[:1] == ["-A"] and words[-2:] == ["-j", chain]:
                 subprocess.run([binary, "-w", "-t", table, "-D", *words[1:]], check=False)
         subprocess.run([binary, "-w", "-t", table, "-F", chain], check=False)
@@ -322,7 +415,9 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
     try:
         with contextlib.ExitStack() as stack:
             with probe.stage("control plane (etcd, kube-apiserver, kube-controller-manager)"):
-                cp = stack.enter_context(running_control_plane(workdir / "control-plane"))
+                cp = stack.enter_context(
+                    running_control_plane(workdir / "control-plane", bind_node_ip=True)
+                )
             cni_dir = workdir / "cni" / "net.d"
             cni_dir.mkdir(parents=True, exist_ok=True)
             conflist = cni_conflist(workdir / "cni" / "ipam")
@@ -357,36 +452,38 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
                         raise ProbeError(f"kubelet exited {kubelet.returncode}")
 
                 _wait(f"Ready Node {NODE_NAME}", lambda: _node_ready(cp), alive, timeout_s)
+            net_dir = workdir / "service-network"
+            with probe.stage(
+                "kube-proxy (iptables), after the Node it waits for",
+                log=lambda: _tail(net_dir / "kube-proxy.log"),
+            ):
+                stack.enter_context(
+                    services.running_kube_proxy(cp, net_dir, NODE_NAME, POD_CIDR, timeout_s)
+                )
+            with probe.stage(
+                "CoreDNS and the kube-dns Service", log=lambda: _tail(net_dir / "coredns.log")
+            ) as entry:
+                dns = stack.enter_context(services.running_coredns(cp, net_dir, timeout_s))
+                services.publish_dns_service(cp, dns)
+                entry["coredns"] = f"{dns.ip}:{dns.port}"
             with probe.stage(
                 "pod of the chart's image: staticfleet --version",
                 log=lambda: _tail(kubelet_log, 60),
             ) as entry:
-                _api(cp, "POST", "/api/v1/namespaces/default/pods", _pod(image))
-                stack.callback(_delete_pod, cp, alive)
-
-                def succeeded() -> bool:
-                    pod = _api(cp, "GET", "/api/v1/namespaces/default/pods/image-probe")
-                    entry["phase"] = pod["status"].get("phase")
-                    entry["container_statuses"] = pod["status"].get("containerStatuses")
-                    if entry["phase"] == "Failed":
-                        raise ProbeError(f"pod failed: {json.dumps(pod['status'])}")
-                    return bool(entry["phase"] == "Succeeded")
-
-                _wait("Succeeded pod image-probe", succeeded, alive, timeout_s)
-                # What the container printed, from the CRI log kubelet keeps (kubectl logs
-                # would need the API server to reach kubelet, which listens on loopback).
-                entry["output"] = [
-                    line.split(" ", 3)[-1]
-                    for log in sorted(
-                        (kubelet_dir / "pod-logs").glob("default_image-probe_*/*/*.log")
-                    )
-                    for line in log.read_text().splitlines()
-                ]
+                _run_pod(cp, stack, _pod(image), entry, alive, timeout_s)
+            with probe.stage(
+                "pod: the API server by its Service name, with its ServiceAccount token",
+                log=lambda: _tail(kubelet_log, 60),
+            ) as entry:
+                _run_pod(cp, stack, _in_cluster_pod(image), entry, alive, timeout_s)
             ok = True
     except Exception as exc:  # the stage has recorded it; the teardown below still runs
         print(f"node probe: FAILED: {exc}", file=sys.stderr)
     finally:
         _clean_network(netns_before)
+        if kube_chains() - chains_before:
+            (workdir / "service-network").mkdir(parents=True, exist_ok=True)
+            services.cleanup_kube_proxy(workdir / "service-network" / "kube-proxy-cleanup.log")
         _remove_chains(kube_chains() - chains_before)
         leave_machine_clean(workdir / "kubelet", "kubepods", shim_dir_existed=True)
         _restore(settings)
@@ -397,20 +494,20 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
     return 0 if ok else 1
 
 
-def _delete_pod(cp: ControlPlane, alive: Callable[[], None]) -> None:
+def _delete_pod(cp: ControlPlane, name: str) -> None:
     """Delete the pod through the API, so kubelet tears its sandbox down (CNI DEL)."""
     with contextlib.suppress(Exception):
-        _api(cp, "DELETE", "/api/v1/namespaces/default/pods/image-probe")
+        _api(cp, "DELETE", f"/api/v1/namespaces/default/pods/{name}")
 
     def gone() -> bool:
         try:
-            _api(cp, "GET", "/api/v1/namespaces/default/pods/image-probe")
+            _api(cp, "GET", f"/api/v1/namespaces/default/pods/{name}")
         except urllib.error.HTTPError as err:
             return err.code == 404
         return False
 
     with contextlib.suppress(ProbeError):
-        _wait("deleted pod image-probe", gone, lambda: None, 60)
+        _wait(f"deleted pod {name}", gone, lambda: None, 60)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """A real node beside the e2e control plane: kubelet v1.36.3 on this machine's cgroup v1 goes
-Ready and runs a pod of the chart's image, with Debian's containerd 1.6 and with containerd v2
-(e2e/node/probe.py, docs/node.md). Then the machine is as it was.
+Ready and runs a pod of the chart's image, with Debian's containerd 1.6 and with containerd v2;
+kube-proxy and CoreDNS give its pods the `kubernetes` Service by name (e2e/node/probe.py,
+docs/node.md). Then the machine is as it was.
 
 Builds what is absent first: the control plane (e2e/build.sh), the node's binaries and pause
 image (scripts/node/build.sh; kubelet alone takes ~10 minutes from nothing) and the chart's
@@ -48,7 +49,21 @@ def _host_state() -> dict[str, object]:
             line for line in Path("/proc/self/mounts").read_text().splitlines() if "/node/" in line
         ],
         "host_paths": [str(p) for p in probe.HOST_PATHS if p.exists()],
+        # kubelet, kube-proxy, CoreDNS, containerd v2 and its shims run from build/node/bin.
+        "node_processes": _node_processes(),
     }
+
+
+def _node_processes() -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            exe = os.readlink(proc / "exe")
+        except OSError:
+            continue
+        if exe.startswith(str(probe.NODE_BIN)):
+            found.append(exe)
+    return sorted(found)
 
 
 @pytest.mark.parametrize("containerd", ["debian", "v2"])
@@ -59,7 +74,15 @@ def test_node_goes_ready_and_runs_the_image(built: None, containerd: str) -> Non
     record = (workdir / "probe.json").read_text()
     assert code == 0, record  # each stage's outcome, error and log tail
     stages = json.loads(record)["stages"]
-    assert [s["outcome"] for s in stages] == ["ok"] * 5
-    assert stages[-1]["phase"] == "Succeeded"
-    assert stages[-1]["output"] == [f"staticfleet {VERSION}"]
+    assert [s["outcome"] for s in stages] == ["ok"] * 8
+    version, in_cluster = stages[-2], stages[-1]
+    assert version["phase"] == "Succeeded"
+    # Read through the API server's pods/log, which fetches it from the kubelet.
+    assert version["output"] == [f"staticfleet {VERSION}"]
+    # The pod resolved the API server's Service name through CoreDNS and called it through
+    # kube-proxy's rules with its projected ServiceAccount token: /version 200, pods 403.
+    assert in_cluster["phase"] == "Succeeded"
+    assert [json.loads(line) for line in in_cluster["output"]] == [
+        {"pods": 403, "resolved": "10.96.0.1", "version": 200}
+    ]
     assert _host_state() == before

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Build a real node's binaries into build/node/bin, once, as e2e/build.sh builds the control
 # plane: kubelet and kube-proxy v1.36.3 (the control plane's release; e2e/node/go/kubernetes),
-# containerd v2 with its runc shim (e2e/node/go/containerd), and the pod sandbox's pause
+# containerd v2 with its runc shim (e2e/node/go/containerd), CoreDNS (e2e/node/go/coredns),
+# and the pod sandbox's pause
 # (e2e/node/go/pause) with its image, build/node/pause.oci.tar. Later calls reuse a binary
 # that reports its pin. Needs `go` and the Go module proxy (buildah for the pause image).
 # See docs/node.md.
 #
 #   scripts/node/build.sh                 # all
-#   scripts/node/build.sh kube pause      # some: kube, containerd, pause
+#   scripts/node/build.sh kube pause      # some: kube, containerd, coredns, pause
 set -euo pipefail
 
 KUBE_VERSION="v1.36.3"   # e2e/node/go/kubernetes/go.mod pins k8s.io/kubernetes and its staging modules
@@ -43,6 +44,29 @@ build_kube() {
         mv -f "$bin.tmp" "$bin"
         echo "node build: $name built in $(( $(date +%s) - start ))s"
     done
+}
+
+# CoreDNS (e2e/node/go/coredns: CoreDNS's main with the plugins the node's Corefile uses), the
+# cluster DNS the node's pods resolve Service names with (e2e/node/services.py).
+build_coredns() {
+    COREDNS_VERSION="v1.15.0"   # e2e/node/go/coredns/go.mod
+    bin="$BIN_DIR/coredns"
+    stamp="$bin.version"
+    if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$COREDNS_VERSION" ]]; then
+        echo "node build: coredns $COREDNS_VERSION ... reusing $bin"
+        return
+    fi
+    echo "node build: coredns $COREDNS_VERSION ... building"
+    start=$(date +%s)
+    (cd "$ROOT/e2e/node/go/coredns" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
+        nice -n 10 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .) || {
+        rm -f "$bin.tmp"
+        echo "node build: FAILED (go build in e2e/node/go/coredns)" >&2
+        exit 1
+    }
+    mv -f "$bin.tmp" "$bin"
+    echo "$COREDNS_VERSION" >"$stamp"
+    echo "node build: coredns built in $(( $(date +%s) - start ))s"
 }
 
 # containerd v2 (and its runc shim, and ctr): Debian bookworm's containerd 1.6 has no CRI
@@ -97,11 +121,11 @@ build_pause() {
     fi
 }
 
-for part in "${@:-kube containerd pause}"; do
+for part in "${@:-kube containerd coredns pause}"; do
     for one in $part; do
         case "$one" in
-            kube | containerd | pause) "build_$one" ;;
-            *) echo "node build: unknown part '$one' (kube, containerd, pause)" >&2; exit 2 ;;
+            kube | containerd | coredns | pause) "build_$one" ;;
+            *) echo "node build: unknown part '$one' (kube, containerd, coredns, pause)" >&2; exit 2 ;;
         esac
     done
 done
