@@ -29,7 +29,8 @@ COPY coordinator ./coordinator
 COPY staticfleet ./staticfleet
 COPY operator ./operator
 COPY pipeline ./pipeline
-RUN pip wheel --no-deps --wheel-dir /wheels .
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+ && sha256sum /wheels/*.whl >/wheels.sha256
 
 # --- runtime --------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
@@ -44,6 +45,9 @@ RUN groupadd --system --gid 10001 staticfleet \
       --shell /usr/sbin/nologin staticfleet
 
 # Install from the wheels only (no index), so the runtime stage needs no network at all.
+# The wheels' digests come first: a bind mount is not part of a layer's cache key (buildah
+# reused the install layer of older sources), a copied file is, so new wheels mean a new layer.
+COPY --from=build /wheels.sha256 /usr/local/share/staticfleet/wheels.sha256
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels 'staticfleet[operator]' \
  && staticfleet --help >/dev/null
