@@ -157,6 +157,9 @@ class Gauges:
     blocker: BlockerCode | None
     missing_expected: int = 0
     standbys: int = 0
+    # A consumer-protocol group's (None: classic).
+    converged: bool | None = None
+    group_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

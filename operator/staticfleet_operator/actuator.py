@@ -99,6 +99,8 @@ class Actuator:
                 blocker=gauges.blocker,
                 missing_expected=gauges.missing_expected,
                 standbys=gauges.standbys,
+                converged=gauges.converged,
+                group_epoch=gauges.group_epoch,
             )
         return summary
 

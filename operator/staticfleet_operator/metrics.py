@@ -77,6 +77,22 @@ class OperatorMetrics:
             ["namespace", "group", "reason"],
             registry=self.registry,
         )
+        # The consumer protocol (KIP-848): no series for a classic group.
+        self.group_converged = Gauge(
+            f"{PREFIX}_group_converged",
+            "1 while a consumer-protocol (KIP-848) ConsumerGroup has converged (every member "
+            "at the group epoch holding its target assignment), 0 while not; no series for a "
+            "classic group",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
+        self.group_epoch = Gauge(
+            f"{PREFIX}_group_epoch",
+            "A consumer-protocol ConsumerGroup's group epoch (bumped by every change of "
+            "membership or subscription); no series for a classic group",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
         self.member_bounces = Counter(
             f"{PREFIX}_member_bounces",
             "Members recreated by a rollout, by phase (Bounce1, Bounce2, StaticBounce)",
@@ -146,8 +162,11 @@ class OperatorMetrics:
         missing_expected: int = 0,
         standbys: int = 0,
         blocker: BlockerCode | None = None,
+        converged: bool | None = None,
+        group_epoch: int | None = None,
     ) -> None:
-        """What one pass saw: member counts, the rollout phase and what it waits for."""
+        """What one pass saw: member counts, the rollout phase and what it waits for; for a
+        consumer-protocol group, its convergence and epoch (None: a classic group)."""
         counts = (desired, ready, slots, missing_expected, standbys)
         for kind, value in zip(MEMBER_KINDS, counts, strict=True):
             self.group_members.labels(namespace, group, kind).set(value)
@@ -165,6 +184,16 @@ class OperatorMetrics:
             else:
                 with contextlib.suppress(KeyError):
                     self.rollout_blocked.remove(namespace, group, reason)
+        consumer: tuple[tuple[Gauge, int | None], ...] = (
+            (self.group_converged, None if converged is None else int(converged)),
+            (self.group_epoch, group_epoch),
+        )
+        for gauge, reading in consumer:
+            if reading is None:
+                with contextlib.suppress(KeyError):
+                    gauge.remove(namespace, group)
+            else:
+                gauge.labels(namespace, group).set(reading)
         # Touch the counters so a group shows explicit zeros from its first pass.
         self.batch_leaves.labels(namespace, group)
         self.batch_leave_members.labels(namespace, group)
@@ -212,6 +241,8 @@ class OperatorMetrics:
             with contextlib.suppress(KeyError):
                 self.rollout_blocked.remove(namespace, group, reason)
         for metric in (
+            self.group_converged,
+            self.group_epoch,
             self.rollout_paused,
             self.batch_leaves,
             self.batch_leave_members,

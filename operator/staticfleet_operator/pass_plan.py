@@ -338,6 +338,8 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         slots=0,
         phase=rollout.phase,
         blocker=rollout.blocker,
+        converged=status.converged,
+        group_epoch=status.group_epoch,
     )
     return step.result("adopted", status, gauges)
 
@@ -458,7 +460,11 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         # Pending expected members want one pass, at their deadline (to clear them): a timer,
         # not a pass every interval.
         wake_in = seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms)
-    gauges = _gauges(observation, spec, members, state, missing_expected=len(missing_expected))
+    gauges = replace(
+        _gauges(observation, spec, members, state, missing_expected=len(missing_expected)),
+        converged=status.converged,
+        group_epoch=status.group_epoch,
+    )
     # A rollout step's state is recorded before it is carried out.
     rolling = isinstance(fleet_step, Rollout)
     return step.result(summary, status, gauges, wake_in=wake_in, write_ahead=rolling)

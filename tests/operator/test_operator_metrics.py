@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -183,3 +185,19 @@ def test_a_shared_registry_exposes_the_coordinators_and_the_operators_series() -
     # Without a registry, each has its own.
     assert OperatorMetrics().registry is not OperatorMetrics().registry
     assert isinstance(OperatorMetrics().registry, CollectorRegistry)
+
+
+def test_a_consumer_protocol_group_has_convergence_and_epoch_series_a_classic_one_none() -> None:
+    metrics = OperatorMetrics()
+    labels = {"namespace": "ns", "group": "orders"}
+    converged, epoch = "staticfleet_operator_group_converged", "staticfleet_operator_group_epoch"
+    common: dict[str, Any] = {"desired": 3, "ready": 3, "slots": 3, "phase": "Completed"}
+    metrics.observe_group("ns", "orders", **common, converged=False, group_epoch=4)
+    assert (value(metrics, converged, **labels), value(metrics, epoch, **labels)) == (0, 4)
+    metrics.observe_group("ns", "orders", **common, converged=True, group_epoch=5)
+    assert (value(metrics, converged, **labels), value(metrics, epoch, **labels)) == (1, 5)
+    metrics.observe_group("ns", "orders", **common)  # back on the classic protocol
+    assert value(metrics, converged, **labels) is None and value(metrics, epoch, **labels) is None
+    metrics.observe_group("ns", "orders", **common, converged=True, group_epoch=6)
+    metrics.forget_group("ns", "orders")
+    assert value(metrics, converged, **labels) is None and value(metrics, epoch, **labels) is None

@@ -884,6 +884,8 @@ def test_a_consumer_group_is_seen_with_its_epochs_and_convergence_in_status() ->
     assert status.converged is True and status.converged_members == 3
     assert status.classic_members == 1  # a migration under way
     assert status.selected_protocol == "uniform" and status.members == 3
+    assert result.gauges is not None
+    assert (result.gauges.converged, result.gauges.group_epoch) == (True, 5)
     assert {c.type: c.status for c in status.conditions}["Ready"] == "True"
 
 
