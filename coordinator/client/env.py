@@ -30,6 +30,9 @@ SOURCE: Final = "STATICFLEET_SOURCE"
 # clusters") for kafka:// coordinators and sources. Not in ALL: the operator sets it only for
 # groups on a secured cluster, mounting the file from a Secret.
 KAFKA_CONFIG: Final = "STATICFLEET_KAFKA_CONFIG"
+# The CA bundle (PEM) an https:// coordinator's certificate must chain to. Not in ALL: the
+# operator sets it only when its coordinator serves TLS, mounting its TLS Secret's ca.crt.
+COORDINATOR_CA_FILE: Final = "STATICFLEET_COORDINATOR_CA_FILE"
 
 ALL: Final = (
     COORDINATOR_URL,

@@ -9,12 +9,14 @@ connection, timeout, 5xx) becomes a retriable `TransportError`.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
+from coordinator.client.coordinator_tls import refusal
 from coordinator.client.transport import RequestTooLargeError, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
@@ -50,8 +52,12 @@ class HttpTransport:
         session: aiohttp.ClientSession | None = None,
         *,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """`ssl_context` verifies an https:// coordinator (coordinator_tls.client_context);
+        without one, https:// URLs are verified against the system's roots."""
         self._base_url = base_url.rstrip("/")
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._token = token or None
         self._session = session
         self._owns_session = session is None
@@ -178,12 +184,20 @@ class HttpTransport:
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         try:
             async with session.request(
-                method, self._base_url + path, json=payload, headers=headers, timeout=timeout
+                method,
+                self._base_url + path,
+                json=payload,
+                headers=headers,
+                timeout=timeout,
+                ssl=self._ssl,
             ) as response:
                 text = await response.text()
                 status = response.status
                 if received_headers is not None:
                     received_headers.update(response.headers)
+        except aiohttp.ClientConnectorCertificateError as error:
+            # We refused the coordinator's certificate: not retriable (an AccessError).
+            raise refusal(self._base_url, error.certificate_error) from error
         except (aiohttp.ClientError, TimeoutError) as error:
             raise TransportError(
                 f"{method} {path}: {type(error).__name__}: {error or 'no answer'}"

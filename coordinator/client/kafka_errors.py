@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Final
 
+from coordinator.client.access import AccessError
 
-class KafkaAccessError(Exception):
+
+class KafkaAccessError(AccessError):
     """The cluster was reached and refused us; not retriable."""
 
     reason: ClassVar[str] = "KafkaAccessError"
-
-    @property
-    def message(self) -> str:
-        return str(self)
 
 
 class KafkaAuthenticationFailed(KafkaAccessError):

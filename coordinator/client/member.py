@@ -27,9 +27,9 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from coordinator.assignors import PartitionAssignor, get_assignor
+from coordinator.client.access import AccessError
 from coordinator.client.backoff import Backoff
 from coordinator.client.config import MemberConfig
-from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.leader import assign, assignments_by_instance
 from coordinator.client.listener import NoopRebalanceListener, Partitions, RebalanceListener, invoke
 from coordinator.client.member_state import (
@@ -96,10 +96,11 @@ class MemberFailure(CoordinatorError):
 
 class MemberAccessDenied(CoordinatorError):
     """A Kafka cluster refused the member's access (`access`: bad credentials, an untrusted
-    certificate, a missing ACL ...). Fatal: a retry cannot fix it, and a member that retried
-    would hide it (docs/kafka.md, "Secured clusters")."""
+    certificate, a missing ACL ...), or the member refused our coordinator's certificate.
+    Fatal: a retry cannot fix it, and a member that retried would hide it (docs/kafka.md,
+    "Secured clusters"; docs/server.md, "TLS")."""
 
-    def __init__(self, access: KafkaAccessError) -> None:
+    def __init__(self, access: AccessError) -> None:
         super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, str(access))
         self.access = access
         self.__cause__ = access
@@ -407,7 +408,7 @@ class GroupMember:
                 await self._join_until_stable()
         except _Aborted:
             pass
-        except KafkaAccessError as error:
+        except AccessError as error:
             self._fail(MemberAccessDenied(error))
         except Exception as error:  # a bug must stop the member loudly, not hang it
             logger.exception("member %s loop crashed", self._label())
@@ -704,7 +705,7 @@ class GroupMember:
                 continue
             except CoordinatorError as error:
                 code = error.code
-            except KafkaAccessError as error:
+            except AccessError as error:
                 self._fail(MemberAccessDenied(error))
                 return
             except Exception:  # a transport bug must not silently end the heartbeats
@@ -882,7 +883,7 @@ class GroupMember:
         )
         try:
             response = await self._transport.leave_group(request)
-        except (TransportError, CoordinatorError, KafkaAccessError) as error:
+        except (TransportError, CoordinatorError, AccessError) as error:
             logger.warning("member %s: LeaveGroup failed: %s", self._label(), error)
             return
         if response.error_code is not ErrorCode.NONE:

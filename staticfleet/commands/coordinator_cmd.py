@@ -18,6 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coordinator.server.gc_policy import DEFAULT_FREEZE_INTERVAL_S
+
+# Standard library only: cheap enough for `staticfleet --help`.
+from coordinator.server.tls import (
+    DEFAULT_RELOAD_INTERVAL_S,
+    ReloadingTls,
+    TlsConfigError,
+    TlsFiles,
+    plain_http_problem,
+)
 from staticfleet.logs import add_log_format_argument, configure_logging
 
 if TYPE_CHECKING:
@@ -59,6 +68,25 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     serve.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help="0 picks a free port (default: %(default)s)"
+    )
+    serve.add_argument(
+        "--tls-cert-file",
+        type=Path,
+        help="serve HTTPS with this certificate (PEM; e.g. a mounted Secret's tls.crt); "
+        "reloaded when it changes (docs/server.md, TLS)",
+    )
+    serve.add_argument("--tls-key-file", type=Path, help="the certificate's key (PEM, tls.key)")
+    serve.add_argument(
+        "--tls-reload-interval",
+        type=float,
+        default=DEFAULT_RELOAD_INTERVAL_S,
+        help="seconds between checks of the TLS files for a new pair (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback address (tokens cross the network readable); "
+        "plain HTTP on loopback needs no flag",
     )
     serve.add_argument("--tokens-file", type=Path, help='JSON: {"admin": [...], "members": {...}}')
     serve.add_argument(
@@ -259,6 +287,12 @@ async def _serve(args: argparse.Namespace) -> int:
 
     try:
         auth = _auth_config(args)
+        tls = _tls(args)
+        problem = plain_http_problem(
+            args.host, tls=tls is not None, insecure_http=args.insecure_http
+        )
+        if problem is not None:
+            raise ValueError(problem)
         topics = parse_topics(args.topics)
         config = CoordinatorConfig(
             group_min_session_timeout_ms=args.min_session_timeout_ms,
@@ -288,7 +322,7 @@ async def _serve(args: argparse.Namespace) -> int:
             initial_topics=topics,
             connection_limits=limits,
         )
-    except (AuthConfigError, ValueError, StoreError) as error:
+    except (AuthConfigError, TlsConfigError, ValueError, StoreError) as error:
         print(f"staticfleet coordinator serve: {error}", file=sys.stderr)
         return 2
 
@@ -309,6 +343,8 @@ async def _serve(args: argparse.Namespace) -> int:
             shutdown_timeout=args.shutdown_timeout,
             access_log=args.access_log,
             backlog=args.backlog,
+            tls=tls,
+            tls_reload_interval_s=args.tls_reload_interval,
         )
     except Exception as error:
         log.error("cannot start: %s", error)
@@ -331,6 +367,18 @@ async def _serve(args: argparse.Namespace) -> int:
         args.ready_file.unlink(missing_ok=True)
     log.info("stopped")
     return 0
+
+
+def _tls(args: argparse.Namespace) -> ReloadingTls | None:
+    if (args.tls_cert_file is None) != (args.tls_key_file is None):
+        raise ValueError("--tls-cert-file and --tls-key-file go together")
+    if args.tls_cert_file is None:
+        return None
+    if args.insecure_http:
+        raise ValueError("--insecure-http contradicts --tls-cert-file: choose one")
+    if not args.tls_reload_interval > 0:
+        raise ValueError("--tls-reload-interval must be positive")
+    return ReloadingTls(TlsFiles(args.tls_cert_file, args.tls_key_file))
 
 
 def _write_atomically(path: Path, text: str) -> None:

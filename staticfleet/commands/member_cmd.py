@@ -49,6 +49,14 @@ def register(subparsers: Any) -> None:
         ),
     )
     run.add_argument(
+        "--coordinator-ca-file",
+        metavar="FILE",
+        help=(
+            "CA bundle (PEM) an https:// coordinator's certificate must chain to; default: "
+            f"the system's roots [{env.COORDINATOR_CA_FILE}]"
+        ),
+    )
+    run.add_argument(
         "--kafka-config",
         metavar="FILE",
         help=(

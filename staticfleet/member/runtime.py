@@ -6,7 +6,8 @@ event log (`staticfleet.member.events`).
 
 Exit codes: 0 after SIGTERM/SIGINT (or the caller's stop event) and a clean close, 2 for
 bad settings, 3 when fenced (another process took this group.instance.id), 4 when a Kafka
-cluster refused access, 1 for any other fatal error.
+cluster refused access or the member refused the coordinator's certificate, 1 for any other
+fatal error.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import contextlib
 import dataclasses
 import os
 import signal
+import ssl
 import sys
 
+from coordinator.client.access import AccessError
 from coordinator.client.http import HttpTransport
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.kafka_settings import (
@@ -42,8 +45,9 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_USAGE = 2
 EXIT_FENCED = 3
-# A Kafka cluster refused the member's access (credentials, certificates, ACLs): a retry
-# cannot fix it (docs/kafka.md, "Secured clusters").
+# A Kafka cluster refused the member's access (credentials, certificates, ACLs), or the member
+# refused our coordinator's certificate: a retry cannot fix it (docs/kafka.md, "Secured
+# clusters"; docs/server.md, "TLS").
 EXIT_KAFKA_ACCESS = 4
 
 
@@ -52,12 +56,13 @@ def open_transport(
     token: str | None,
     client_id: str,
     kafka_settings: KafkaClientSettings | KafkaSettingsFile = PLAINTEXT_SETTINGS,
+    coordinator_ssl: ssl.SSLContext | None = None,
 ) -> Transport:
-    """Our coordinator over HTTP, or a Kafka cluster's group coordinator for kafka:// URLs
+    """Our coordinator over HTTP(S), or a Kafka cluster's group coordinator for kafka:// URLs
     (the group and its offsets then live on the cluster)."""
     if url.startswith("kafka://"):
         return KafkaTransport(url, client_id=client_id, settings=kafka_settings)
-    return HttpTransport(url, token)
+    return HttpTransport(url, token, ssl_context=coordinator_ssl)
 
 
 async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
@@ -77,6 +82,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         settings.token,
         config.client_id,
         settings.kafka_settings_file or settings.kafka_settings,
+        settings.coordinator_ssl,
     )
     reader: PartitionReader
     if settings.kafka_bootstrap is not None:
@@ -216,7 +222,7 @@ def next_commit_deadline(due: float, now: float, interval: float) -> float:
     return following if following > now else now + interval
 
 
-def _report_access(consumer: SourceConsumer, error: KafkaAccessError) -> int:
+def _report_access(consumer: SourceConsumer, error: AccessError) -> int:
     """One line naming the cause (never a secret: the errors hold none), and its exit code."""
     consumer.events.write(FATAL, reason=error.reason, message=str(error))
     print(f"staticfleet member run: fatal: {error.reason}: {error}", file=sys.stderr)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import ssl
 from collections.abc import Mapping
+from pathlib import Path
 
 from coordinator.client import env
 from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
+from coordinator.client.coordinator_tls import CoordinatorTlsConfigError, client_context
 from coordinator.client.kafka_security import tls_context
 from coordinator.client.kafka_settings import (
     PLAINTEXT_SETTINGS,
@@ -33,6 +36,7 @@ class Overrides:
     """
 
     coordinator_url: str | None = None
+    coordinator_ca_file: str | None = None
     kafka_config: str | None = None
     group_id: str | None = None
     instance_id: str | None = None
@@ -81,8 +85,11 @@ class Settings:
         standby_id: str | None = None,
         kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
         kafka_settings_file: KafkaSettingsFile | None = None,
+        coordinator_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.url = url
+        # How an https:// coordinator's certificate is verified (None: plain http://).
+        self.coordinator_ssl = coordinator_ssl
         self.token = token
         self.config = config
         self.event_log = event_log
@@ -187,8 +194,21 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         # not a failure at the first connection.
         tls_context(kafka_settings)
         logger.info("Kafka client settings from %s: %s", kafka_config, kafka_settings.describe())
+    ca_file = pick(given.coordinator_ca_file, env.COORDINATOR_CA_FILE)
+    coordinator_ssl: ssl.SSLContext | None = None
+    if url.startswith("https://"):
+        try:
+            coordinator_ssl = client_context(Path(ca_file) if ca_file else None)
+        except CoordinatorTlsConfigError as error:
+            raise ValueError(f"--coordinator-ca-file/{env.COORDINATOR_CA_FILE}: {error}") from None
+    elif ca_file is not None:
+        raise ValueError(
+            f"--coordinator-ca-file/{env.COORDINATOR_CA_FILE} is set but the coordinator URL "
+            f"{url!r} is not https://: use https:// (a plain http:// URL sends the token readable)"
+        )
     return Settings(
         url=url,
+        coordinator_ssl=coordinator_ssl,
         token=pick(given.token, env.TOKEN),
         config=config,
         event_log=pick(given.event_log, env.EVENT_LOG),
