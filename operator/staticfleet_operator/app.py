@@ -43,6 +43,7 @@ from coordinator.server.gc_policy import (
     freeze_periodically,
 )
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+from coordinator.server.tls import ReloadingTls, TlsFiles
 from staticfleet_operator import handlers
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
@@ -64,6 +65,9 @@ class OperatorOptions:
     coordinator_host: str = "0.0.0.0"
     coordinator_port: int = 9092
     coordinator_url: str = "http://127.0.0.1:9092"  # what members are told
+    # The embedded coordinator's serving certificate (a mounted Secret's tls.crt/tls.key),
+    # reloaded when the files change; none: plain HTTP (docs/server.md, "TLS").
+    coordinator_tls: TlsFiles | None = None
     webhook_port: int | None = None  # none: no mutating webhook (managed groups only)
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
@@ -151,6 +155,7 @@ async def run_operator(
         app,
         options.coordinator_host,
         options.coordinator_port,
+        tls=ReloadingTls(options.coordinator_tls) if options.coordinator_tls else None,
     )
     log.info(
         "coordinator listening on %s; members are told %s", server.url, options.coordinator_url

@@ -36,7 +36,14 @@ TEMPLATE_HASH_ANNOTATION: Final = "staticfleet.dev/template-hash"
 POD_KEY_ANNOTATION: Final = "staticfleet.dev/pod-key"
 
 # Env the operator owns; a template's own values for these names are replaced.
-MEMBER_ENV_NAMES: Final = frozenset(env.ALL)
+MEMBER_ENV_NAMES: Final = frozenset({*env.ALL, env.COORDINATOR_CA_FILE})
+
+# An https:// coordinator's CA bundle, in each member namespace (a Secret cannot be mounted
+# from the operator's namespace): a ConfigMap with key ca.crt (docs/server.md, "TLS").
+COORDINATOR_CA_CONFIGMAP: Final = "staticfleet-coordinator-ca"
+COORDINATOR_CA_VOLUME: Final = "staticfleet-coordinator-ca"
+COORDINATOR_CA_DIR: Final = "/etc/staticfleet/coordinator-ca"
+COORDINATOR_CA_KEY: Final = "ca.crt"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,34 @@ def member_env(
     entries.append(
         {"name": env.TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}}
     )
+    if _verifies_coordinator(spec, settings):
+        entries.append(
+            {"name": env.COORDINATOR_CA_FILE, "value": f"{COORDINATOR_CA_DIR}/{COORDINATOR_CA_KEY}"}
+        )
     return entries
+
+
+def _verifies_coordinator(spec: ConsumerGroupSpec, settings: MemberSettings) -> bool:
+    return not spec.coordinator.is_kafka and settings.coordinator_url.startswith("https://")
+
+
+def member_mount(
+    spec: ConsumerGroupSpec, settings: MemberSettings
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(pod volume, container volumeMount) a member needs: a Kafka group's client
+    configuration, or the CA bundle of an https:// coordinator (a directory mount, so the
+    kubelet refreshes it when the ConfigMap changes); None for plain HTTP."""
+    if not _verifies_coordinator(spec, settings):
+        return client_config_mount(spec, settings.group_name)
+    volume = {
+        "name": COORDINATOR_CA_VOLUME,
+        "configMap": {
+            "name": COORDINATOR_CA_CONFIGMAP,
+            "items": [{"key": COORDINATOR_CA_KEY, "path": COORDINATOR_CA_KEY}],
+        },
+    }
+    mount = {"name": COORDINATOR_CA_VOLUME, "mountPath": COORDINATOR_CA_DIR, "readOnly": True}
+    return volume, mount
 
 
 def identity_annotations(
@@ -150,7 +184,7 @@ def managed_pod(
         annotations=identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
         entries=member_env(spec, settings, instance_id, protocol),
         env_from=client_env_from(spec),
-        mount=client_config_mount(spec, settings.group_name),
+        mount=member_mount(spec, settings),
     )
 
 

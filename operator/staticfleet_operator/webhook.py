@@ -21,7 +21,7 @@ from staticfleet_operator import adopted
 from staticfleet_operator.context import Operator
 from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
 from staticfleet_operator.group_ref import GroupRef
-from staticfleet_operator.kafka_clients import client_config_mount, client_env_from
+from staticfleet_operator.kafka_clients import client_env_from
 from staticfleet_operator.kube import KubeError
 from staticfleet_operator.members import (
     POD_KEY_ANNOTATION,
@@ -29,6 +29,7 @@ from staticfleet_operator.members import (
     MemberSettings,
     identity_annotations,
     member_env,
+    member_mount,
     template_hash,
     with_member_env,
 )
@@ -71,7 +72,7 @@ def pod_mutation(
             pod.get("spec") or {},
             member_env(spec, settings, instance_id, protocol),
             client_env_from(spec),
-            client_config_mount(spec, settings.group_name),
+            member_mount(spec, settings),
         ),
     )
 

@@ -58,6 +58,13 @@ def register(subparsers: Any) -> None:
         "--coordinator-url",
         help="the coordinator URL members are told (default: http://127.0.0.1:<port>)",
     )
+    run.add_argument(
+        "--coordinator-tls-cert-file",
+        type=Path,
+        help="serve the coordinator over HTTPS with this certificate (PEM, reloaded when it "
+        "changes; docs/server.md, TLS)",
+    )
+    run.add_argument("--coordinator-tls-key-file", type=Path, help="its key (PEM)")
     run.add_argument("--webhook-port", type=int, help="serve the mutating webhook on this port")
     run.add_argument(
         "--webhook-host", default="0.0.0.0", help="the webhook's address (default: %(default)s)"
@@ -127,6 +134,22 @@ def register(subparsers: Any) -> None:
     run.set_defaults(handler=run_command, extra="operator")
 
 
+def coordinator_tls(args: argparse.Namespace) -> Any:
+    """The embedded coordinator's TLS files, checked now (a TlsConfigError is a ValueError:
+    exit 2 naming the file), or None for plain HTTP."""
+    from coordinator.server.tls import TlsFiles, server_context
+
+    cert = getattr(args, "coordinator_tls_cert_file", None)
+    key = getattr(args, "coordinator_tls_key_file", None)
+    if (cert is None) != (key is None):
+        raise ValueError("--coordinator-tls-cert-file and --coordinator-tls-key-file go together")
+    if cert is None or key is None:
+        return None
+    files = TlsFiles(cert, key)
+    server_context(files)
+    return files
+
+
 def options_from_args(args: argparse.Namespace) -> Any:
     from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
     from staticfleet_operator.app import OperatorOptions, namespaces_of
@@ -145,6 +168,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         coordinator_host=args.coordinator_host,
         coordinator_port=args.coordinator_port,
         coordinator_url=args.coordinator_url or f"http://127.0.0.1:{args.coordinator_port}",
+        coordinator_tls=coordinator_tls(args),
         webhook_port=args.webhook_port,
         webhook_cert=args.webhook_cert,
         webhook_key=args.webhook_key,
