@@ -14,6 +14,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,11 @@ CONVERGE_S = 30.0
 
 
 async def wait_converged(
-    backend: KafkaBackend, group_id: str, members: int, limit_s: float = CONVERGE_S
+    backend: KafkaBackend,
+    group_id: str,
+    members: int,
+    limit_s: float = CONVERGE_S,
+    until: Callable[[ConsumerGroupDescription], bool] = lambda _: True,
 ) -> tuple[ConsumerGroupDescription, set[int]]:
     """The group once converged with `members` members; and every group epoch seen. (A
     fresh broker answers COORDINATOR_NOT_AVAILABLE until its offsets topic is loaded.)"""
@@ -51,7 +56,7 @@ async def wait_converged(
         if found is not None:
             last = found
             epochs.add(found.group_epoch)
-            if found.converged and len(found.members) == members:
+            if found.converged and len(found.members) == members and until(found):
                 return found, epochs
         await asyncio.sleep(0.1)
     raise AssertionError(f"{group_id} not converged with {members} members in {limit_s}s: {last}")
@@ -68,6 +73,14 @@ def moves_after(log: Path, since_ms: int) -> list[str]:
         for row in read_events(log)
         if row["event"] in ("assigned", "revoked", "lost") and int(row["ts_ms"]) >= since_ms
     ]
+
+
+def rejoined_on_consumer(instance: str, group: ConsumerGroupDescription) -> bool:
+    """The instance id is held by a consumer-protocol member (a restarted process is in: the
+    classic member it replaces stays listed until then, a static close not leaving)."""
+    return any(
+        m.instance_id == instance and m.member_type is MemberType.CONSUMER for m in group.members
+    )
 
 
 def logged_holding(log: Path) -> set[tuple[str, int]]:
@@ -321,3 +334,82 @@ async def test_a_static_restart_that_outlasts_the_session_is_a_removal_and_a_rea
             peer.stop()
         await backend.close()
         broker.stop()
+
+
+async def test_a_classic_java_group_converts_when_a_member_joins_on_the_consumer_protocol(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    """KIP-848's online upgrade, as the operator sees it: a classic group becomes a consumer
+    group when one member rejoins with group.protocol=consumer, its classic members listed
+    in it (`migrating`) until they too are restarted on the new protocol."""
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    instances = [f"{group_id}-{slot}" for slot in range(3)]
+
+    def peer(instance: str, protocol: str, run: int) -> JavaPeer:
+        return JavaPeer(
+            kafka_broker.bootstrap,
+            group_id,
+            [topic],
+            tmp_path / f"{instance}-{run}.jsonl",
+            instance_id=instance,
+            group_protocol=protocol,
+            strategies=("cooperative-sticky",),
+        )
+
+    peers = {instance: peer(instance, "classic", 0) for instance in instances}
+    backend = KafkaBackend(kafka_broker.bootstrap)
+    try:
+        for each in peers.values():
+            each.start()
+        deadline = time.monotonic() + CONVERGE_S
+        while True:
+            try:
+                classic, none = await backend.describe_typed(group_id)
+            except CoordinatorUnreachable:
+                classic, none = None, None
+            if (
+                classic is not None
+                and classic.group_state == "Stable"
+                and len(classic.members) == 3
+            ):
+                break
+            assert time.monotonic() < deadline, classic
+            await asyncio.sleep(0.2)
+        assert none is None  # a classic group: DescribeGroups answered
+
+        timeline: list[str] = []
+        epochs: list[int] = []
+        for run, instance in enumerate(instances, start=1):
+            peers[instance].stop()
+            peers[instance] = peer(instance, "consumer", run)
+            peers[instance].start()
+            started = time.monotonic()
+            found, _ = await wait_converged(
+                backend,
+                group_id,
+                3,
+                limit_s=60,
+                until=partial(rejoined_on_consumer, instance),
+            )
+            took = time.monotonic() - started
+            epochs.append(found.group_epoch)
+            classic_left = sum(1 for m in found.members if m.member_type is MemberType.CLASSIC)
+            assert classic_left == 3 - run, found
+            assert found.migrating is (run < 3)
+            view = CoordinatorView.from_consumer_group(found)
+            assert view.protocol is GroupProtocol.CONSUMER and view.settled
+            assert view.consumer is not None and view.consumer.classic_members == 3 - run
+            timeline.append(
+                f"{run} on consumer: epoch {found.group_epoch}, {classic_left} classic, "
+                f"converged {took:.1f}s after the start"
+            )
+        # Measured: each static member replaced in place, the group epoch never bumped.
+        assert len(set(epochs)) == 1, timeline
+        listed = await backend.transport.list_groups([GroupType.CONSUMER])
+        assert group_id in {g.group_id for g in listed}
+        print("migration: " + "; ".join(timeline))
+    finally:
+        for each in peers.values():
+            each.stop()
+        await backend.close()
