@@ -54,11 +54,24 @@ app.kubernetes.io/part-of: staticfleet
 {{- printf "%s-coordinator" (include "staticfleet.fullname" .) }}
 {{- end }}
 
+{{- /* The coordinator's TLS Secret ("" when it serves plain HTTP). */}}
+{{- define "staticfleet.coordinatorTlsSecret" -}}
+{{- if .Values.coordinator.tls.secretName }}
+{{- .Values.coordinator.tls.secretName }}
+{{- else if .Values.coordinator.tls.generate }}
+{{- printf "%s-coordinator-tls" (include "staticfleet.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "staticfleet.coordinatorScheme" -}}
+{{- if include "staticfleet.coordinatorTlsSecret" . }}https{{ else }}http{{ end }}
+{{- end }}
+
 {{- define "staticfleet.coordinatorUrl" -}}
 {{- if .Values.coordinator.advertisedUrl }}
 {{- .Values.coordinator.advertisedUrl }}
 {{- else }}
-{{- printf "http://%s.%s.svc:%d" (include "staticfleet.coordinatorService" .) .Release.Namespace (int .Values.coordinator.port) }}
+{{- printf "%s://%s.%s.svc:%d" (include "staticfleet.coordinatorScheme" .) (include "staticfleet.coordinatorService" .) .Release.Namespace (int .Values.coordinator.port) }}
 {{- end }}
 {{- end }}
 
