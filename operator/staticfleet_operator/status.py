@@ -135,7 +135,18 @@ def apply_conditions(
     if status.converged is False:
         settled = False  # a consumer group's Stable is its convergence
     if settled and not rollout.active:
-        put(ConditionType.READY, True, "GroupStable", f"{desired_members} members, group Stable")
+        if status.converged:
+            put(
+                ConditionType.READY,
+                True,
+                "GroupConverged",
+                f"{desired_members} members, consumer group converged at group epoch "
+                f"{status.group_epoch}",
+            )
+        else:
+            put(
+                ConditionType.READY, True, "GroupStable", f"{desired_members} members, group Stable"
+            )
     else:
         put(
             ConditionType.READY,

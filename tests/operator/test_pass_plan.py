@@ -886,7 +886,9 @@ def test_a_consumer_group_is_seen_with_its_epochs_and_convergence_in_status() ->
     assert status.selected_protocol == "uniform" and status.members == 3
     assert result.gauges is not None
     assert (result.gauges.converged, result.gauges.group_epoch) == (True, 5)
-    assert {c.type: c.status for c in status.conditions}["Ready"] == "True"
+    ready = {c.type: c for c in status.conditions}["Ready"]
+    assert (ready.status, ready.reason) == ("True", "GroupConverged")
+    assert ready.message == "3 members, consumer group converged at group epoch 5"
 
 
 def test_a_consumer_group_not_converged_is_not_ready_and_holds_a_rollout() -> None:
