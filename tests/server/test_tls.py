@@ -90,6 +90,19 @@ class CountingTransport(HttpTransport):
         super().__init__(url, ssl_context=context)
         self.heartbeats = 0
         self.failures: list[str] = []
+        self.retired: list[aiohttp.ClientSession] = []
+
+    def reconnect(self) -> None:
+        """Make the next request open a new connection (a new handshake), leaving requests
+        in flight on the old ones to finish."""
+        if self._session is not None:
+            self.retired.append(self._session)
+            self._session = None
+
+    async def close(self) -> None:
+        await super().close()
+        for session in self.retired:
+            await session.close()
 
     async def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
         self.heartbeats += 1
@@ -222,7 +235,7 @@ async def test_rotation_with_members_connected_loses_no_heartbeat(served, ca, tm
 
         # New connections of the members themselves verify against the same CA.
         for transport in transports:
-            await transport.close()  # drops pooled connections; the next request reconnects
+            transport.reconnect()
         await asyncio.sleep(0.5)
         heartbeats = sum(t.heartbeats for t in transports)
         assert heartbeats > 20
