@@ -130,10 +130,14 @@ chart-lint: install helm promtool kubeconform kube-schemas ## helm lint, rendere
 # installed with the helm above. See e2e/README.md.
 E2E_PYTEST := $(PY) -m pytest -q -o testpaths=e2e --timeout 1500 -p no:cacheprovider
 
-.PHONY: e2e e2e-build e2e-kind e2e-node
+.PHONY: e2e e2e-build e2e-kind e2e-node prometheus
 
-e2e-build: helm ## build etcd, kube-apiserver, kube-controller-manager, kubectl into build/e2e/bin (once)
+e2e-build: helm prometheus ## build etcd, kube-apiserver, kube-controller-manager, kubectl into build/e2e/bin, and Prometheus (once)
 	@e2e/build.sh
+
+# The Prometheus server of scenario 9f (same release as promtool; no web UI assets needed).
+prometheus: ## build prometheus (tools/prometheus/go.mod) into build/bin/prometheus (once)
+	@scripts/build-go-tool.sh prometheus
 
 # e2e/node/test_image.py (the chart's image built and run in containerd) runs here; the real
 # node probe (e2e/node/test_node.py: kubelet, containerd, CNI) is `make e2e-node` until the

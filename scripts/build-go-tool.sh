@@ -5,6 +5,7 @@
 #
 #   scripts/build-go-tool.sh promtool       (tools/promtool: github.com/prometheus/prometheus)
 #   scripts/build-go-tool.sh kubeconform    (tools/kubeconform: github.com/yannh/kubeconform)
+#   scripts/build-go-tool.sh prometheus     (tools/prometheus: the server, for the e2e; no UI assets)
 set -euo pipefail
 
 NAME="${1:?usage: scripts/build-go-tool.sh NAME (a directory under tools/)}"
