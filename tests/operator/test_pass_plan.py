@@ -59,6 +59,7 @@ from staticfleet_operator.hot_standby import ROLE_LABEL, STANDBY_ROLE, standby_p
 from staticfleet_operator.members import MemberSettings, managed_pod
 from staticfleet_operator.pass_plan import plan_pass
 from staticfleet_operator.rollout import CoordinatorView
+from staticfleet_operator.rollout.observation import consumer_group_state
 
 REF = GroupRef("default", "orders")
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -873,6 +874,24 @@ def test_the_gate_is_stable_for_classic_groups_and_convergence_for_consumer_grou
 ) -> None:
     assert view.settled is settled
     assert (view.unsettled_reason() is None) is settled
+
+
+@pytest.mark.parametrize(
+    ("state", "converged", "seen_as"),
+    [
+        ("Empty", True, "Empty"),
+        ("Dead", True, "Dead"),
+        ("Stable", True, "Stable"),
+        ("Reconciling", True, "Stable"),
+        ("Assigning", False, "PreparingRebalance"),
+        ("Reconciling", False, "CompletingRebalance"),
+        ("Stable", False, "CompletingRebalance"),  # a static member away at epoch -2
+    ],
+)
+def test_a_consumer_groups_state_in_the_classic_vocabulary(
+    state: str, converged: bool, seen_as: str
+) -> None:
+    assert consumer_group_state(state, converged) == seen_as
 
 
 def test_a_consumer_group_is_seen_with_its_epochs_and_convergence_in_status() -> None:

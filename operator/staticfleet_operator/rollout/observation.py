@@ -168,19 +168,18 @@ NO_EPOCH = -1
 
 def consumer_group_state(state: str, converged: bool) -> GroupState:
     """A consumer group's state in the classic vocabulary the rules read: Empty and Dead
-    as they are; converged is Stable; anything else (Assigning, Reconciling, a member
-    away) is a rebalance in progress."""
+    as they are; converged is Stable; Assigning (no target for the group epoch yet) is a
+    rebalance being prepared; anything else (Reconciling, or the broker's Stable with a
+    static member away at epoch -2) is one completing."""
     if state == "Empty":
         return GroupState.EMPTY
     if state == "Dead":
         return GroupState.DEAD
     if converged:
         return GroupState.STABLE
-    return (
-        GroupState.COMPLETING_REBALANCE
-        if state == "Reconciling"
-        else (GroupState.PREPARING_REBALANCE)
-    )
+    if state == "Assigning":
+        return GroupState.PREPARING_REBALANCE
+    return GroupState.COMPLETING_REBALANCE
 
 
 @dataclass(frozen=True, slots=True)
