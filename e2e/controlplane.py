@@ -71,6 +71,8 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
+    # KEDA's ScaledObjects (e2e/test_9e_keda.py) scale through an HPA.
+    "horizontal-pod-autoscaler-controller",
 )
 
 # Added to the default admission plugins (which already include these but NodeRestriction;
@@ -470,6 +472,8 @@ def _controller_manager_argv(
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--leader-elect=false",
         f"--controllers={','.join(CONTROLLERS)}",
+        # A scenario's scaling steps in seconds, not the default 15 s apart.
+        "--horizontal-pod-autoscaler-sync-period=5s",
         "--profiling=false",
         "--v=1",
     ]
