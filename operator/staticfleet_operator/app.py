@@ -45,6 +45,7 @@ from coordinator.server.gc_policy import (
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
 from coordinator.server.tls import ReloadingTls, TlsFiles
 from staticfleet_operator import handlers
+from staticfleet_operator.coordinator_cert import ServingCertIssuer, renew_periodically
 from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
@@ -67,7 +68,7 @@ class OperatorOptions:
     coordinator_url: str = "http://127.0.0.1:9092"  # what members are told
     # The embedded coordinator's serving certificate (a mounted Secret's tls.crt/tls.key),
     # reloaded when the files change; none: plain HTTP (docs/server.md, "TLS").
-    coordinator_tls: TlsFiles | None = None
+    coordinator_tls: TlsFiles | ServingCertIssuer | None = None
     webhook_port: int | None = None  # none: no mutating webhook (managed groups only)
     webhook_cert: Path | None = None
     webhook_key: Path | None = None
@@ -151,11 +152,22 @@ async def run_operator(
     app = create_app(
         coordinator, auth, manage_coordinator=False, max_body_bytes=options.max_body_bytes
     )
+    tls_files = (
+        options.coordinator_tls.files
+        if isinstance(options.coordinator_tls, ServingCertIssuer)
+        else options.coordinator_tls
+    )
     server = await start_server(
         app,
         options.coordinator_host,
         options.coordinator_port,
-        tls=ReloadingTls(options.coordinator_tls) if options.coordinator_tls else None,
+        tls=ReloadingTls(tls_files) if tls_files is not None else None,
+    )
+    # An issued certificate is renewed in the background (coordinator_cert.py).
+    renewal = (
+        asyncio.create_task(renew_periodically(options.coordinator_tls))
+        if isinstance(options.coordinator_tls, ServingCertIssuer)
+        else None
     )
     log.info(
         "coordinator listening on %s; members are told %s", server.url, options.coordinator_url
@@ -252,7 +264,7 @@ async def run_operator(
     finally:
         if operator.passes is not None:
             await operator.passes.close()
-        for task in (watcher, lister, freezer):
+        for task in (watcher, lister, freezer, renewal):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

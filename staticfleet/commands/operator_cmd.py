@@ -65,6 +65,26 @@ def register(subparsers: Any) -> None:
         "changes; docs/server.md, TLS)",
     )
     run.add_argument("--coordinator-tls-key-file", type=Path, help="its key (PEM)")
+    run.add_argument(
+        "--coordinator-tls-ca-dir",
+        type=Path,
+        help="instead: issue the coordinator's serving certificate from the CA in this "
+        "directory (ca.crt, ca.key) and renew it 10 days before it expires",
+    )
+    run.add_argument(
+        "--coordinator-tls-dns-name",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a name the issued certificate is for (repeatable; default: the host of "
+        "--coordinator-url)",
+    )
+    run.add_argument(
+        "--coordinator-tls-work-dir",
+        type=Path,
+        default=Path("/tmp/staticfleet-coordinator-tls"),
+        help="where the issued certificate is written (default: %(default)s)",
+    )
     run.add_argument("--webhook-port", type=int, help="serve the mutating webhook on this port")
     run.add_argument(
         "--webhook-host", default="0.0.0.0", help="the webhook's address (default: %(default)s)"
@@ -141,6 +161,9 @@ def coordinator_tls(args: argparse.Namespace) -> Any:
 
     cert = getattr(args, "coordinator_tls_cert_file", None)
     key = getattr(args, "coordinator_tls_key_file", None)
+    ca_dir = getattr(args, "coordinator_tls_ca_dir", None)
+    if ca_dir is not None:
+        return _issuer(args, ca_dir, cert is not None or key is not None)
     if (cert is None) != (key is None):
         raise ValueError("--coordinator-tls-cert-file and --coordinator-tls-key-file go together")
     if cert is None or key is None:
@@ -148,6 +171,24 @@ def coordinator_tls(args: argparse.Namespace) -> Any:
     files = TlsFiles(cert, key)
     server_context(files)
     return files
+
+
+def _issuer(args: argparse.Namespace, ca_dir: Path, with_files: bool) -> Any:
+    from urllib.parse import urlsplit
+
+    from staticfleet_operator.coordinator_cert import ServingCertIssuer
+
+    if with_files:
+        raise ValueError(
+            "--coordinator-tls-ca-dir issues the certificate itself: give it or "
+            "--coordinator-tls-cert-file/--coordinator-tls-key-file, not both"
+        )
+    names = tuple(args.coordinator_tls_dns_name) or tuple(
+        host for host in [urlsplit(args.coordinator_url or "").hostname] if host
+    )
+    issuer = ServingCertIssuer(ca_dir, args.coordinator_tls_work_dir, names)
+    issuer.ensure()  # a CA that cannot be read: exit 2 now, naming it
+    return issuer
 
 
 def options_from_args(args: argparse.Namespace) -> Any:
