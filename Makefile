@@ -132,8 +132,9 @@ E2E_PYTEST := $(PY) -m pytest -q -o testpaths=e2e --timeout 1500 -p no:cacheprov
 
 .PHONY: e2e e2e-build e2e-kind e2e-node prometheus
 
-e2e-build: helm prometheus ## build etcd, kube-apiserver, kube-controller-manager, kubectl into build/e2e/bin, and Prometheus (once)
+e2e-build: helm prometheus ## build etcd, kube-apiserver, kube-controller-manager, kubectl, KEDA into build/e2e/bin, and Prometheus (once)
 	@e2e/build.sh
+	@scripts/build-keda.sh
 
 # The Prometheus server of scenario 9f (same release as promtool; no web UI assets needed).
 prometheus: ## build prometheus (tools/prometheus/go.mod) into build/bin/prometheus (once)
