@@ -135,6 +135,16 @@ class CertificateAuthority:
             raise ValueError(f"{pair.key}: not an EC or RSA private key")
         return cls(pair, key, x509.load_pem_x509_certificate(pair.cert.read_bytes()))
 
+    def _authority_key_identifier(self) -> x509.AuthorityKeyIdentifier:
+        """The CA certificate's own key id when it has one: a CA made elsewhere (Helm's
+        genCA, Go) computes it differently from `from_issuer_public_key`, and OpenSSL finds
+        no issuer for a leaf whose key id does not match."""
+        try:
+            ski = self.cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+        except x509.ExtensionNotFound:
+            return x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key())
+        return x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski.value)
+
     def issue(
         self,
         directory: Path,
@@ -163,10 +173,7 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(_usage(ca=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
-                critical=False,
-            )
+            .add_extension(self._authority_key_identifier(), critical=False)
         )
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)

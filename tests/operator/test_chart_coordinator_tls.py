@@ -13,7 +13,10 @@ from aiohttp.abc import ResolveResult
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore
 from coordinator.client.coordinator_tls import client_context
 from coordinator.server import AuthConfig, create_app, start_server
-from coordinator.server.tls import ReloadingTls, TlsFiles
+from coordinator.server.tls import ReloadingTls
+from staticfleet.cli import build_parser
+from staticfleet.commands.operator_cmd import options_from_args
+from staticfleet_operator.coordinator_cert import ServingCertIssuer
 from tests.operator.test_chart import NAMESPACE, builds_helm, documents, helm, render, slow
 
 __all__ = ["helm"]  # the fixture, used by name
@@ -53,7 +56,7 @@ def test_a_cert_manager_secret_is_mounted_and_served(helm: Path) -> None:
     assert not [d for d in docs if d["metadata"]["name"].endswith("coordinator-tls")]
 
 
-async def test_the_generated_certificate_serves_and_members_in_watched_namespaces_trust_it(
+async def test_the_operator_serves_a_certificate_from_the_generated_ca_and_members_trust_it(
     helm: Path, tmp_path: Path
 ) -> None:
     docs = documents(
@@ -75,20 +78,30 @@ async def test_the_generated_certificate_serves_and_members_in_watched_namespace
     ]
     assert sorted(b["metadata"]["namespace"] for b in bundles) == ["team-a", "team-b"]
     files = {key: base64.b64decode(value) for key, value in secret["data"].items()}
+    assert set(files) == {"ca.crt", "ca.key"}
     assert all(b["data"]["ca.crt"].strip() == files["ca.crt"].decode().strip() for b in bundles)
     for key, data in files.items():
         (tmp_path / key).write_bytes(data)
 
+    # The operator's own arguments as rendered, with the Secret's directory here.
+    container = operator_container(docs)
+    args = [
+        a.replace("/etc/staticfleet/coordinator-tls", str(tmp_path))
+        for a in container["args"]
+        if a.startswith("--coordinator")
+    ]
+    argv = ["operator", "run", *args, f"--coordinator-tls-work-dir={tmp_path / 'work'}"]
+    issuer = options_from_args(build_parser().parse_args(argv)).coordinator_tls
+    assert isinstance(issuer, ServingCertIssuer)
+
     coordinator = GroupCoordinator(config=CoordinatorConfig(), store=MemoryStore())
     running = await start_server(
-        create_app(coordinator, AuthConfig(insecure=True)),
-        tls=ReloadingTls(TlsFiles(tmp_path / "tls.crt", tmp_path / "tls.key")),
+        create_app(coordinator, AuthConfig(insecure=True)), tls=ReloadingTls(issuer.files)
     )
     try:
-        # The name members dial (the Service's), resolved here to the test server.
+        # The name members dial (the advertised URL's), resolved here to the test server.
         host = f"sf-staticfleet-coordinator.{NAMESPACE}.svc"
-        resolver = _Fixed(host, running.port)
-        connector = aiohttp.TCPConnector(resolver=resolver)
+        connector = aiohttp.TCPConnector(resolver=_Fixed(host, running.port))
         async with (
             aiohttp.ClientSession(connector=connector) as http,
             http.get(

@@ -63,6 +63,13 @@ app.kubernetes.io/part-of: staticfleet
 {{- end }}
 {{- end }}
 
+{{- /* The coordinator Service's names, space-separated (its serving certificate's). */}}
+{{- define "staticfleet.coordinatorDnsNames" -}}
+{{- $svc := include "staticfleet.coordinatorService" . }}
+{{- $ns := .Release.Namespace }}
+{{- printf "%s %s.%s %s.%s.svc %s.%s.svc.cluster.local" $svc $svc $ns $svc $ns $svc $ns }}
+{{- end }}
+
 {{- define "staticfleet.coordinatorScheme" -}}
 {{- if include "staticfleet.coordinatorTlsSecret" . }}https{{ else }}http{{ end }}
 {{- end }}
