@@ -124,6 +124,7 @@ def test_service_monitor_rule_and_dashboard_render(helm: Path) -> None:
     (monitor,) = of_kind(docs, "ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "coordinator" and endpoint["path"] == "/metrics"
+    assert endpoint["honorLabels"] is True  # the groups' namespace label, not the pod's
     assert monitor["metadata"]["labels"]["release"] == "kp"
     services = [
         s
