@@ -140,14 +140,15 @@ e2e-build: helm prometheus ## build etcd, kube-apiserver, kube-controller-manage
 prometheus: ## build prometheus (tools/prometheus/go.mod) into build/bin/prometheus (once)
 	@scripts/build-go-tool.sh prometheus
 
-# e2e/node/test_image.py (the chart's image built and run in containerd) runs here; the real
-# node probe (e2e/node/test_node.py: kubelet, containerd, CNI) is `make e2e-node` until the
-# scenarios move onto it (docs/node.md).
+# e2e/node/test_image.py (the chart's image built and run in containerd) and scenario 10
+# (e2e/node/test_10_fleet_on_node.py: the chart's operator and a fleet on a real kubelet,
+# containerd, kube-proxy and CoreDNS) run here; the node probe with both containerds
+# (e2e/node/test_node.py) is `make e2e-node` with scenario 10 (docs/node.md).
 e2e: install e2e-build ## the end-to-end scenarios on a local control plane (e2e/README.md)
 	$(E2E_PYTEST) e2e --ignore=e2e/node/test_node.py
 
-e2e-node: install e2e-build ## a real kubelet + containerd beside the control plane runs a pod of the image (docs/node.md)
-	$(E2E_PYTEST) e2e/node/test_node.py
+e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and a fleet (docs/node.md)
+	$(E2E_PYTEST) e2e/node/test_node.py e2e/node/test_10_fleet_on_node.py
 
 # The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
 # Docker engine; kind itself is built from its Go module).

@@ -75,6 +75,11 @@ CONTROLLERS = (
     "horizontal-pod-autoscaler-controller",
 )
 
+# With a real kubelet (e2e/node/): it registers its Node tainted not-ready, and only this
+# controller lifts the taint (the node agent's Node has none, and would not keep the leases
+# this controller watches).
+REAL_NODE_CONTROLLERS = ("node-lifecycle-controller",)
+
 # Added to the default admission plugins (which already include these but NodeRestriction;
 # listing them makes the intent explicit and survives a change of defaults).
 ADMISSION_PLUGINS = (
@@ -311,24 +316,26 @@ def start_control_plane(
     bin_dir: Path = DEFAULT_BIN_DIR,
     *,
     timeout_s: float = 120,
-    bind_node_ip: bool = False,
+    real_node: bool = False,
 ) -> tuple[ControlPlane, Callable[[], None]]:
     """Start etcd, kube-apiserver and kube-controller-manager; return the cluster and stop().
 
-    The API server listens on loopback, or with bind_node_ip on the host's node IP (which
-    it advertises as the `kubernetes` Service's endpoint): what a real node's pods reach
-    through kube-proxy (e2e/node/, docs/node.md). cp.server names the address it listens on.
+    The API server listens on loopback. With real_node (a real kubelet: e2e/node/,
+    docs/node.md) it listens on the host's node IP instead, which it advertises as the
+    `kubernetes` Service's endpoint and a pod reaches through kube-proxy, and the
+    controller-manager also runs the node lifecycle controller, which lifts the not-ready
+    taint a kubelet registers its Node with. cp.server names the address it listens on.
 
     The etcd data and the certificates in workdir are recreated: every start is a fresh
     cluster. stop() is idempotent and also registered with atexit. On a failure to start,
     everything started is stopped and ControlPlaneError carries the relevant log's tail.
     """
-    cp, runner = _start(workdir, bin_dir, timeout_s, bind_node_ip)
+    cp, runner = _start(workdir, bin_dir, timeout_s, real_node)
     return cp, runner.stop
 
 
 def _start(
-    workdir: Path, bin_dir: Path, timeout_s: float, bind_node_ip: bool = False
+    workdir: Path, bin_dir: Path, timeout_s: float, real_node: bool = False
 ) -> tuple[ControlPlane, _Runner]:
     workdir = workdir.resolve()
     bin_dir = bin_dir.resolve()
@@ -342,7 +349,7 @@ def _start(
         old.unlink()
     certs = generate_certs(workdir / "pki", ip)
     etcd_client, etcd_peer, api_port, kcm_port = free_ports(4)
-    bind_address = ip if bind_node_ip else "127.0.0.1"
+    bind_address = ip if real_node else "127.0.0.1"
     server = f"https://{bind_address}:{api_port}"
     kubeconfig = workdir / "kubeconfig"
     write_kubeconfig(kubeconfig, server, certs.ca.cert, certs.admin, "e2e-admin")
@@ -383,7 +390,14 @@ def _start(
         )
         kcm = runner.start(
             "kube-controller-manager",
-            _controller_manager_argv(bin_dir, certs, kcm_kubeconfig, workdir / "kcm", kcm_port),
+            _controller_manager_argv(
+                bin_dir,
+                certs,
+                kcm_kubeconfig,
+                workdir / "kcm",
+                kcm_port,
+                (*CONTROLLERS, *REAL_NODE_CONTROLLERS) if real_node else CONTROLLERS,
+            ),
         )
         _wait(
             "the ServiceAccount default/default (made by kube-controller-manager)",
@@ -456,7 +470,12 @@ def _apiserver_argv(
 
 
 def _controller_manager_argv(
-    bin_dir: Path, certs: ClusterCerts, kubeconfig: Path, cert_dir: Path, port: int
+    bin_dir: Path,
+    certs: ClusterCerts,
+    kubeconfig: Path,
+    cert_dir: Path,
+    port: int,
+    controllers: tuple[str, ...] = CONTROLLERS,
 ) -> list[str]:
     return [
         str(bin_dir / "kube-controller-manager"),
@@ -471,7 +490,7 @@ def _controller_manager_argv(
         f"--root-ca-file={certs.ca.cert}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--leader-elect=false",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(controllers)}",
         # A scenario's scaling steps in seconds, not the default 15 s apart.
         "--horizontal-pod-autoscaler-sync-period=5s",
         "--profiling=false",
@@ -485,10 +504,10 @@ def running_control_plane(
     bin_dir: Path = DEFAULT_BIN_DIR,
     *,
     timeout_s: float = 120,
-    bind_node_ip: bool = False,
+    real_node: bool = False,
 ) -> Iterator[ControlPlane]:
     """A started control plane, torn down on exit (also on exceptions)."""
-    cp, stop = start_control_plane(workdir, bin_dir, timeout_s=timeout_s, bind_node_ip=bind_node_ip)
+    cp, stop = start_control_plane(workdir, bin_dir, timeout_s=timeout_s, real_node=real_node)
     try:
         yield cp
     finally:

@@ -28,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from e2e.node.containerd import (
     leave_machine_clean,
     running_containerd,
 )
+from e2e.node.scheduler import running_scheduler
 from staticfleet.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -402,8 +404,24 @@ def _kubelet(cp: ControlPlane, cd: Containerd, workdir: Path) -> Iterator[subpro
         terminate(proc, 30)
 
 
-def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
-    probe = Probe(workdir)
+@dataclass
+class Node:
+    """A running node: its control plane, the staticfleet image's name in its containerd,
+    and what a caller needs to run pods on it and stop them before the node stops."""
+
+    cp: ControlPlane
+    image: str
+    stack: contextlib.ExitStack  # callbacks run before the kubelet stops
+    alive: Callable[[], None]  # raises ProbeError once the kubelet has exited
+    kubelet_log: Path
+
+
+@contextlib.contextmanager
+def running_node(probe: Probe, timeout_s: float, runtime: str, runc: Path) -> Iterator[Node]:
+    """The control plane, kube-scheduler, containerd, kubelet (Node Ready), kube-proxy and
+    CoreDNS, each a stage of `probe`; all torn down afterwards, and the host put back as it
+    was, however the body ends."""
+    workdir = probe.workdir
     # Every run starts afresh (the last one unmounted everything under workdir).
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
@@ -411,13 +429,15 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
     netns_before = set(os.listdir(NETNS_DIR)) if NETNS_DIR.is_dir() else set()
     paths_before = {p for p in HOST_PATHS if p.exists()}
     chains_before = kube_chains()
-    ok = False
     try:
         with contextlib.ExitStack() as stack:
             with probe.stage("control plane (etcd, kube-apiserver, kube-controller-manager)"):
                 cp = stack.enter_context(
-                    running_control_plane(workdir / "control-plane", bind_node_ip=True)
+                    running_control_plane(workdir / "control-plane", real_node=True)
                 )
+            sched_dir = workdir / "scheduler"
+            with probe.stage("kube-scheduler", log=lambda: _tail(sched_dir / "kube-scheduler.log")):
+                stack.enter_context(running_scheduler(cp, sched_dir, timeout_s))
             cni_dir = workdir / "cni" / "net.d"
             cni_dir.mkdir(parents=True, exist_ok=True)
             conflist = cni_conflist(workdir / "cni" / "ipam")
@@ -466,19 +486,7 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
                 dns = stack.enter_context(services.running_coredns(cp, net_dir, timeout_s))
                 services.publish_dns_service(cp, dns)
                 entry["coredns"] = f"{dns.ip}:{dns.port}"
-            with probe.stage(
-                "pod of the chart's image: staticfleet --version",
-                log=lambda: _tail(kubelet_log, 60),
-            ) as entry:
-                _run_pod(cp, stack, _pod(image), entry, alive, timeout_s)
-            with probe.stage(
-                "pod: the API server by its Service name, with its ServiceAccount token",
-                log=lambda: _tail(kubelet_log, 60),
-            ) as entry:
-                _run_pod(cp, stack, _in_cluster_pod(image), entry, alive, timeout_s)
-            ok = True
-    except Exception as exc:  # the stage has recorded it; the teardown below still runs
-        print(f"node probe: FAILED: {exc}", file=sys.stderr)
+            yield Node(cp, image, stack, alive, kubelet_log)
     finally:
         _clean_network(netns_before)
         if kube_chains() - chains_before:
@@ -490,6 +498,28 @@ def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
         for path in HOST_PATHS:
             if path.exists() and path not in paths_before:
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def run(workdir: Path, timeout_s: float, runtime: str, runc: Path) -> int:
+    probe = Probe(workdir)
+    ok = False
+    try:
+        with running_node(probe, timeout_s, runtime, runc) as node:
+            with probe.stage(
+                "pod of the chart's image: staticfleet --version",
+                log=lambda: _tail(node.kubelet_log, 60),
+            ) as entry:
+                _run_pod(node.cp, node.stack, _pod(node.image), entry, node.alive, timeout_s)
+            with probe.stage(
+                "pod: the API server by its Service name, with its ServiceAccount token",
+                log=lambda: _tail(node.kubelet_log, 60),
+            ) as entry:
+                pod = _in_cluster_pod(node.image)
+                _run_pod(node.cp, node.stack, pod, entry, node.alive, timeout_s)
+            ok = True
+    except Exception as exc:  # the stage has recorded it; the teardown still ran
+        print(f"node probe: FAILED: {exc}", file=sys.stderr)
+    finally:
         print(f"node probe: {'Ready' if ok else 'FAILED'}; stages in {probe.write()}")
     return 0 if ok else 1
 

@@ -2,7 +2,7 @@
 
 kube-proxy v1.36.3 (scripts/node/build.sh) in iptables mode programs the Services' ClusterIPs
 on this host: the `kubernetes` Service (10.96.0.1:443 -> the API server at the node IP, where
-e2e/controlplane.py binds it with bind_node_ip) and `kube-system/kube-dns` (10.96.0.10:53).
+e2e/controlplane.py binds it with real_node) and `kube-system/kube-dns` (10.96.0.10:53).
 
 CoreDNS (e2e/node/go/coredns) runs as a host process, not a pod: it needs no image of its own
 (no registry reaches here; a CoreDNS image would be a second image build for one binary), it

@@ -74,7 +74,7 @@ def test_node_goes_ready_and_runs_the_image(built: None, containerd: str) -> Non
     record = (workdir / "probe.json").read_text()
     assert code == 0, record  # each stage's outcome, error and log tail
     stages = json.loads(record)["stages"]
-    assert [s["outcome"] for s in stages] == ["ok"] * 8
+    assert [s["outcome"] for s in stages] == ["ok"] * 9
     version, in_cluster = stages[-2], stages[-1]
     assert version["phase"] == "Succeeded"
     # Read through the API server's pods/log, which fetches it from the kubelet.

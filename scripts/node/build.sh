@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a real node's binaries into build/node/bin, once, as e2e/build.sh builds the control
-# plane: kubelet and kube-proxy v1.36.3 (the control plane's release; e2e/node/go/kubernetes),
+# plane: kubelet, kube-proxy and kube-scheduler v1.36.3 (the control plane's release; e2e/node/go/kubernetes),
 # containerd v2 with its runc shim (e2e/node/go/containerd), CoreDNS (e2e/node/go/coredns),
 # and the pod sandbox's pause
 # (e2e/node/go/pause) with its image, build/node/pause.oci.tar. Later calls reuse a binary
@@ -25,7 +25,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 build_kube() {
-    for name in kubelet kube-proxy; do
+    for name in kubelet kube-proxy kube-scheduler; do
         bin="$BIN_DIR/$name"
         if [[ -x "$bin" && "$("$bin" --version 2>/dev/null)" == "Kubernetes $KUBE_VERSION" ]]; then
             echo "node build: $name $KUBE_VERSION ... reusing $bin"
@@ -101,7 +101,9 @@ build_containerd() {
 # named as containerd's config pins it (e2e/node/containerd.py, PAUSE_IMAGE).
 build_pause() {
     PAUSE_REF="registry.k8s.io/pause:3.10.1"
-    (cd "$ROOT/e2e/node/go/pause" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/pause" .)
+    (cd "$ROOT/e2e/node/go/pause" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/pause.tmp" .)
+    # Replaced only when it changed: a newer binary remakes the archive below.
+    if cmp -s "$BIN_DIR/pause.tmp" "$BIN_DIR/pause"; then rm -f "$BIN_DIR/pause.tmp"; else mv -f "$BIN_DIR/pause.tmp" "$BIN_DIR/pause"; fi
     pause_archive="$ROOT/build/node/pause.oci.tar"
     if [[ ! -s "$pause_archive" || "$BIN_DIR/pause" -nt "$pause_archive" ]]; then
         echo "node build: $pause_archive ($PAUSE_REF)"

@@ -1,0 +1,173 @@
+"""Scenario 10: the chart's operator and a managed fleet on a real node (issue 28).
+
+The node of e2e/node/probe.py (kubelet v1.36.3, Debian's containerd 1.6 and runc, the bridge
+CNI plugin, kube-proxy, CoreDNS) runs the chart installed with `helm install` from the image
+`make image` builds (imagePullPolicy Never); its operator pod goes Ready through its readiness
+probe; a managed ConsumerGroup of 3 goes Stable in the embedded coordinator, its members
+reaching it by the coordinator Service's DNS name; `kubectl logs` of a member shows its
+assignment. Then the host is as it was. The other scenarios still run on the node agent
+(docs/node.md says why). Builds what is absent first; needs root.
+
+    .venv/bin/pytest -o testpaths=e2e e2e/node/test_10_fleet_on_node.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
+from e2e.conftest import install_chart
+from e2e.fleet import member_logs_from_text, wait_for
+from e2e.groups import apply, managed_group, namespace, wait_stable
+from e2e.node import probe
+from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
+from e2e.node.test_node import ROOT, _host_state
+
+GROUP = "node-orders"
+MEMBERS = 3
+RUNC = Path("/usr/bin/runc")
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+@pytest.fixture(scope="module")
+def built() -> None:
+    subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
+    subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
+    if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
+        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+
+
+def _member_group(image: str) -> dict[str, Any]:
+    group = managed_group(GROUP, replicas=MEMBERS)
+    container = group["spec"]["template"]["spec"]["containers"][0]
+    container["image"] = image
+    container["imagePullPolicy"] = "Never"
+    return group
+
+
+def _versions(cluster: NodeCluster) -> dict[str, str]:
+    info = cluster.get_json("get", "node", probe.NODE_NAME)["status"]["nodeInfo"]
+    runc = subprocess.run([str(RUNC), "--version"], capture_output=True, text=True, check=True)
+    return {
+        "kubelet": info["kubeletVersion"],
+        "container_runtime": info["containerRuntimeVersion"],
+        "runc": runc.stdout.splitlines()[0],
+        "kernel": info["kernelVersion"],
+    }
+
+
+def test_chart_operator_and_fleet_on_a_real_node(
+    built: None, record: Callable[[str, Any], None]
+) -> None:
+    before = _host_state()
+    workdir = ROOT / "build" / "node" / "run-fleet"
+    node_probe = probe.Probe(workdir)
+    try:
+        with probe.running_node(node_probe, 180.0, "debian", RUNC) as node:
+            cluster = NodeCluster(node.cp.kubeconfig, node.image)
+            # Before the kubelet stops: the release's and the group's pods go through the
+            # kubelet (CNI DEL of each sandbox), as on a drained node.
+            node.stack.callback(_uninstall, cluster)
+            try:
+                _run_scenario(cluster, node, workdir, record)
+            except BaseException:
+                _print_diagnostics(cluster)
+                raise
+    finally:
+        node_probe.write()
+    assert _host_state() == before
+
+
+def _run_scenario(
+    cluster: NodeCluster, node: probe.Node, workdir: Path, record: Callable[[str, Any], None]
+) -> None:
+    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/consumergroups.staticfleet.dev", "--timeout=60s"
+    )
+    data = workdir / "persistent-volumes" / "node-data"
+    data.mkdir(parents=True)
+    os.chown(data, IMAGE_UID, IMAGE_UID)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(data)))
+
+    started = time.monotonic()
+    install_chart(cluster)
+    record("chart_install_to_operator_ready_s", round(time.monotonic() - started, 1))
+    operator = cluster.operator_pod()
+    assert operator is not None and pod_ready(operator)
+    status = operator["status"]["containerStatuses"][0]
+    assert status["image"] == node.image
+    record("versions", _versions(cluster))
+    record("image", {"name": node.image, "image_id": status["imageID"]})
+
+    with namespace(cluster, "e2e-node-fleet") as ns:
+        started = time.monotonic()
+        apply(cluster, ns, _member_group(node.image))
+        described = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=240)
+        record("create_to_stable_s", round(time.monotonic() - started, 1))
+        pods = cluster.member_pods(ns, GROUP)
+        assert len(pods) == MEMBERS
+        # Pods on the bridge network, not the host's: each has its own address.
+        assert len({pod["status"]["podIP"] for pod in pods}) == MEMBERS
+        assert all(pod["status"]["podIP"].startswith("10.244.0.") for pod in pods)
+        # The members were told the coordinator's Service name and resolved it (CoreDNS).
+        env = {e["name"]: e.get("value", "") for e in pods[0]["spec"]["containers"][0]["env"]}
+        urls = [v for v in env.values() if "coordinator" in v and v.startswith("http")]
+        record("member_coordinator_url", urls)
+        assert any(".svc" in url for url in urls), env
+        assert {m["group_instance_id"] for m in described["members"]} == {
+            f"{GROUP}-{slot}" for slot in range(MEMBERS)
+        }
+
+        # kubectl logs (the API server asks the kubelet): the member's assignment.
+        name = pods[0]["metadata"]["name"]
+
+        def assigned() -> list[Any] | None:
+            logs = member_logs_from_text(name, cluster.container_log(ns, name, "member"))
+            rows = [r for log in logs for r in log.rows if r["event"] == "assigned"]
+            return rows[-1]["partitions"] if rows and rows[-1]["partitions"] else None
+
+        partitions = wait_for(f"an assignment in kubectl logs {name}", assigned, timeout_s=60)
+        record("member_log_assignment_partitions", len(partitions))
+
+
+def _print_diagnostics(cluster: NodeCluster) -> None:
+    """What the cluster looked like, into the failed test's captured output."""
+    for args in (
+        ["get", "pods,pvc,svc,endpointslices,consumergroups", "-A", "-o", "wide"],
+        ["get", "events", "-A", "--sort-by=.lastTimestamp"],
+    ):
+        print(cluster.kubectl(*args, check=False).stdout[-8000:])
+    operator = cluster.operator_pod()
+    if operator is not None:
+        name = operator["metadata"]["name"]
+        print(cluster.container_log(OPERATOR_NAMESPACE, name, "operator")[-8000:])
+
+
+def _uninstall(cluster: NodeCluster) -> None:
+    cluster.kubectl("delete", "namespace", "e2e-node-fleet", "--timeout=120s", check=False)
+    subprocess.run(
+        [
+            str(cluster.helm_bin),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "uninstall",
+            RELEASE,
+            "-n",
+            OPERATOR_NAMESPACE,
+            "--wait",
+            "--timeout",
+            "120s",
+        ],
+        check=False,
+        capture_output=True,
+    )
