@@ -40,6 +40,8 @@ pytestmark = pytest.mark.timeout(1800)
 
 @pytest.fixture(scope="module")
 def built() -> None:
+    # Debian's containerd, runc, CNI plugins and buildah (for the pause image), if absent.
+    subprocess.run([str(ROOT / "scripts" / "node" / "install-packages.sh")], check=True)
     subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
     subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
     if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
