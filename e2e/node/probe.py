@@ -410,6 +410,7 @@ class Node:
     and what a caller needs to run pods on it and stop them before the node stops."""
 
     cp: ControlPlane
+    containerd: Containerd
     image: str
     stack: contextlib.ExitStack  # callbacks run before the kubelet stops
     alive: Callable[[], None]  # raises ProbeError once the kubelet has exited
@@ -486,7 +487,7 @@ def running_node(probe: Probe, timeout_s: float, runtime: str, runc: Path) -> It
                 dns = stack.enter_context(services.running_coredns(cp, net_dir, timeout_s))
                 services.publish_dns_service(cp, dns)
                 entry["coredns"] = f"{dns.ip}:{dns.port}"
-            yield Node(cp, image, stack, alive, kubelet_log)
+            yield Node(cp, cd, image, stack, alive, kubelet_log)
     finally:
         _clean_network(netns_before)
         if kube_chains() - chains_before:

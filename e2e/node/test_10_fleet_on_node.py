@@ -5,8 +5,10 @@ CNI plugin, kube-proxy, CoreDNS) runs the chart installed with `helm install` fr
 `make image` builds (imagePullPolicy Never); its operator pod goes Ready through its readiness
 probe; a managed ConsumerGroup of 3 goes Stable in the embedded coordinator, its members
 reaching it by the coordinator Service's DNS name; `kubectl logs` of a member shows its
-assignment. Then the host is as it was. The other scenarios still run on the node agent
-(docs/node.md says why). Builds what is absent first; needs root.
+assignment; a member container killed with SIGKILL is restarted in place by the kubelet and
+rejoins as the same static member, with no new generation. Then the host is as it was. The
+other scenarios still run on the node agent (docs/node.md says why). Builds what is absent
+first; needs root.
 
     .venv/bin/pytest -o testpaths=e2e e2e/node/test_10_fleet_on_node.py
 """
@@ -25,7 +27,7 @@ import pytest
 
 from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.conftest import install_chart
-from e2e.fleet import member_logs_from_text, wait_for
+from e2e.fleet import INSTANCE_ANNOTATION, member_logs_from_text, static_rejoins, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
@@ -140,6 +142,54 @@ def _run_scenario(
 
         partitions = wait_for(f"an assignment in kubectl logs {name}", assigned, timeout_s=60)
         record("member_log_assignment_partitions", len(partitions))
+
+        _member_killed_restarts_in_place(cluster, node, ns, pods[0], described, record)
+
+
+def _member_killed_restarts_in_place(
+    cluster: NodeCluster,
+    node: probe.Node,
+    ns: str,
+    victim: dict[str, Any],
+    described: dict[str, Any],
+    record: Callable[[str, Any], None],
+) -> None:
+    """SIGKILL of a member's container (as the OOM killer would): the kubelet restarts it in
+    the same pod (restartPolicy Always), under the same instance id, and the coordinator
+    starts no new generation (a static member's rejoin)."""
+    name = victim["metadata"]["name"]
+    status = victim["status"]["containerStatuses"][0]
+    container_id = status["containerID"].split("://", 1)[1]
+    restarts = status["restartCount"]
+    generation = described["generation_id"]
+    instance_id = victim["metadata"]["annotations"][INSTANCE_ANNOTATION]
+    admin = cluster.admin()
+    killed_at_ms = int(time.time() * 1000)
+    started = time.monotonic()
+    node.containerd.ctr("task", "kill", "--signal", "SIGKILL", container_id)
+
+    def restarted() -> dict[str, Any] | None:
+        pod: dict[str, Any] = cluster.get_json("-n", ns, "get", "pod", name)
+        current = pod["status"]["containerStatuses"][0]
+        return pod if current["restartCount"] > restarts and pod_ready(pod) else None
+
+    pod = wait_for(f"{name}'s container restarted and Ready", restarted, timeout_s=120)
+    record("member_kill_to_ready_s", round(time.monotonic() - started, 1))
+    # The restarted process came back as the same static member (the coordinator's journal).
+    wait_for(
+        f"{instance_id}'s static rejoin in the journal",
+        lambda: static_rejoins(admin.journal(GROUP), instance_id, killed_at_ms),
+        timeout_s=60,
+    )
+    record("member_kill_to_static_rejoin_s", round(time.monotonic() - started, 1))
+    assert pod["metadata"]["uid"] == victim["metadata"]["uid"]  # the same pod, in place
+    after = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+    record("member_kill_to_stable_s", round(time.monotonic() - started, 1))
+    assert after["generation_id"] == generation, (generation, after["generation_id"])
+    assert {m["group_instance_id"] for m in after["members"]} == {
+        m["group_instance_id"] for m in described["members"]
+    }
+    record("member_kill_generation_unchanged", generation)
 
 
 def _print_diagnostics(cluster: NodeCluster) -> None:
