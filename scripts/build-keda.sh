@@ -21,7 +21,7 @@ mkdir -p "$BIN_DIR"
 
 built_version() {  # the KEDA module version a binary was built from, or nothing
     [[ -x "$1" ]] || return 0
-    go version -m "$1" 2>/dev/null | awk -v m="$MODULE" '$1 == "dep" && $2 == m { print $3 }'
+    go version -m "$1" 2>/dev/null | awk -v m="$MODULE" '($1 == "mod" || $1 == "dep") && $2 == m { print $3 }'
 }
 
 for pair in keda:cmd/operator keda-adapter:cmd/adapter; do
