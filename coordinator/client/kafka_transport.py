@@ -53,6 +53,7 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.consumer.group import (
     SyncGroupRequest as KafkaSyncGroupRequest,
 )
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, OffsetSpec
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
@@ -126,6 +127,8 @@ DESCRIBE_VERSIONS = (3, 5)
 # says which members still speak the classic protocol (KIP-1099).
 LIST_GROUPS_VERSIONS = (5, 5)
 CONSUMER_DESCRIBE_VERSIONS = (0, 1)
+# ListOffsets v1+ answers one offset per partition (v0's offset lists are gone in Kafka 4).
+LIST_OFFSETS_VERSIONS = (1, 7)
 
 
 def parse_bootstrap(url: str) -> list[BrokerAddress]:
@@ -173,6 +176,8 @@ class KafkaTransport:
         self._coordinators: dict[str, BrokerAddress] = {}
         # (coordinator address, "join" | "control") -> connection
         self._connections: dict[tuple[BrokerAddress, str], KafkaConnection] = {}
+        # partition leader -> connection (ListOffsets goes to each partition's leader)
+        self._leader_connections: dict[BrokerAddress, KafkaConnection] = {}
         self._find_lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ group requests
@@ -386,6 +391,71 @@ class KafkaTransport:
             if t.error_code == 0 and t.name and not t.is_internal
         }
 
+    async def log_end_offsets(self, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+        """The log end offset (ListOffsets "latest", read uncommitted, as Kafka's
+        consumer-groups tool shows) of every partition of `topics`, asked of each
+        partition's leader. A topic the cluster does not have is left out; a partition
+        whose leader answers an error is left out too (its lag is unknown, not 0)."""
+        if not topics:
+            return {}
+        metadata = await self._metadata_call(
+            MetadataRequest,
+            METADATA_VERSIONS,
+            {
+                "topics": [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        brokers = {b.node_id: BrokerAddress(b.host, b.port) for b in metadata.brokers}
+        by_leader: dict[BrokerAddress, dict[str, list[int]]] = {}
+        for topic in metadata.topics:
+            self._check_access(topic.error_code, MetadataRequest, topic.name)
+            if topic.error_code != 0:
+                continue
+            for p in topic.partitions:
+                leader = brokers.get(p.leader_id)
+                if leader is not None:
+                    by_leader.setdefault(leader, {}).setdefault(topic.name, []).append(
+                        p.partition_index
+                    )
+        topic_class = ListOffsetsRequest.ListOffsetsTopic
+        partition_class = topic_class.ListOffsetsPartition
+        found: dict[tuple[str, int], int] = {}
+        for leader, wanted in by_leader.items():
+            fields = {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "timeout_ms": int(self._timeout_s * 1000),
+                "topics": [
+                    topic_class(
+                        name=name,
+                        partitions=[
+                            partition_class(partition_index=i, timestamp=OffsetSpec.LATEST)
+                            for i in indexes
+                        ],
+                    )
+                    for name, indexes in wanted.items()
+                ],
+            }
+            connection = self._leader_connections.get(leader)
+            if connection is None:
+                connection = self._leader_connections[leader] = self._new_connection(leader)
+            try:
+                answer = await connection.send(
+                    ListOffsetsRequest, LIST_OFFSETS_VERSIONS, fields, self._timeout_s
+                )
+            except TransportError:
+                self._leader_connections.pop(leader, None)
+                connection.close()
+                raise
+            for t in answer.topics:
+                for r in t.partitions:
+                    self._check_access(r.error_code, ListOffsetsRequest, t.name)
+                    if r.error_code == 0 and r.offset >= 0:
+                        found[(t.name, r.partition_index)] = r.offset
+        return found
+
     async def describe_group(self, group_id: str) -> DescribedGroup:
         """DescribeGroups of one group, from its coordinator (tests, admin, conformance)."""
         answer = await self._group_call(
@@ -467,6 +537,9 @@ class KafkaTransport:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+        for connection in self._leader_connections.values():
+            connection.close()
+        self._leader_connections.clear()
         if self._metadata_connection is not None:
             self._metadata_connection.close()
             self._metadata_connection = None

@@ -14,6 +14,7 @@ from typing import Any
 from staticfleet_operator.blockers import BlockerCode
 from staticfleet_operator.crd import ConsumerGroupStatus, PromotionStatus, RolloutPhase
 from staticfleet_operator.group_memory import MemoryUpdate
+from staticfleet_operator.lag import PartitionLag
 from staticfleet_operator.rollout import CoordinatorView
 
 
@@ -160,6 +161,9 @@ class Gauges:
     # A consumer-protocol group's (None: classic).
     converged: bool | None = None
     group_epoch: int | None = None
+    # A Kafka group's lag (status.lag, None: not known) and, when read this pass, per partition.
+    lag: int | None = None
+    lag_partitions: tuple[PartitionLag, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

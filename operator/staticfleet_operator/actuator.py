@@ -101,6 +101,8 @@ class Actuator:
                 standbys=gauges.standbys,
                 converged=gauges.converged,
                 group_epoch=gauges.group_epoch,
+                lag=gauges.lag,
+                lag_partitions=gauges.lag_partitions,
             )
         return summary
 

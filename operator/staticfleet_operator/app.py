@@ -85,6 +85,8 @@ class OperatorOptions:
     # Where rebalances of Kafka-coordinated groups, seen by describe, are journaled (JSON
     # lines per group id, the analytics' input); none: not recorded.
     kafka_journal_dir: Path | None = None
+    # Per-partition lag series (metrics.py): unbounded with the partitions, so opt-in.
+    partition_lag_metrics: bool = False
     # The operator's own Kafka settings for groups without spec.coordinator.kafka.
     kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
@@ -182,7 +184,9 @@ async def run_operator(
         options.coordinator_url,
         authenticator=authenticator_of(app),
         # The server's registry: its /metrics shows the operator's series too.
-        metrics=OperatorMetrics(app[CONTEXT].metrics.registry),
+        metrics=OperatorMetrics(
+            app[CONTEXT].metrics.registry, partition_lag=options.partition_lag_metrics
+        ),
         journal=RebalanceJournal(options.kafka_journal_dir) if options.kafka_journal_dir else None,
         kafka_settings=options.kafka_settings,
     )

@@ -48,8 +48,9 @@ from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
-from coordinator.messages import NO_GENERATION, DescribedGroupMember
+from coordinator.messages import NO_GENERATION, DescribedGroupMember, OffsetFetchRequest
 from coordinator.protocol import ProtocolError, decode_subscription
+from staticfleet_operator.lag import LagReading
 from staticfleet_operator.rollout import Assignors, CoordinatorView, GroupProtocol, MemberPod
 from staticfleet_operator.rollout.observation import consumer_group_state
 
@@ -179,6 +180,22 @@ class KafkaBackend:
         except TransportError as error:
             raise CoordinatorUnreachable(str(error)) from error
         return {topic: cluster[topic] for topic in wanted if topic in cluster}
+
+    async def lag_reading(self, group_id: str, topics: Sequence[str]) -> LagReading:
+        """The group's committed offsets (OffsetFetch, all partitions) and the log end
+        offsets of `topics`' partitions (ListOffsets latest, from each leader): lag.py's
+        input."""
+        try:
+            fetched = await self.transport.fetch_offsets(OffsetFetchRequest(group_id))
+            log_ends = await self.transport.log_end_offsets(topics)
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
+        committed = {
+            (p.topic, p.partition): p.committed_offset
+            for p in fetched.partitions
+            if p.error_code is ErrorCode.NONE
+        }
+        return LagReading(log_ends=log_ends, committed=committed)
 
     async def forget(self, group_id: str) -> ErrorCode:
         # The group's committed offsets are the user's data on their cluster: a deleted

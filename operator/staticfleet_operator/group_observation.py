@@ -21,6 +21,7 @@ from staticfleet_operator.crd import (
 )
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kafka_auth import referenced_secrets
+from staticfleet_operator.lag import LagReading
 from staticfleet_operator.tokens import token_secret_ref
 
 UNREACHABLE = "CoordinatorUnreachable"
@@ -92,6 +93,9 @@ class GroupObservation:
     ready_standbys: frozenset[str] = frozenset()
     # Managed mode: the member pods' PodDisruptionBudget (None: not read, nothing planned).
     disruption_budget: DisruptionBudget | None = None
+    # Kafka groups: committed and log end offsets, when this pass read them (lag.lag_due);
+    # None: not due, or the read failed (status keeps the last figure and its time).
+    lag: LagReading | None = None
 
     @property
     def generation(self) -> int | None:

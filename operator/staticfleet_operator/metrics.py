@@ -13,6 +13,7 @@ second operator in one process) the metrics get a registry of their own.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -20,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from coordinator.server.default_metrics import register_defaults
 from staticfleet_operator.blockers import BlockerCode
 from staticfleet_operator.crd import RolloutPhase
+from staticfleet_operator.lag import PartitionLag
 
 PREFIX: Final = "staticfleet_operator"
 RESULTS: Final = ("ok", "error")
@@ -33,8 +35,12 @@ DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 
 
 class OperatorMetrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, partition_lag: bool = False
+    ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        # Per-partition lag series: one per partition of every group, so off by default.
+        self.partition_lag = partition_lag
         register_defaults(self.registry)  # once per registry: the server's may hold them
         self.reconciles = Counter(
             f"{PREFIX}_reconciles",
@@ -91,6 +97,21 @@ class OperatorMetrics:
             "A consumer-protocol ConsumerGroup's group epoch (bumped by every change of "
             "membership or subscription); no series for a classic group",
             ["namespace", "group"],
+            registry=self.registry,
+        )
+        # Kafka-coordinated groups (lag.py): no series until lag was read.
+        self.group_lag = Gauge(
+            f"{PREFIX}_group_lag",
+            "Records a Kafka-coordinated ConsumerGroup is behind, summed over its topics' "
+            "partitions (log end offset - committed offset; no commit counts 0), as last read",
+            ["namespace", "group"],
+            registry=self.registry,
+        )
+        self.group_partition_lag = Gauge(
+            f"{PREFIX}_group_partition_lag",
+            "Records behind per partition (only with the operator's --partition-lag-metrics); "
+            "no series for a partition the group has no commit for",
+            ["namespace", "group", "topic", "partition"],
             registry=self.registry,
         )
         self.member_bounces = Counter(
@@ -164,6 +185,8 @@ class OperatorMetrics:
         blocker: BlockerCode | None = None,
         converged: bool | None = None,
         group_epoch: int | None = None,
+        lag: int | None = None,
+        lag_partitions: Sequence[PartitionLag] = (),
     ) -> None:
         """What one pass saw: member counts, the rollout phase and what it waits for; for a
         consumer-protocol group, its convergence and epoch (None: a classic group)."""
@@ -194,6 +217,14 @@ class OperatorMetrics:
                     gauge.remove(namespace, group)
             else:
                 gauge.labels(namespace, group).set(reading)
+        if lag is not None:
+            self.group_lag.labels(namespace, group).set(lag)
+        if self.partition_lag:
+            for row in lag_partitions:
+                if row.committed is not None:
+                    self.group_partition_lag.labels(
+                        namespace, group, row.topic, str(row.partition)
+                    ).set(row.lag)
         # Touch the counters so a group shows explicit zeros from its first pass.
         self.batch_leaves.labels(namespace, group)
         self.batch_leave_members.labels(namespace, group)
@@ -240,7 +271,9 @@ class OperatorMetrics:
         for reason in BLOCKERS:
             with contextlib.suppress(KeyError):
                 self.rollout_blocked.remove(namespace, group, reason)
+        self._forget_partition_lag(namespace, group)
         for metric in (
+            self.group_lag,
             self.group_converged,
             self.group_epoch,
             self.rollout_paused,
@@ -250,3 +283,14 @@ class OperatorMetrics:
         ):
             with contextlib.suppress(KeyError):
                 metric.remove(namespace, group)
+
+    def _forget_partition_lag(self, namespace: str, group: str) -> None:
+        # prometheus_client cannot remove by a label prefix: find the group's series.
+        for metric in self.group_partition_lag.collect():
+            for sample in metric.samples:
+                labels = sample.labels
+                if labels["namespace"] == namespace and labels["group"] == group:
+                    with contextlib.suppress(KeyError):
+                        self.group_partition_lag.remove(
+                            namespace, group, labels["topic"], labels["partition"]
+                        )

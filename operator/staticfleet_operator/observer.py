@@ -10,6 +10,7 @@ frozen `GroupObservation` (group_observation.py), the input of the pure `plan_pa
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
@@ -29,10 +30,13 @@ from staticfleet_operator.group_observation import (
 )
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kafka_clients import client_config_secret_name
+from staticfleet_operator.lag import LagReading, lag_due
 from staticfleet_operator.members import budget_key, members_budget_spec
 from staticfleet_operator.owned import members_disruption_budget_name
 from staticfleet_operator.status import read_status
 from staticfleet_operator.tokens import token_secret_ref
+
+logger = logging.getLogger(__name__)
 
 
 async def observe(
@@ -90,6 +94,8 @@ async def observe(
         found["unreachable"] = Unreachable(error.reason, message)
         return replace(base, **found), None
     found["described"] = described
+    if isinstance(backend, KafkaBackend) and lag_due(base.status.lag_time, base.now):
+        found["lag"] = await _lag(backend, spec)
     if spec.coordinator.is_kafka:
         if op.journal is not None and found.get("consumer_group") is None:
             # Classic groups only: a consumer group's reassignments are not in DescribeGroups'
@@ -127,3 +133,13 @@ async def _token_secret(op: Operator, ref: GroupRef, spec: ConsumerGroupSpec) ->
     name, key = token_secret_ref(spec, ref.name)
     secret = await op.observed.secret(op.kube, ref.namespace, name)
     return TokenSecret(name, key, spec.token_secret_ref is not None, secret)
+
+
+async def _lag(backend: KafkaBackend, spec: ConsumerGroupSpec) -> LagReading | None:
+    """The group's offsets for lag; None when the cluster does not answer or refuses (the
+    pass goes on: a lag figure is never worth a failed pass)."""
+    try:
+        return await backend.lag_reading(spec.group_id, [topic.name for topic in spec.topics])
+    except (CoordinatorUnreachable, KafkaAccessError) as error:
+        logger.warning("lag of group %s not read: %s", spec.group_id, error)
+        return None

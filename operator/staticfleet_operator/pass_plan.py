@@ -65,6 +65,7 @@ from staticfleet_operator.kafka_clients import (
     client_config_secret,
     client_config_secret_name,
 )
+from staticfleet_operator.lag import group_lag
 from staticfleet_operator.members import (
     MemberSettings,
     budget_key,
@@ -341,6 +342,7 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         converged=status.converged,
         group_epoch=status.group_epoch,
     )
+    gauges = _lag(observation, status, gauges)
     return step.result("adopted", status, gauges)
 
 
@@ -465,6 +467,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         converged=status.converged,
         group_epoch=status.group_epoch,
     )
+    gauges = _lag(observation, status, gauges)
     # A rollout step's state is recorded before it is carried out.
     rolling = isinstance(fleet_step, Rollout)
     return step.result(summary, status, gauges, wake_in=wake_in, write_ahead=rolling)
@@ -607,6 +610,18 @@ def _missing_expected(
     if spec.coordinator.is_kafka or expected is None:
         return []
     return sorted(expected.instance_ids - view.instance_ids)
+
+
+def _lag(observation: GroupObservation, status: ConsumerGroupStatus, gauges: Gauges) -> Gauges:
+    """Lag read this pass goes into status (with its time) and the gauges; a pass that did
+    not read it leaves status' last figure, which the total gauge keeps showing."""
+    if observation.lag is not None:
+        lag = group_lag(observation.lag)
+        status.lag = lag.total
+        status.lag_partitions_without_commit = lag.without_commit
+        status.lag_time = observation.now.replace(microsecond=0)
+        return replace(gauges, lag=lag.total, lag_partitions=lag.partitions)
+    return replace(gauges, lag=status.lag)
 
 
 def _standbys_ready(observation: GroupObservation, spec: ConsumerGroupSpec) -> int | None:

@@ -149,6 +149,12 @@ def register(subparsers: Any) -> None:
         help="the coordinator's request body limit; a group's own requests may use what its "
         "size needs (default: %(default)s)",
     )
+    run.add_argument(
+        "--partition-lag-metrics",
+        action="store_true",
+        help="export staticfleet_operator_group_partition_lag per partition (off: the total "
+        "per group only, so series stay bounded)",
+    )
     run.add_argument("--verbose", action="store_true", help="debug logging")
     add_log_format_argument(run)
     run.set_defaults(handler=run_command, extra="operator")
@@ -218,6 +224,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         priority=args.priority,
         health_port=args.health_port,
         kafka_journal_dir=args.kafka_journal_dir,
+        partition_lag_metrics=args.partition_lag_metrics,
         interval=args.interval,
         resync=args.resync,
         max_body_bytes=args.max_body_bytes,

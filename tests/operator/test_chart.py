@@ -127,6 +127,12 @@ def test_default_values_render_expected_kinds(helm: Path) -> None:
 
 @slow
 @builds_helm
+def test_partition_lag_metrics_only_when_asked(helm: Path) -> None:
+    assert "--partition-lag-metrics" not in deployment_args(documents(render(helm)))
+    on = deployment_args(documents(render(helm, "--set", "metrics.partitionLag=true")))
+    assert "--partition-lag-metrics" in on
+
+
 def test_default_deployment_follows_the_operator_contract(helm: Path) -> None:
     docs = documents(render(helm))
     assert deployment_args(docs) == [

@@ -307,12 +307,14 @@ def test_printer_columns(crd: Json, root_schema: Json) -> None:
         "Progress": ".status.rollout.progress",
         "GroupProtocol": ".status.groupProtocol",
         "Converged": ".status.converged",
+        "Lag": ".status.lag",
         "Age": ".metadata.creationTimestamp",
     }
-    # The consumer protocol's columns come after the rollout's, Age stays last.
-    assert [name for name, c in columns.items() if c.get("priority", 0) == 0][-3:] == [
+    # The consumer protocol's columns come after the rollout's, then Lag; Age stays last.
+    assert [name for name, c in columns.items() if c.get("priority", 0) == 0][-4:] == [
         "GroupProtocol",
         "Converged",
+        "Lag",
         "Age",
     ]
     assert columns["Age"]["type"] == "date"

@@ -1368,6 +1368,15 @@ class ConsumerGroupStatus(StatusModel):
     selector: str | None = None
     """The member pods' label selector, serialized (the scale subresource's labelSelector,
     which an HorizontalPodAutoscaler reads); standby pods do not match it. Managed mode only."""
+    lag: int | None = Field(default=None, ge=0)
+    """Kafka-coordinated groups: records behind, summed over the spec's topics' partitions
+    (log end offset - committed offset; a partition with no commit counts 0). Read at most
+    every 15 seconds; kept as last read while the cluster does not answer (see lagTime)."""
+    lag_partitions_without_commit: int | None = Field(default=None, ge=0)
+    """Kafka-coordinated groups: partitions of the spec's topics the group has no commit for
+    (their lag is not counted: where they start is the members' auto.offset.reset)."""
+    lag_time: datetime | None = None
+    """When lag was last read."""
 
     @field_validator("rollout", mode="wrap")
     @classmethod

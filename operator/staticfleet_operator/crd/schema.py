@@ -400,6 +400,12 @@ PRINTER_COLUMNS: Final[list[dict[str, Any]]] = [
         "description": "Consumer protocol: every member at the group epoch holds its target",
     },
     {
+        "name": "Lag",
+        "type": "integer",
+        "jsonPath": ".status.lag",
+        "description": "Kafka-coordinated groups: records behind (log end - committed)",
+    },
+    {
         "name": "Ready",
         "type": "string",
         "jsonPath": '.status.conditions[?(@.type=="Ready")].status',

@@ -1,0 +1,133 @@
+"""Lag: the pure computation (lag.py), its poll decision, the plan writing it into status and
+gauges, and the metrics' series with the per-partition flag off and on."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from staticfleet_operator.lag import (
+    LAG_INTERVAL_SECONDS,
+    GroupLag,
+    LagReading,
+    PartitionLag,
+    group_lag,
+    lag_due,
+)
+from staticfleet_operator.metrics import OperatorMetrics
+from tests.operator.test_pass_plan import NOW, group, kafka_spec, plan
+
+T = "orders"
+
+
+@pytest.mark.parametrize(
+    ("log_end", "committed", "lag", "without_commit"),
+    [
+        pytest.param(10, 4, 6, 0, id="commits-behind"),
+        pytest.param(10, 10, 0, 0, id="caught-up"),
+        pytest.param(10, None, 0, 1, id="no-commit-counts-0-and-is-reported"),
+        pytest.param(10, -1, 0, 1, id="offset-fetch-minus-1-is-no-commit"),
+        pytest.param(0, None, 0, 1, id="log-end-0-no-commit"),
+        pytest.param(0, 0, 0, 0, id="log-end-0-committed-0"),
+        pytest.param(5, 8, 0, 0, id="commit-past-a-truncated-log-is-never-negative"),
+    ],
+)
+def test_one_partition(log_end: int, committed: int | None, lag: int, without_commit: int) -> None:
+    commits = {} if committed is None else {(T, 0): committed}
+    result = group_lag(LagReading(log_ends={(T, 0): log_end}, committed=commits))
+    assert (result.total, result.without_commit) == (lag, without_commit)
+    stored = None if committed is None or committed < 0 else committed
+    assert result.partitions == (PartitionLag(T, 0, log_end, stored, lag),)
+
+
+def test_a_partition_the_group_does_not_read_counts_for_nothing() -> None:
+    # Commits of a topic out of the spec (no log end read for it) are ignored.
+    reading = LagReading(
+        log_ends={(T, 0): 10, (T, 1): 7},
+        committed={(T, 0): 3, (T, 1): 7, ("old-topic", 0): 0, (T, 9): 0},
+    )
+    assert group_lag(reading) == GroupLag(
+        total=7,
+        without_commit=0,
+        partitions=(PartitionLag(T, 0, 10, 3, 7), PartitionLag(T, 1, 7, 7, 0)),
+    )
+
+
+def test_no_partitions_no_lag() -> None:
+    assert group_lag(LagReading({}, {})) == GroupLag(0, 0, ())
+
+
+@pytest.mark.parametrize(
+    ("age", "due"),
+    [(None, True), (0.0, False), (LAG_INTERVAL_SECONDS - 0.5, False), (LAG_INTERVAL_SECONDS, True)],
+)
+def test_lag_is_read_at_most_every_interval(age: float | None, due: bool) -> None:
+    last = None if age is None else NOW - timedelta(seconds=age)
+    assert lag_due(last, NOW) is due
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+READING = LagReading(log_ends={(T, 0): 10, (T, 1): 10, (T, 2): 10}, committed={(T, 0): 4})
+
+
+def test_a_reading_goes_into_status_with_its_time_and_into_the_gauges() -> None:
+    result = plan(group(kafka_spec(), lag=READING))
+    assert result.status is not None and result.gauges is not None
+    assert (result.status.lag, result.status.lag_partitions_without_commit) == (6, 2)
+    assert result.status.lag_time == NOW
+    assert result.gauges.lag == 6
+    assert [row.lag for row in result.gauges.lag_partitions] == [6, 0, 0]
+
+
+def test_a_pass_without_a_reading_keeps_the_last_figure_and_its_age() -> None:
+    earlier = (NOW - timedelta(seconds=40)).isoformat()
+    status = {"lag": 12, "lagPartitionsWithoutCommit": 1, "lagTime": earlier}
+    result = plan(group(kafka_spec(), status=status))  # not due, or the read failed
+    assert result.status is not None and result.gauges is not None
+    assert result.status.lag == 12
+    assert result.status.lag_time == NOW - timedelta(seconds=40)
+    assert (result.gauges.lag, result.gauges.lag_partitions) == (12, ())
+
+
+def test_an_embedded_group_has_no_lag() -> None:
+    result = plan(group())
+    assert result.status is not None and result.gauges is not None
+    assert (result.status.lag, result.gauges.lag) == (None, None)
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+GAUGE = "staticfleet_operator_group_lag"
+PARTITION = "staticfleet_operator_group_partition_lag"
+LABELS = {"namespace": "default", "group": "orders"}
+
+
+def observe(metrics: OperatorMetrics, lag: int | None, rows: tuple[PartitionLag, ...]) -> None:
+    metrics.observe_group(
+        "default", "orders", desired=1, ready=1, slots=1, phase="Idle", lag=lag, lag_partitions=rows
+    )
+
+
+ROWS = group_lag(READING).partitions
+
+
+@pytest.mark.parametrize("partition_lag", [False, True])
+def test_total_always_per_partition_only_behind_the_flag(partition_lag: bool) -> None:
+    metrics = OperatorMetrics(partition_lag=partition_lag)
+    sample = metrics.registry.get_sample_value
+    observe(metrics, None, ())
+    assert sample(GAUGE, LABELS) is None  # never read: no series, not a false 0
+    observe(metrics, 6, ROWS)
+    assert sample(GAUGE, LABELS) == 6
+    p0 = sample(PARTITION, {**LABELS, "topic": T, "partition": "0"})
+    p1 = sample(PARTITION, {**LABELS, "topic": T, "partition": "1"})
+    if partition_lag:
+        assert p0 == 6
+        assert p1 is None  # no commit: no series
+    else:
+        assert (p0, p1) == (None, None)
+    metrics.forget_group("default", "orders")
+    assert sample(GAUGE, LABELS) is None
+    assert sample(PARTITION, {**LABELS, "topic": T, "partition": "0"}) is None
