@@ -131,3 +131,12 @@ def test_total_always_per_partition_only_behind_the_flag(partition_lag: bool) ->
     metrics.forget_group("default", "orders")
     assert sample(GAUGE, LABELS) is None
     assert sample(PARTITION, {**LABELS, "topic": T, "partition": "0"}) is None
+
+
+@pytest.mark.parametrize(("argv", "on"), [([], False), (["--partition-lag-metrics"], True)])
+def test_the_operator_flag_reaches_its_options(argv: list[str], on: bool) -> None:
+    from staticfleet.cli import build_parser
+    from staticfleet.commands.operator_cmd import options_from_args
+
+    args = build_parser().parse_args(["operator", "run", *argv])
+    assert options_from_args(args).partition_lag_metrics is on
