@@ -33,7 +33,8 @@ from coordinator.server import AuthConfig, RunningServer, create_app, start_serv
 
 from .helpers import GROUP, TOPIC, member_config
 
-SESSION_MS = 1_000
+# Long enough that a loaded machine does not expire the member by accident.
+SESSION_MS = 2_000
 
 
 class StallingTransport(HttpTransport):

@@ -214,9 +214,21 @@ async def test_rotation_with_members_connected_loses_no_heartbeat(served, ca, tm
     try:
         for member in members:
             await member.wait_for_assignment(timeout=15)
-        generation = members[0].generation_id
-        before = await peer_serial(running.port, ca.cert_path)
+        # Settled: all three stable in one generation (members that joined apart rebalance
+        # once more; their REBALANCE_IN_PROGRESS heartbeats are not the rotation's).
+        deadline = asyncio.get_running_loop().time() + 15
+        while not (
+            len({m.generation_id for m in members}) == 1
+            and all(m.state == "stable" for m in members)
+            and sum(len(m.assignment) for m in members) == 6
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "the members did not settle"
+            await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)
+        generation = members[0].generation_id
+        for transport in transports:
+            transport.heartbeats, transport.failures = 0, []
+        before = await peer_serial(running.port, ca.cert_path)
 
         # As the kubelet updates a mounted Secret: the new pair replaces the old at once.
         fresh = serving_pair(ca, tmp_path / "pki", "rotated")
