@@ -59,11 +59,15 @@ EVENT_ONLY_METRICS = {
     # A hot standby taking over (scenario 9c), adopted pods given a slot (scenarios 6, 9).
     "staticfleet_operator_standby_promotions_total": "a hot standby promotion (scenario 9c)",
     "staticfleet_operator_slot_allocations_total": "adopted pods admitted (scenarios 6, 9)",
+    # Lag is read for Kafka-coordinated groups only (embedded groups have none: docs/operator.md,
+    # Autoscaling); the per-partition series also needs --partition-lag-metrics.
+    "staticfleet_operator_group_lag": "Kafka-coordinated groups only",
+    "staticfleet_operator_group_partition_lag": "Kafka groups, with --partition-lag-metrics",
 }
 # Dashboard queries that select only those series, so they have no data here either.
 EVENT_ONLY_QUERIES = re.compile(
     r"staticfleet_operator_(group_converged|group_epoch|standby_promotions_total"
-    r"|slot_allocations_total)"
+    r"|slot_allocations_total|group_lag|group_partition_lag)"
 )
 DOCUMENTED = re.compile(r"\b((?:staticfleet|process|python)_[a-z0-9_]*[a-z0-9])\b")
 

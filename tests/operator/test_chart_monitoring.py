@@ -84,7 +84,7 @@ def rule_queries() -> list[str]:
 def test_every_metric_the_dashboard_and_the_rules_name_exists() -> None:
     exposed = exposed_names() | PROMETHEUS_SERIES
     queries = dashboard_queries() + rule_queries()
-    assert len(rule_queries()) == 10 and len(dashboard_queries()) > 20
+    assert len(rule_queries()) == 11 and len(dashboard_queries()) > 20
     named = {name for q in queries for name in NAME.findall(q)}
     assert "staticfleet_operator_rollout_paused" in named
     assert sorted(named - exposed) == []
