@@ -4,11 +4,12 @@ KEDA v2.21 (built from its Go module, e2e/keda.py) runs beside the control plane
 ScaledObject's scaleTargetRef is the ConsumerGroup and its trigger is KEDA's own `kafka`
 scaler pointed at the group on the e2e broker (the broker holds the group's commits, so
 KEDA reads the lag there; docs/operator.md "Autoscaling"). The members are slow librdkafka
-consumers (e2e/keda_consumer.py: a fixed cost per record), so a burst builds lag that only
-more members drain. The HPA KEDA makes adds one member per step; each step is one rebalance
-(the first member's `assigned` callbacks), the burst drains, and the group goes back to one
-member: each step down one batch LeaveGroup (the operator's MembersLeft Event) naming
-exactly the removed instance ids. Recorded: the steps, rebalances per step, peak lag, time to drain.
+consumers (`staticfleet.kafka.rdkafka_pod --ms-per-record`: a fixed cost per record), so a
+burst builds lag that only more members drain. The HPA KEDA makes adds one member per step;
+each step is one rebalance (the first member's `assigned` callbacks), the burst drains, and
+the group goes back to one member: each step down one batch LeaveGroup (the operator's
+MembersLeft Event) naming exactly the removed instance ids. Recorded: the steps, rebalances
+per step, peak lag, time to drain.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from e2e.cluster import BUILD, ROOT, Cluster, LocalCluster
+from e2e.cluster import BUILD, Cluster, LocalCluster
 from e2e.fleet import Record, member_logs_from_text, wait_for
 from e2e.groups import IMAGE, apply, namespace
 from e2e.kafka_fleet import describe, kafka_group, operator_events, wait_settled
@@ -121,7 +122,8 @@ def test_keda_scales_a_kafka_group_through_scale(
         "image": IMAGE,
         "command": [
             "python",
-            str(ROOT / "e2e" / "keda_consumer.py"),
+            "-m",
+            "staticfleet.kafka.rdkafka_pod",
             "--ms-per-record",
             str(MS_PER_RECORD),
         ],

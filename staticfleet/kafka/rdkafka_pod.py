@@ -11,6 +11,11 @@ polls until SIGTERM, then closes (a static member sends no LeaveGroup), and prin
 event per line in the shape of `staticfleet member run`'s (`started`, `assigned`, `revoked`,
 `lost`, `stopped`, with `ts_ms` and `partitions`), so `staticfleet.demo.ownership` reads its
 log.
+
+With `--ms-per-record` it also works: it spends that long on every record it reads and
+commits what it processed after each batch, a fixed throughput per member, so a burst
+builds lag that only more members drain (what an autoscaler acts on: e2e/test_9e_keda.py).
+Without it, it only holds its assignment and commits nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from jproperties import Properties  # type: ignore[import-untyped]
 
 
@@ -72,6 +77,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
     parser.add_argument("--session-timeout-ms", type=int, default=30_000)
     parser.add_argument("--group-protocol-env", default="KAFKA_GROUP_PROTOCOL")
+    parser.add_argument(
+        "--ms-per-record",
+        type=float,
+        help="work: spend this long per record and commit after each batch (default: none)",
+    )
+    parser.add_argument("--batch", type=int, default=25, help="records per batch of work")
     args = parser.parse_args(argv)
     env = os.environ
     instance_id = env.get(args.instance_id_env) or ""
@@ -112,12 +123,29 @@ def main(argv: Sequence[str] | None = None) -> None:
     topics = env[args.topics_env].split(",")
     emit("started", instance_id=instance_id, strategy=strategy, pid=os.getpid(), topics=topics)
     consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    processed = 0
     try:
         while not stopping:
-            consumer.poll(0.2)
+            if args.ms_per_record is None:
+                consumer.poll(0.2)
+            else:
+                processed += work(consumer, args.batch, args.ms_per_record)
     finally:
         consumer.close()
-        emit("stopped")
+        emit("stopped", processed=processed)
+
+
+def work(consumer: Consumer, batch: int, ms_per_record: float) -> int:
+    """One batch: read up to `batch` records, spend `ms_per_record` on each, commit them."""
+    done = [r for r in consumer.consume(num_messages=batch, timeout=0.2) if r.error() is None]
+    if not done:
+        return 0
+    time.sleep(len(done) * ms_per_record / 1000)  # the work the records cost
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as error:  # e.g. revoked meanwhile: the next owner redoes it
+        emit("commit_failed", error=str(error))
+    return len(done)
 
 
 if __name__ == "__main__":
