@@ -84,3 +84,13 @@ def test_operator_and_member_commands_load(containerd: Containerd, image: str) -
         proc = _run(containerd, image, "staticfleet", *command, "--help")
         assert proc.returncode == 0, proc.stderr
         assert "usage: staticfleet " + " ".join(command) in proc.stdout
+
+
+def test_the_operator_and_the_coordinator_import_in_the_image(
+    containerd: Containerd, image: str
+) -> None:
+    # --help parses arguments only; the code the commands run is imported after it (the
+    # operator's app.py once needed `cryptography`, which the image lacked).
+    modules = "staticfleet_operator.app, coordinator.server.app, staticfleet.member"
+    proc = _run(containerd, image, "python", "-c", f"import {modules}")
+    assert proc.returncode == 0, proc.stderr
