@@ -46,27 +46,34 @@ build_kube() {
     done
 }
 
-# CoreDNS (e2e/node/go/coredns: CoreDNS's main with the plugins the node's Corefile uses), the
-# cluster DNS the node's pods resolve Service names with (e2e/node/services.py).
-build_coredns() {
-    COREDNS_VERSION="v1.15.0"   # e2e/node/go/coredns/go.mod
-    bin="$BIN_DIR/coredns"
-    stamp="$bin.version"
-    if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$COREDNS_VERSION" ]]; then
-        echo "node build: coredns $COREDNS_VERSION ... reusing $bin"
+# Build package PKG of the Go module in MODDIR into build/node/bin/NAME, unless the
+# binary's stamp (NAME.version) already says VERSION: binaries that do not report their own
+# pinned version the way Kubernetes' do.
+#   go_build_stamped NAME VERSION MODDIR PKG TAGS LDFLAGS
+go_build_stamped() {
+    local name="$1" version="$2" moddir="$3" pkg="$4" tags="$5" flags="$6"
+    local bin="$BIN_DIR/$name" stamp="$BIN_DIR/$name.version" start
+    if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$version" ]]; then
+        echo "node build: $name $version ... reusing $bin"
         return
     fi
-    echo "node build: coredns $COREDNS_VERSION ... building"
+    echo "node build: $name $version ... building"
     start=$(date +%s)
-    (cd "$ROOT/e2e/node/go/coredns" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-        nice -n 10 go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .) || {
+    (cd "$moddir" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
+        nice -n 10 go build -trimpath -tags "$tags" -ldflags "$flags" -o "$bin.tmp" "$pkg") || {
         rm -f "$bin.tmp"
-        echo "node build: FAILED (go build in e2e/node/go/coredns)" >&2
+        echo "node build: FAILED (go build of $name in ${moddir#"$ROOT"/})" >&2
         exit 1
     }
     mv -f "$bin.tmp" "$bin"
-    echo "$COREDNS_VERSION" >"$stamp"
-    echo "node build: coredns built in $(( $(date +%s) - start ))s"
+    echo "$version" >"$stamp"
+    echo "node build: $name built in $(( $(date +%s) - start ))s"
+}
+
+# CoreDNS (e2e/node/go/coredns: CoreDNS's main with the plugins the node's Corefile uses), the
+# cluster DNS the node's pods resolve Service names with (e2e/node/services.py).
+build_coredns() {
+    go_build_stamped coredns "v1.15.0" "$ROOT/e2e/node/go/coredns" . "" "-s -w"   # its go.mod's pin
 }
 
 # containerd v2 (and its runc shim, and ctr): Debian bookworm's containerd 1.6 has no CRI
@@ -74,26 +81,10 @@ build_coredns() {
 build_containerd() {
     CONTAINERD_VERSION="v2.4.2"   # e2e/node/go/containerd/go.mod
     for name in containerd containerd-shim-runc-v2 ctr; do
-        bin="$BIN_DIR/$name"
-        stamp="$bin.version"
-        if [[ -x "$bin" && "$(cat "$stamp" 2>/dev/null)" == "$CONTAINERD_VERSION" ]]; then
-            echo "node build: $name $CONTAINERD_VERSION ... reusing $bin"
-            continue
-        fi
-        echo "node build: $name $CONTAINERD_VERSION ... building"
-        start=$(date +%s)
         # No btrfs, devmapper or zfs snapshotters: overlayfs is the node's, and they need cgo.
-        (cd "$ROOT/e2e/node/go/containerd" && CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -buildvcs=false" \
-            nice -n 10 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
-            -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
-            -o "$bin.tmp" "github.com/containerd/containerd/v2/cmd/$name") || {
-            rm -f "$bin.tmp"
-            echo "node build: FAILED (go build of $name in e2e/node/go/containerd)" >&2
-            exit 1
-        }
-        mv -f "$bin.tmp" "$bin"
-        echo "$CONTAINERD_VERSION" >"$stamp"
-        echo "node build: $name built in $(( $(date +%s) - start ))s"
+        go_build_stamped "$name" "$CONTAINERD_VERSION" "$ROOT/e2e/node/go/containerd" \
+            "github.com/containerd/containerd/v2/cmd/$name" "no_btrfs no_devmapper no_zfs" \
+            "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
     done
 }
 
