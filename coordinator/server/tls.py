@@ -36,6 +36,16 @@ class TlsFiles:
     cert_file: Path
     key_file: Path
 
+    @classmethod
+    def optional(cls, cert_file: Path | None, key_file: Path | None, flags: str) -> TlsFiles | None:
+        """The pair when both are given, None when neither is (plain HTTP); only one of
+        them is a `TlsConfigError` that names the two `flags`."""
+        if cert_file is None and key_file is None:
+            return None
+        if cert_file is None or key_file is None:
+            raise TlsConfigError(f"{flags} go together")
+        return cls(cert_file, key_file)
+
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:
     """A server context serving `files`; `TlsConfigError` when they cannot be loaded."""

@@ -370,15 +370,16 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _tls(args: argparse.Namespace) -> ReloadingTls | None:
-    if (args.tls_cert_file is None) != (args.tls_key_file is None):
-        raise ValueError("--tls-cert-file and --tls-key-file go together")
-    if args.tls_cert_file is None:
+    files = TlsFiles.optional(
+        args.tls_cert_file, args.tls_key_file, "--tls-cert-file and --tls-key-file"
+    )
+    if files is None:
         return None
     if args.insecure_http:
         raise ValueError("--insecure-http contradicts --tls-cert-file: choose one")
     if not args.tls_reload_interval > 0:
         raise ValueError("--tls-reload-interval must be positive")
-    return ReloadingTls(TlsFiles(args.tls_cert_file, args.tls_key_file))
+    return ReloadingTls(files)
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -170,11 +170,11 @@ def coordinator_tls(args: argparse.Namespace) -> Any:
     ca_dir = getattr(args, "coordinator_tls_ca_dir", None)
     if ca_dir is not None:
         return _issuer(args, ca_dir, cert is not None or key is not None)
-    if (cert is None) != (key is None):
-        raise ValueError("--coordinator-tls-cert-file and --coordinator-tls-key-file go together")
-    if cert is None or key is None:
+    files = TlsFiles.optional(
+        cert, key, "--coordinator-tls-cert-file and --coordinator-tls-key-file"
+    )
+    if files is None:
         return None
-    files = TlsFiles(cert, key)
     server_context(files)
     return files
 
