@@ -63,6 +63,10 @@ EVENT_ONLY_METRICS = {
     # Autoscaling); the per-partition series also needs --partition-lag-metrics.
     "staticfleet_operator_group_lag": "Kafka-coordinated groups only",
     "staticfleet_operator_group_partition_lag": "Kafka groups, with --partition-lag-metrics",
+    # A Kafka cluster that does not answer or refuses (tests/operator/test_kafka_secured_kmock.py);
+    # the coordinator's certificate when it serves TLS (tests/server/test_tls.py): 9f is plain.
+    "staticfleet_operator_kafka_unreachable": "a Kafka cluster unreachable or refusing",
+    "staticfleet_coordinator_tls_certificate_expiry_timestamp_seconds": "a coordinator on TLS",
 }
 # Dashboard queries that select only those series, so they have no data here either.
 EVENT_ONLY_QUERIES = re.compile(

@@ -69,10 +69,19 @@ class GroupSource(Protocol):
     async def describe_groups(self, group_ids: list[str]) -> list[DescribedGroup]: ...
 
 
+class ServingCertificate(Protocol):
+    """The serving TLS (coordinator/server/tls.py `ReloadingTls`): when its certificate
+    expires, None when unknown."""
+
+    @property
+    def not_after(self) -> float | None: ...
+
+
 class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         register_defaults(self.registry)
+        self._certificate_expiry: Gauge | None = None
         # A group's label is `group`, as in the operator's series (staticfleet_operator_*).
         self.rebalances = Counter(
             "staticfleet_group_rebalances",
@@ -124,6 +133,18 @@ class ServerMetrics:
             ["operation", "error"],
             registry=self.registry,
         )
+
+    def serve_certificate(self, tls: ServingCertificate) -> None:
+        """Export when the serving certificate expires (read at scrape time, so a reload
+        shows at once). No series without TLS, or when its expiry cannot be read."""
+        if tls.not_after is None or self._certificate_expiry is not None:
+            return
+        self._certificate_expiry = Gauge(
+            "staticfleet_coordinator_tls_certificate_expiry_timestamp_seconds",
+            "When the coordinator's serving certificate expires (notAfter, Unix seconds)",
+            registry=self.registry,
+        )
+        self._certificate_expiry.set_function(lambda: tls.not_after or 0.0)
 
     def on_journal_event(self, event: JournalEvent) -> None:
         """Journal listener; runs inside the coordinator, so it must never raise."""

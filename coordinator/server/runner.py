@@ -91,6 +91,8 @@ async def start_server(
     `tls`: serve HTTPS with its certificate, reloaded from its files every
     `tls_reload_interval_s` when they change (coordinator/server/tls.py)."""
     guard = app[CONTEXT].connection_guard
+    if tls is not None:
+        app[CONTEXT].metrics.serve_certificate(tls)
     if access_log:
         # The access log is aiohttp's: it would miss the heartbeats the fast path answers.
         guard.fast_path = None

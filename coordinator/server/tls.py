@@ -78,11 +78,27 @@ def fingerprint(files: TlsFiles) -> bytes | None:
     return digest.digest()
 
 
+def certificate_not_after(cert_file: Path) -> float | None:
+    """When the first certificate in `cert_file` (the leaf) expires, in Unix seconds; None
+    when it cannot be read or `cryptography` is not installed (the standard library's ssl
+    cannot parse a certificate it is not verifying). The operator's image has it."""
+    try:
+        from cryptography import x509
+    except ImportError:
+        return None
+    try:
+        leaf = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return leaf.not_valid_after_utc.timestamp()
+
+
 class ReloadingTls:
     """The context to listen with (`context`) and the reload of its certificate.
 
     `reload_if_changed()` loads the files again when their bytes changed; `watch()` calls it
-    every `interval_s` until cancelled.
+    every `interval_s` until cancelled. `not_after` is when the serving certificate expires
+    (the coordinator's /metrics exports it, for the expiry alert).
     """
 
     def __init__(self, files: TlsFiles) -> None:
@@ -91,6 +107,7 @@ class ReloadingTls:
         self._current = self.context
         self._fingerprint = fingerprint(files)
         self.reloads = 0
+        self.not_after = certificate_not_after(files.cert_file)
         self.context.sni_callback = self._choose
 
     def _choose(
@@ -115,6 +132,7 @@ class ReloadingTls:
         self._current = context
         self._fingerprint = current
         self.reloads += 1
+        self.not_after = certificate_not_after(self.files.cert_file)
         log.info("TLS: loaded a new serving certificate from %s", self.files.cert_file)
         return True
 

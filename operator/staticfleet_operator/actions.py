@@ -179,6 +179,9 @@ class PassResult:
     wake_in: float | None = None
     # Kafka tells the operator nothing: its describe is polled.
     poll: bool = False
+    # A Kafka group whose cluster did not answer or refused the operator: the reason
+    # (`GroupObservation.unreachable`), None when it answered.
+    unreachable: str | None = None
     # The spec is invalid: only an edit of it (an event) makes the next pass useful.
     invalid: bool = False
     # The status records intent (a rollout step, promotions): written before the actions

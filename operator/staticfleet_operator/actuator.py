@@ -88,6 +88,8 @@ class Actuator:
                 await self._apply(action)
         if not result.write_ahead:
             await self._report(result)
+        if result.poll:
+            self.op.metrics.kafka_reached(self.ref.namespace, self.ref.name, result.unreachable)
         if gauges is not None:
             self.op.metrics.observe_group(
                 self.ref.namespace,

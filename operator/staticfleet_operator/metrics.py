@@ -114,6 +114,14 @@ class OperatorMetrics:
             ["namespace", "group", "topic", "partition"],
             registry=self.registry,
         )
+        self.kafka_unreachable = Gauge(
+            f"{PREFIX}_kafka_unreachable",
+            "1 while a Kafka-coordinated ConsumerGroup's cluster does not answer the operator "
+            "(reason CoordinatorUnreachable) or refuses it (the refusal's reason, e.g. "
+            "KafkaAuthenticationFailed); no series while it answers",
+            ["namespace", "group", "reason"],
+            registry=self.registry,
+        )
         self.member_bounces = Counter(
             f"{PREFIX}_member_bounces",
             "Members recreated by a rollout, by phase (Bounce1, Bounce2, StaticBounce)",
@@ -229,6 +237,16 @@ class OperatorMetrics:
         self.batch_leaves.labels(namespace, group)
         self.batch_leave_members.labels(namespace, group)
 
+    def kafka_reached(self, namespace: str, group: str, problem: str | None) -> None:
+        """A Kafka group's pass reached its cluster (`problem` None) or did not (its reason):
+        one series while a problem stands, none once the cluster answers again."""
+        for labels in _series_of(self.kafka_unreachable, namespace, group):
+            if labels["reason"] != problem:
+                with contextlib.suppress(KeyError):
+                    self.kafka_unreachable.remove(namespace, group, labels["reason"])
+        if problem is not None:
+            self.kafka_unreachable.labels(namespace, group, problem).set(1)
+
     # --- events ------------------------------------------------------------------------------
 
     def bounced(self, namespace: str, group: str, phase: RolloutPhase | str) -> None:
@@ -272,6 +290,7 @@ class OperatorMetrics:
             with contextlib.suppress(KeyError):
                 self.rollout_blocked.remove(namespace, group, reason)
         self._forget_partition_lag(namespace, group)
+        self.kafka_reached(namespace, group, None)
         for metric in (
             self.group_lag,
             self.group_converged,
@@ -285,12 +304,19 @@ class OperatorMetrics:
                 metric.remove(namespace, group)
 
     def _forget_partition_lag(self, namespace: str, group: str) -> None:
-        # prometheus_client cannot remove by a label prefix: find the group's series.
-        for metric in self.group_partition_lag.collect():
-            for sample in metric.samples:
-                labels = sample.labels
-                if labels["namespace"] == namespace and labels["group"] == group:
-                    with contextlib.suppress(KeyError):
-                        self.group_partition_lag.remove(
-                            namespace, group, labels["topic"], labels["partition"]
-                        )
+        for labels in _series_of(self.group_partition_lag, namespace, group):
+            with contextlib.suppress(KeyError):
+                self.group_partition_lag.remove(
+                    namespace, group, labels["topic"], labels["partition"]
+                )
+
+
+def _series_of(gauge: Gauge, namespace: str, group: str) -> list[dict[str, str]]:
+    """The label sets of `gauge`'s series for one group (prometheus_client cannot remove
+    by a label prefix, so the group's series are found first)."""
+    return [
+        sample.labels
+        for metric in gauge.collect()
+        for sample in metric.samples
+        if sample.labels["namespace"] == namespace and sample.labels["group"] == group
+    ]

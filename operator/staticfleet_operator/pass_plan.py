@@ -296,9 +296,8 @@ def _unreachable(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     )
     step.report_once(problem.reason, problem.message)
     unreachable = problem.reason == UNREACHABLE
-    return step.result(
-        "coordinator unreachable" if unreachable else f"refused: {problem.reason}", status
-    )
+    summary = "coordinator unreachable" if unreachable else f"refused: {problem.reason}"
+    return replace(step.result(summary, status), unreachable=problem.reason)
 
 
 # --- adopted mode ----------------------------------------------------------------------------

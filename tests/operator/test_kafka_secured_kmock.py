@@ -100,6 +100,10 @@ async def test_refusals_are_reported_as_themselves_then_the_fixed_secret_is_used
         assert [e["reason"] for e in events].count("KafkaAuthenticationFailed") == 1
         assert "CoordinatorUnreachable" not in {e["reason"] for e in events}
         assert all("wrong-one" not in e.get("message", "") for e in events)
+        # The alert's series (StaticfleetKafkaAccessRefused): the refusal's own reason.
+        unreachable = "staticfleet_operator_kafka_unreachable"
+        labels = {"namespace": NAMESPACE, "group": "orders"}
+        assert cluster.metric(unreachable, **labels, reason="KafkaAuthenticationFailed") == 1
 
         # The Secret fixed: the next pass connects with it and the group is not degraded.
         await kube.patch_secret(
@@ -115,6 +119,7 @@ async def test_refusals_are_reported_as_themselves_then_the_fixed_secret_is_used
             return body if ready is not None and ready["status"] == "True" else None
 
         await cluster.eventually(healthy, timeout=30, what="Ready with the fixed password")
+        assert cluster.metric(unreachable, **labels, reason="KafkaAuthenticationFailed") is None
 
         # The members' configuration: one file, librdkafka names, the CA inline. (Written
         # by the same pass, after its status: the status write goes first.)

@@ -201,3 +201,21 @@ def test_a_consumer_protocol_group_has_convergence_and_epoch_series_a_classic_on
     metrics.observe_group("ns", "orders", **common, converged=True, group_epoch=6)
     metrics.forget_group("ns", "orders")
     assert value(metrics, converged, **labels) is None and value(metrics, epoch, **labels) is None
+
+
+def test_a_kafka_cluster_unreachable_or_refusing_has_one_series_until_it_answers() -> None:
+    metrics = OperatorMetrics()
+    name = "staticfleet_operator_kafka_unreachable"
+    metrics.kafka_reached("ns", "orders", "CoordinatorUnreachable")
+    metrics.kafka_reached("ns", "other", "KafkaAuthenticationFailed")
+    assert value(metrics, name, namespace="ns", group="orders", reason="CoordinatorUnreachable")
+    # Reached, but refused: the reason moves, never two series for one group.
+    metrics.kafka_reached("ns", "orders", "KafkaAuthenticationFailed")
+    assert [labels["reason"] for n, labels in series_of(metrics, "orders") if n == name] == [
+        "KafkaAuthenticationFailed"
+    ]
+    metrics.kafka_reached("ns", "orders", None)
+    assert [n for n, _ in series_of(metrics, "orders") if n == name] == []
+    assert value(metrics, name, namespace="ns", group="other", reason="KafkaAuthenticationFailed")
+    metrics.forget_group("ns", "other")
+    assert [n for n, _ in series_of(metrics, "other") if n == name] == []

@@ -437,6 +437,7 @@ def test_a_kafka_cluster_unreachable_is_reported_once_and_nothing_is_acted_on() 
     result = plan(observation)
     assert result.actions == () and reasons(result) == [UNREACHABLE]
     assert result.poll  # a Kafka cluster tells nothing: polled
+    assert result.unreachable == UNREACHABLE  # staticfleet_operator_kafka_unreachable
     assert result.status is not None
     degraded = {c.type: c for c in result.status.conditions}["Degraded"]
     assert degraded.reason == UNREACHABLE
@@ -445,6 +446,7 @@ def test_a_kafka_cluster_unreachable_is_reported_once_and_nothing_is_acted_on() 
     # Reachable again: forgotten, so the next outage is reported again.
     back = plan(group(kafka_spec(), pods=(member(0),), topic_partitions={"orders": 6}), memory)
     assert back.remember.reported.get(UNREACHABLE, "kept") is None
+    assert back.poll and back.unreachable is None
 
 
 def test_a_topic_the_kafka_cluster_lacks_is_reported_and_nothing_is_raised() -> None:

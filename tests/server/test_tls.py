@@ -131,7 +131,7 @@ async def peer_serial(port: int, ca_file: Path) -> int:
 
 
 async def test_members_over_https_and_the_metrics_route(served, ca):
-    running, _ = served
+    running, pair = served
     assert running.url.startswith("https://127.0.0.1:")
     context = client_context(ca.cert_path)
     transport = HttpTransport(running.url, ssl_context=context)
@@ -147,7 +147,15 @@ async def test_members_over_https_and_the_metrics_route(served, ca):
         http.get(running.url + "/metrics", ssl=context) as response,
     ):
         assert response.status == 200
-        assert "staticfleet_" in await response.text()
+        text = await response.text()
+    # The expiry alert's series: the serving certificate's notAfter.
+    expires = x509.load_pem_x509_certificate(pair.cert.read_bytes()).not_valid_after_utc
+    (line,) = [
+        line
+        for line in text.splitlines()
+        if line.startswith("staticfleet_coordinator_tls_certificate_expiry_timestamp_seconds ")
+    ]
+    assert float(line.split()[1]) == expires.timestamp()
 
 
 async def test_a_member_refuses_a_coordinator_it_does_not_trust(served, tmp_path):
@@ -231,7 +239,8 @@ async def test_rotation_with_members_connected_loses_no_heartbeat(served, ca, tm
         before = await peer_serial(running.port, ca.cert_path)
 
         # As the kubelet updates a mounted Secret: the new pair replaces the old at once.
-        fresh = serving_pair(ca, tmp_path / "pki", "rotated")
+        renewed_until = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=3)
+        fresh = serving_pair(ca, tmp_path / "pki", "rotated", valid_until=renewed_until)
         for source, target in ((fresh.cert, pair.cert), (fresh.key, pair.key)):
             staged = target.with_suffix(".new")
             staged.write_bytes(source.read_bytes())
@@ -244,6 +253,8 @@ async def test_rotation_with_members_connected_loses_no_heartbeat(served, ca, tm
             await asyncio.sleep(RELOAD_S)
         after = await peer_serial(running.port, ca.cert_path)
         assert after != before  # a new handshake gets the new certificate
+        rotated = x509.load_pem_x509_certificate(fresh.cert.read_bytes())
+        assert tls.not_after == rotated.not_valid_after_utc.timestamp()  # what /metrics shows
 
         # New connections of the members themselves verify against the same CA.
         for transport in transports:
