@@ -23,6 +23,11 @@ class RebalanceProtocolSetting(StrEnum):
     COOPERATIVE = "cooperative"
     """Offer the cooperative assignor only; keep owned partitions across rebalances."""
 
+    CONSUMER = "consumer"
+    """Kafka's consumer group protocol (KIP-848): no classic assignor is offered, the broker
+    assigns (`group.remote.assignor`) and the member reconciles towards its target. Only on
+    a Kafka cluster (kafka://); what the operator writes when a fleet migrates to it."""
+
 
 @dataclass(frozen=True, slots=True)
 class MemberConfig:
