@@ -46,6 +46,9 @@ class GroupMemory:
     disruption_budget: str | None = None
     # The last pass waits on a clock (an adopted slot's grace period, an admission's).
     timed: bool = False
+    # Kafka groups: when this process last read the group's lag (status.lagTime moves only
+    # when the figure does, so it cannot say when the next read is due).
+    lag_read: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,8 @@ class MemoryUpdate:
     secrets: frozenset[str] = frozenset()
     # The members' PodDisruptionBudget was found as wanted (members.budget_key).
     disruption_budget: str | None = None
+    # The pass read the group's lag (at this time).
+    lag_read: datetime | None = None
 
 
 class Memories:
@@ -103,6 +108,8 @@ class Memories:
         self._index_secrets(memory, update.secrets)
         if update.disruption_budget is not None:
             memory.disruption_budget = update.disruption_budget
+        if update.lag_read is not None:
+            memory.lag_read = update.lag_read
 
     def _index_secrets(self, memory: GroupMemory, secrets: frozenset[str]) -> None:
         namespace = memory.ref.namespace

@@ -94,7 +94,9 @@ async def observe(
         found["unreachable"] = Unreachable(error.reason, message)
         return replace(base, **found), None
     found["described"] = described
-    if isinstance(backend, KafkaBackend) and lag_due(base.status.lag_time, base.now):
+    memory = op.memories.get(ref)
+    last_read = memory.lag_read if memory is not None and memory.lag_read else base.status.lag_time
+    if isinstance(backend, KafkaBackend) and lag_due(last_read, base.now):
         found["lag"] = await _lag(backend, spec)
     if spec.coordinator.is_kafka:
         if op.journal is not None and found.get("consumer_group") is None:

@@ -158,6 +158,7 @@ class _Pass:
                 reported=self.reported,
                 secrets=secrets_read(spec, ref.name) if spec is not None else frozenset(),
                 disruption_budget=self.budget_found,
+                lag_read=self.observation.now if self.observation.lag is not None else None,
             ),
         )
 
@@ -612,13 +613,20 @@ def _missing_expected(
 
 
 def _lag(observation: GroupObservation, status: ConsumerGroupStatus, gauges: Gauges) -> Gauges:
-    """Lag read this pass goes into status (with its time) and the gauges; a pass that did
-    not read it leaves status' last figure, which the total gauge keeps showing."""
+    """Lag read this pass goes into status and the gauges; a pass that did not read it
+    leaves status' last figure, which the total gauge keeps showing. lagTime is when the
+    figure was read as it stands: an unchanged reading leaves status alone (a status write
+    per Kafka group every 15 s for a new timestamp only, otherwise)."""
     if observation.lag is not None:
         lag = group_lag(observation.lag)
-        status.lag = lag.total
-        status.lag_partitions_without_commit = lag.without_commit
-        status.lag_time = observation.now.replace(microsecond=0)
+        changed = (status.lag, status.lag_partitions_without_commit) != (
+            lag.total,
+            lag.without_commit,
+        )
+        if changed or status.lag_time is None:
+            status.lag = lag.total
+            status.lag_partitions_without_commit = lag.without_commit
+            status.lag_time = observation.now.replace(microsecond=0)
         return replace(gauges, lag=lag.total, lag_partitions=lag.partitions)
     return replace(gauges, lag=status.lag)
 

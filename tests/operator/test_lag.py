@@ -91,6 +91,22 @@ def test_a_pass_without_a_reading_keeps_the_last_figure_and_its_age() -> None:
     assert (result.gauges.lag, result.gauges.lag_partitions) == (12, ())
 
 
+def test_an_unchanged_reading_leaves_status_alone_and_is_remembered() -> None:
+    earlier = (NOW - timedelta(seconds=40)).isoformat()
+    # The figures READING gives (6 records behind, 2 partitions without a commit).
+    status = {"lag": 6, "lagPartitionsWithoutCommit": 2, "lagTime": earlier}
+    result = plan(group(kafka_spec(), status=status, lag=READING))
+    assert result.status is not None and result.gauges is not None
+    # Same figures: lagTime stays (no status write for a new timestamp), the gauges refresh,
+    # and memory says when the read was, so the next one is due 15 s after it.
+    assert result.status.lag_time == NOW - timedelta(seconds=40)
+    assert result.gauges.lag == 6 and result.remember.lag_read == NOW
+    moved = plan(group(kafka_spec(), status={**status, "lag": 7}, lag=READING))
+    assert moved.status is not None and moved.status.lag_time == NOW
+    unread = plan(group(kafka_spec(), status=status))
+    assert unread.remember.lag_read is None
+
+
 def test_an_embedded_group_has_no_lag() -> None:
     result = plan(group())
     assert result.status is not None and result.gauges is not None

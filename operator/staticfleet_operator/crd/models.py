@@ -1376,7 +1376,8 @@ class ConsumerGroupStatus(StatusModel):
     """Kafka-coordinated groups: partitions of the spec's topics the group has no commit for
     (their lag is not counted: where they start is the members' auto.offset.reset)."""
     lag_time: datetime | None = None
-    """When lag was last read."""
+    """When lag was read as it stands (a reading that finds the same figures does not move
+    it, so a fleet at rest costs no status write per read)."""
 
     @field_validator("rollout", mode="wrap")
     @classmethod
