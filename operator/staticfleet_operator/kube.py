@@ -86,6 +86,12 @@ class Forbidden(KubeError):
     """403: RBAC does not allow it."""
 
 
+class NamespaceTerminating(Forbidden):
+    """403 from the API server's NamespaceLifecycle admission: the namespace is being
+    deleted, so nothing new can be made in it (its Status names the cause
+    `NamespaceTerminating`)."""
+
+
 class NotFound(KubeError):
     """404: no such object (or resource)."""
 
@@ -111,9 +117,16 @@ def error_of(error: ApiException) -> KubeError:
     """The typed error for a refused request (the message from the API's Status body)."""
     status = int(error.status or 0)
     message = str(error.body or "")[:500]
+    causes: list[str] = []
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        message = str(json.loads(error.body).get("message") or message)
-    return _KINDS.get(status, KubeError)(status, str(error.reason or ""), message)
+        body = json.loads(error.body)
+        message = str(body.get("message") or message)
+        # A StatusCause's type is serialized as `reason`.
+        causes = [str(c.get("reason")) for c in (body.get("details") or {}).get("causes") or ()]
+    kind = _KINDS.get(status, KubeError)
+    if status == 403 and "NamespaceTerminating" in causes:
+        kind = NamespaceTerminating
+    return kind(status, str(error.reason or ""), message)
 
 
 # --- clients from Kopf's credentials ----------------------------------------------------------

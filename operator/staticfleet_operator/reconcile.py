@@ -24,6 +24,7 @@ from staticfleet_operator.backends import CoordinatorUnreachable, leave_errors
 from staticfleet_operator.context import Operator
 from staticfleet_operator.crd import Mode, parse_spec, validate_spec
 from staticfleet_operator.group_ref import GroupRef
+from staticfleet_operator.kube import NamespaceTerminating
 from staticfleet_operator.observer import observe, observe_member_token
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.pass_plan import plan_member_token, plan_pass
@@ -81,7 +82,13 @@ async def _pass(op: Operator, ref: GroupRef) -> tuple[str, PassResult | None]:
             else:
                 observation, backend = observed
                 result = plan_pass(observation, memory)
-                done = await Actuator(op, observation, memory, backend).apply(result)
+                try:
+                    done = await Actuator(op, observation, memory, backend).apply(result)
+                except NamespaceTerminating as error:
+                    # The namespace goes, and the group with it (its finalizer runs): a pass
+                    # refused here did nothing wrong, so it counts as no reconcile error.
+                    log.info("group %s: namespace terminating: %s", ref, error.message)
+                    done = "namespace terminating"
             # Gone, invalid or reconciled: nothing more to wait for before being ready.
             op.tokens_gate.reconciled(ref)
     except Exception:
