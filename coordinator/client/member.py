@@ -335,6 +335,22 @@ class GroupMember:
                 code, f"offset commit by {self._label()} failed"
             )
 
+    async def lose_partitions_if_session_expired(self) -> None:
+        """Call before processing records. A member unheard by the coordinator for a session
+        timeout (its process stopped, starved, or cut off) may have had its partitions given
+        to another member: it loses them now, before it processes another record, rather than
+        when its heartbeat task runs. A process woken from SIGSTOP runs its poll loop first,
+        and a heartbeat to a stalled coordinator hangs for the request timeout: until then
+        this member and the partitions' new owner would both process them (found by the
+        fault soak, docs/soak.md)."""
+        if self._state is not MemberState.STABLE or not self._owned or not self._session_expired():
+            return
+        logger.warning("member %s: no contact for a session timeout", self._label())
+        self._reset_to(Reset.GENERATION)
+        owned, self._owned = self._owned, frozenset()
+        self._request_rejoin("no contact with the coordinator for a session timeout")
+        await invoke(self._listener.on_partitions_lost, owned)
+
     async def fetch_committed(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, int]:

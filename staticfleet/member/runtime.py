@@ -189,6 +189,9 @@ async def _consume_until_stopped(
     try:
         while not stop.is_set() and not fatal.done():
             try:
+                # A session that lapsed while this loop could not run (a stop, a stall) may
+                # have given the partitions away: lose them before touching another record.
+                await member.lose_partitions_if_session_expired()
                 consumed = consumer.consume_available(settings.max_poll_records)
                 if asyncio.get_running_loop().time() >= next_commit:
                     await consumer.commit()
