@@ -37,6 +37,13 @@ demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka b
 test: install java-assignors kafka java-peer ## the whole test suite (builds the Kafka broker's jars and the Java peers once)
 	$(PY) -m pytest -q
 
+# The fault soak (docs/soak.md): not in CI (30 minutes); its 35 s smoke is in make test.
+SOAK_SEED ?= 25
+SOAK_DURATION ?= 30m
+.PHONY: soak
+soak: install ## the seeded fault soak (SOAK_SEED, SOAK_DURATION=30m) -> bench/results/soak.json
+	nice -n 10 $(VENV)/bin/staticfleet soak --seed $(SOAK_SEED) --duration $(SOAK_DURATION) --report bench/results/soak.json
+
 test-fast: install java-assignors ## the tests without the slow process-level, crash and Kafka broker tests
 	$(PY) -m pytest -q -m "not slow and not crash and not kafka"
 

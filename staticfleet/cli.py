@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES: list[tuple[str, str]] = [
     ("crds", "staticfleet.commands.crds_cmd"),
     ("spark", "staticfleet.commands.spark_cmd"),
     ("operator", "staticfleet.commands.operator_cmd"),
+    ("soak", "staticfleet.commands.soak_cmd"),
 ]
 
 EXIT_MISSING_EXTRA = 2

@@ -1,0 +1,166 @@
+"""The soak's checker and plan: pure functions over rows, no processes (well under 1 s)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import pytest
+
+from staticfleet.soak.arguments import parse_duration
+from staticfleet.soak.checker import (
+    GroupSpec,
+    Interval,
+    Process,
+    commit_regressions,
+    converged,
+    holdings,
+    overlaps,
+    percentiles,
+    resumed_at,
+    running,
+    sampled_regressions,
+    static_members_not_back,
+)
+from staticfleet.soak.plan import FaultKind, draw_fault
+
+KEY = ("g", "events", 0)
+
+
+def process(name: str, rows: list[dict[str, object]], **overrides: object) -> Process:
+    fields: dict[str, object] = {
+        "slot": name,
+        "incarnation": 1,
+        "group_id": "g",
+        "rows": rows,
+        "start_ms": 0,
+        "end_ms": None,
+        "how": "running",
+        "exit_code": None,
+        "paused": (),
+    }
+    fields.update(overrides)
+    return Process(**fields)  # type: ignore[arg-type]
+
+
+def row(ts: int, event: str, **fields: object) -> dict[str, object]:
+    return {"ts_ms": ts, "event": event, **fields}
+
+
+def test_a_holding_ends_at_revoke_lost_stop_or_death() -> None:
+    rows = [row(10, "assigned", partitions=[["events", 0], ["events", 1]])]
+    rows.append(row(20, "revoked", partitions=[["events", 0]]))
+    held = holdings(process("a", rows, end_ms=50, how="killed"), run_end_ms=99)
+    assert sorted((i.key[2], i.start_ms, i.end_ms) for i in held) == [(0, 10, 20), (1, 10, 50)]
+    stopped = holdings(process("b", [*rows, row(30, "stopped")]), run_end_ms=99)
+    assert sorted((i.key[2], i.end_ms) for i in stopped) == [(0, 20), (1, 30)]
+
+
+def test_overlaps_are_half_open_and_between_processes() -> None:
+    a = Interval(KEY, "a#1", 0, 10)
+    assert overlaps([a, Interval(KEY, "b#1", 10, 20)]) == []
+    assert overlaps([a, Interval(KEY, "a#1", 5, 20)]) == []  # one process, re-assigned
+    found = overlaps([a, Interval(KEY, "b#1", 7, 20)])
+    assert [(f["processes"], f["overlap_ms"]) for f in found] == [(["a#1", "b#1"], 3)]
+
+
+def test_a_stopped_process_owns_nothing_while_stopped() -> None:
+    pieces = running(Interval(KEY, "a#1", 0, 100), [(10, 20), (50, 200)])
+    assert [(p.start_ms, p.end_ms) for p in pieces] == [(0, 10), (20, 50)]
+
+
+def test_a_woken_process_runs_from_its_first_line_at_most_a_grace_later() -> None:
+    rows = [row(5, "commit"), row(107, "lost")]
+    assert resumed_at(rows, 100) == 107
+    assert resumed_at(rows, 100_000) == 101_000
+
+
+def test_a_zombie_that_works_before_it_logs_lost_is_two_running_owners() -> None:
+    # The member before the fix: woken at 1000, a failed commit at 1007, lost at 1009,
+    # while b has held the partition since 900.
+    zombie_rows = [
+        row(0, "assigned", partitions=[["events", 0]]),
+        row(1007, "commit_failed", partitions=[["events", 0]]),
+        row(1009, "lost", partitions=[["events", 0]]),
+    ]
+    zombie = process("a", zombie_rows, paused=((100, resumed_at(zombie_rows, 1000)),))
+    owner = process("b", [row(900, "assigned", partitions=[["events", 0]])])
+    intervals = [
+        piece for p in (zombie, owner) for h in holdings(p, 2000) for piece in running(h, p.paused)
+    ]
+    assert [f["overlap_ms"] for f in overlaps(intervals)] == [2]
+    # After the fix its first line is `lost`: no overlap.
+    fixed_rows = [zombie_rows[0], row(1002, "lost", partitions=[["events", 0]])]
+    fixed = process("a", fixed_rows, paused=((100, resumed_at(fixed_rows, 1000)),))
+    intervals = [
+        piece for p in (fixed, owner) for h in holdings(p, 2000) for piece in running(h, p.paused)
+    ]
+    assert overlaps(intervals) == []
+
+
+def test_commit_regressions_need_a_strictly_later_lower_acknowledgement() -> None:
+    commits = [(1, KEY, 10, "a#1"), (1, KEY, 8, "b#1"), (2, KEY, 12, "b#1"), (3, KEY, 11, "a#1")]
+    found = commit_regressions(commits)
+    assert [(f["earlier"]["offset"], f["later"]["offset"]) for f in found] == [(12, 11)]
+
+
+def test_sampled_offsets_must_not_go_down() -> None:
+    samples = [
+        {"ts_ms": 1, "offsets": {"g": [["events", 0, 5]]}},
+        {"ts_ms": 2, "offsets": {}},  # the coordinator was down: no reading
+        {"ts_ms": 3, "offsets": {"g": [["events", 0, 4]]}},
+    ]
+    assert [f["later"]["offset"] for f in sampled_regressions(samples)] == [4]
+
+
+def test_converged_needs_stable_every_instance_and_the_live_member_ids() -> None:
+    spec = GroupSpec("g", static=True, protocol="eager", members=2)
+    members = [
+        {"member_id": "m0", "group_instance_id": "member-0"},
+        {"member_id": "m1", "group_instance_id": "member-1"},
+    ]
+    described = {"group_state": "Stable", "members": members}
+    assert converged(described, spec, {"m0", "m1"})
+    assert not converged({**described, "group_state": "CompletingRebalance"}, spec, {"m0", "m1"})
+    assert not converged(described, spec, {"m0", "old"})  # a process not back under its id
+    assert not converged({**described, "members": members[:1]}, spec, {"m0"})
+
+
+def test_the_plan_is_the_seed_and_covers_every_kind() -> None:
+    slots = ["g/member-0", "g/member-1"]
+    first = [draw_fault(random.Random(7), slots, 3000) for _ in range(3)]
+    again = [draw_fault(random.Random(7), slots, 3000) for _ in range(3)]
+    assert first == again
+    rng = random.Random(1)
+    faults = [draw_fault(rng, slots, 3000) for _ in range(200)]
+    assert {f.kind for f in faults} == set(FaultKind)
+    for fault in faults:
+        if fault.kind in (FaultKind.MEMBER_PAUSE, FaultKind.COORDINATOR_PAUSE_LONG):
+            assert fault.duration_ms > 3000  # past the session timeout
+        if fault.kind is FaultKind.COORDINATOR_PAUSE_SHORT:
+            assert fault.duration_ms < 3000
+        assert (fault.target != "") == fault.kind.value.startswith("member")
+
+
+def test_percentiles_and_durations() -> None:
+    assert percentiles([]) == {"count": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    stats = percentiles(list(range(1, 101)))
+    assert (stats["p50_ms"], stats["p99_ms"], stats["max_ms"]) == (50, 99, 100)
+    assert parse_duration("30m") == 1800 and parse_duration("90") == 90
+    with pytest.raises(argparse.ArgumentTypeError, match="not a duration"):
+        parse_duration("soon")
+
+
+def test_the_journal_must_end_with_every_static_member_in_the_group() -> None:
+    spec = GroupSpec("g", static=True, protocol="eager", members=2)
+    journal = [
+        {"group_id": "g", "kind": "member_joined", "group_instance_id": "member-0"},
+        {"group_id": "g", "kind": "member_joined", "group_instance_id": "member-1"},
+        {"group_id": "g", "kind": "member_removed", "group_instance_id": "member-1"},
+        {"group_id": "g", "kind": "member_removed", "group_instance_id": "member-0"},
+        {"group_id": "g", "kind": "member_joined", "group_instance_id": "member-0"},
+        {"group_id": "g", "kind": "member_fenced", "group_instance_id": "member-0"},
+    ]
+    assert static_members_not_back([spec], journal) == [
+        {"group_id": "g", "instance_id": "member-1", "last": "member_removed"}
+    ]
