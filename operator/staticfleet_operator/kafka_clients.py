@@ -31,6 +31,20 @@ JAVA_ASSIGNORS: Final = {
 }
 
 
+# KIP-848: what a stock client's pod reads to run on Kafka's consumer group protocol (the
+# names staticfleet.kafka.java_pod and rdkafka_pod read; set only on pods created with
+# `consumer`, so a classic pod's env, and every existing fleet's, is as it was).
+GROUP_PROTOCOL_ENV: Final = "KAFKA_GROUP_PROTOCOL"
+REMOTE_ASSIGNOR_ENV: Final = "KAFKA_GROUP_REMOTE_ASSIGNOR"
+
+
+def remote_assignor(spec: ConsumerGroupSpec) -> str:
+    """`group.remote.assignor` for a fleet migrated off the classic protocol: the broker's
+    `range` for a range fleet (the same partitions per member), its `uniform` (sticky,
+    balanced) for every other classic assignor."""
+    return "range" if spec.rebalance.eager_assignor.value == "range" else "uniform"
+
+
 class UnsupportedProtocol(ValueError):
     """The family cannot be configured for this protocol (librdkafka and kafka-python
     refuse a list mixing eager and cooperative assignors)."""
@@ -38,9 +52,12 @@ class UnsupportedProtocol(ValueError):
 
 def assignor_names(spec: ConsumerGroupSpec, protocol: RebalanceProtocolSetting) -> list[str]:
     """The assignors a member offers in `protocol`, most preferred first (as the rollout's
-    `Assignors.offered_by`: compatible offers the cooperative one first)."""
+    `Assignors.offered_by`: compatible offers the cooperative one first; a consumer-protocol
+    member offers none: the broker assigns)."""
     eager = spec.rebalance.eager_assignor.value
     cooperative = spec.rebalance.cooperative_assignor.value
+    if protocol is RebalanceProtocolSetting.CONSUMER:
+        return []
     if protocol is RebalanceProtocolSetting.EAGER:
         return [eager]
     if protocol is RebalanceProtocolSetting.COOPERATIVE:
@@ -80,6 +97,17 @@ def kafka_member_env(
             env.COOPERATIVE_ASSIGNOR: spec.rebalance.cooperative_assignor.value,
             env.SESSION_TIMEOUT_MS: str(spec.membership.session_timeout_ms),
             env.REBALANCE_TIMEOUT_MS: str(spec.membership.rebalance_timeout_ms),
+        }
+    elif protocol is RebalanceProtocolSetting.CONSUMER:
+        # No partition.assignment.strategy (Java and librdkafka refuse it on this protocol).
+        names = coordinator.env
+        values = {
+            names.bootstrap_servers: bootstrap,
+            names.group_id: spec.group_id,
+            names.instance_id: instance_id,
+            names.topics: topics,
+            GROUP_PROTOCOL_ENV: "consumer",
+            REMOTE_ASSIGNOR_ENV: remote_assignor(spec),
         }
     else:
         names = coordinator.env

@@ -50,6 +50,7 @@ from staticfleet_operator.crd import (
     validate_spec,
 )
 from staticfleet_operator.crd.models import (
+    RULE_CONSUMER_NEEDS_KAFKA,
     RULE_COORDINATOR_TYPE_IMMUTABLE,
     RULE_GRACE_ONLY_ADOPTED,
     RULE_GROUP_ID_IMMUTABLE,
@@ -376,7 +377,7 @@ def test_spec_schema_types_and_constraints(spec_schema: Json) -> None:
     assert "default" not in membership["properties"]["instanceIdPrefix"]
 
     rebalance = props["rebalance"]["properties"]
-    assert rebalance["protocol"]["enum"] == ["eager", "cooperative"]
+    assert rebalance["protocol"]["enum"] == ["eager", "cooperative", "consumer"]
     assert rebalance["protocol"]["default"] == "eager"
     assert rebalance["eagerAssignor"]["enum"] == ["range", "roundrobin", "sticky"]
     assert rebalance["eagerAssignor"]["default"] == "range"
@@ -407,7 +408,12 @@ def test_every_schema_default_is_valid_for_its_field(root_schema: Json) -> None:
 def test_status_schema(status_schema: Json) -> None:
     props = status_schema["properties"]
     assert "required" not in status_schema
-    assert props["effectiveRebalanceProtocol"]["enum"] == ["eager", "compatible", "cooperative"]
+    assert props["effectiveRebalanceProtocol"]["enum"] == [
+        "eager",
+        "compatible",
+        "cooperative",
+        "consumer",
+    ]
     assert set(props["groupState"]["enum"]) == {s.value for s in ObservedGroupState}
     rollout = props["rollout"]["properties"]
     assert rollout["phase"]["enum"] == [
@@ -416,6 +422,7 @@ def test_status_schema(status_schema: Json) -> None:
         "VerifyCompatible",
         "Bounce2",
         "StaticBounce",
+        "ConsumerMigration",
         "Paused",
         "Completed",
     ]
@@ -444,6 +451,7 @@ def test_cel_rules_are_present(spec_schema: Json) -> None:
         RULE_PREFIX_IMMUTABLE.rule,
         RULE_PARTITIONS_UNLESS_KAFKA.rule,
         RULE_COORDINATOR_TYPE_IMMUTABLE.rule,
+        RULE_CONSUMER_NEEDS_KAFKA.rule,
     ]
     for entry in spec_schema["x-kubernetes-validations"]:
         assert set(entry) == {"rule", "message"} and entry["message"]
@@ -658,8 +666,14 @@ INVALID: list[tuple[str, Json, str, bool]] = [
     (
         "protocol fancy",
         with_changes(MANAGED, rebalance={"protocol": "fancy"}),
-        "spec.rebalance.protocol: Input should be 'eager' or 'cooperative'",
+        "spec.rebalance.protocol: Input should be 'eager', 'cooperative' or 'consumer'",
         True,
+    ),
+    (
+        "consumer protocol on the embedded coordinator",
+        with_changes(MANAGED, rebalance={"protocol": "consumer"}),
+        "rebalance.protocol consumer is Kafka's consumer group protocol",
+        False,
     ),
     (
         "eager assignor cooperative-sticky",
@@ -921,7 +935,12 @@ def test_group_states_cover_the_coordinator() -> None:
 
 
 def test_member_protocols_are_the_member_clients() -> None:
-    assert {p.value for p in RebalanceProtocolSetting} == {"eager", "compatible", "cooperative"}
+    assert {p.value for p in RebalanceProtocolSetting} == {
+        "eager",
+        "compatible",
+        "cooperative",
+        "consumer",
+    }
     status = ConsumerGroupStatus.model_validate({"effectiveRebalanceProtocol": "compatible"})
     assert status.effective_rebalance_protocol is RebalanceProtocolSetting.COMPATIBLE
 

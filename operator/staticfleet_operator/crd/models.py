@@ -38,7 +38,6 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from coordinator.assignors import RebalanceProtocol
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.blockers import BlockerCode
 
@@ -235,6 +234,13 @@ RULE_COORDINATOR_TYPE_IMMUTABLE: Final = CelRule(
     message="coordinator.type is immutable: a group's state lives in its coordinator; create "
     "a new ConsumerGroup to move a fleet",
 )
+RULE_CONSUMER_NEEDS_KAFKA: Final = CelRule(
+    rule="!has(self.rebalance) || !has(self.rebalance.protocol) || "
+    "self.rebalance.protocol != 'consumer' || "
+    "(has(self.coordinator) && has(self.coordinator.type) && self.coordinator.type == 'kafka')",
+    message="rebalance.protocol consumer is Kafka's consumer group protocol (KIP-848): it "
+    "needs coordinator type kafka (the embedded coordinator speaks the classic protocol only)",
+)
 SPEC_RULES: Final = (
     RULE_ONE_MODE,
     RULE_TEMPLATE_WITH_REPLICAS,
@@ -244,6 +250,7 @@ SPEC_RULES: Final = (
     RULE_PREFIX_IMMUTABLE,
     RULE_PARTITIONS_UNLESS_KAFKA,
     RULE_COORDINATOR_TYPE_IMMUTABLE,
+    RULE_CONSUMER_NEEDS_KAFKA,
 )
 RULE_KAFKA_NEEDS_BOOTSTRAP: Final = CelRule(
     rule="has(self.type) && self.type == 'kafka' ? has(self.bootstrapServers) : "
@@ -323,8 +330,20 @@ RULE_REQUIREMENT_VALUES: Final = CelRule(
 )
 
 # --------------------------------------------------------------------------- enums
-# The fleet's target protocol (spec.rebalance.protocol, status.rollout.toProtocol) is KIP-429's
-# RebalanceProtocol, the same enum the assignors declare what they work with.
+# The fleet's target protocol (spec.rebalance.protocol, status.rollout.toProtocol) is
+# FleetProtocol: KIP-429's two (the values of the assignors' RebalanceProtocol) and Kafka's
+# consumer group protocol.
+
+
+class FleetProtocol(StrEnum):
+    """What the fleet runs once its rollout is done (spec.rebalance.protocol): KIP-429's eager
+    or cooperative on the classic protocol, or Kafka's consumer group protocol (KIP-848, the
+    broker assigns; Kafka-coordinated groups only). Moving to or from consumer is one static
+    rolling bounce (docs/operator.md, "Migrating a fleet to the consumer protocol")."""
+
+    EAGER = "eager"
+    COOPERATIVE = "cooperative"
+    CONSUMER = "consumer"
 
 
 # What one member runs (and is told through STATICFLEET_REBALANCE_PROTOCOL) is the member
@@ -418,7 +437,9 @@ class RolloutPhase(StrEnum):
     between the bounces, waiting until every member offers the target protocol and the group
     is Stable with the expected member count. Bounce2: final bounce, members restarted one at
     a time with the target protocol. StaticBounce: a change that needs no protocol change, one
-    static rolling bounce (no rebalance expected). Paused: a member did not rejoin in time or
+    static rolling bounce (no rebalance expected). ConsumerMigration: one static rolling bounce
+    to Kafka's consumer protocol, or from it back to eager or cooperative, each member's step
+    waiting for the group to converge (or be Stable). Paused: a member did not rejoin in time or
     verification failed; nothing proceeds (pausedPhase says where it stopped). Completed: the
     last rollout finished; its record stays until the next one starts."""
 
@@ -427,6 +448,7 @@ class RolloutPhase(StrEnum):
     VERIFY_COMPATIBLE = "VerifyCompatible"
     BOUNCE2 = "Bounce2"
     STATIC_BOUNCE = "StaticBounce"
+    CONSUMER_MIGRATION = "ConsumerMigration"
     PAUSED = "Paused"
     COMPLETED = "Completed"
 
@@ -438,6 +460,7 @@ ROLLING_PHASES: Final = frozenset(
         RolloutPhase.VERIFY_COMPATIBLE,
         RolloutPhase.BOUNCE2,
         RolloutPhase.STATIC_BOUNCE,
+        RolloutPhase.CONSUMER_MIGRATION,
     }
 )
 # Phases with no rollout under way (Completed keeps the last one's record).
@@ -451,9 +474,13 @@ def bounce_phase(
 ) -> RolloutPhase:
     """The phase that names bounce `index` of a planned rollout: a two-bounce protocol change
     is Bounce1 then Bounce2; a single bounce is Bounce2 when it changes the protocol (a fleet
-    left in compatible going straight to its target) and StaticBounce when it does not."""
+    left in compatible going straight to its target) and StaticBounce when it does not; a
+    bounce onto or off Kafka's consumer protocol is ConsumerMigration."""
     if not 0 <= index < len(bounces):
         raise ValueError(f"bounce index {index} outside {len(bounces)} planned bounces")
+    migrates = RebalanceProtocolSetting.CONSUMER in (bounces[0], from_protocol)
+    if len(bounces) == 1 and bounces[0] != from_protocol and migrates:
+        return RolloutPhase.CONSUMER_MIGRATION
     if len(bounces) == 1:
         return RolloutPhase.STATIC_BOUNCE if bounces[0] == from_protocol else RolloutPhase.BOUNCE2
     return RolloutPhase.BOUNCE1 if index < len(bounces) - 1 else RolloutPhase.BOUNCE2
@@ -646,9 +673,12 @@ class MembershipSpec(SpecModel):
 class RebalanceSpec(SpecModel):
     """The rebalance protocol and assignors. Changing protocol starts a rollout."""
 
-    protocol: RebalanceProtocol = RebalanceProtocol.EAGER
-    """eager or cooperative. eager -> cooperative (and back) is done in two rolling bounces
-    through the compatible protocol."""
+    protocol: FleetProtocol = FleetProtocol.EAGER
+    """eager, cooperative or consumer. eager -> cooperative (and back) is done in two rolling
+    bounces through the compatible protocol. consumer (Kafka-coordinated groups only) is
+    Kafka's consumer group protocol (KIP-848): the move to it, or back to eager or
+    cooperative, is one static rolling bounce after pre-checks of the broker, the group and
+    the client family."""
     eager_assignor: EagerAssignor = EagerAssignor.RANGE
     """Assignor of the eager protocol: range, roundrobin or sticky."""
     cooperative_assignor: CooperativeAssignor = CooperativeAssignor.COOPERATIVE_STICKY
@@ -1063,6 +1093,8 @@ def spec_rule_problems(spec: ConsumerGroupSpec) -> list[str]:
     names = [topic.name for topic in spec.topics]
     if not spec.coordinator.is_kafka and any(topic.partitions is None for topic in spec.topics):
         problems.append(RULE_PARTITIONS_UNLESS_KAFKA.message)
+    if spec.rebalance.protocol is FleetProtocol.CONSUMER and not spec.coordinator.is_kafka:
+        problems.append(RULE_CONSUMER_NEEDS_KAFKA.message)
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         problems.append(f"topics must be unique, repeated: {', '.join(duplicates)}")
@@ -1188,7 +1220,7 @@ class RolloutStatus(StatusModel):
     """Idle, Bounce1, VerifyCompatible, Bounce2, StaticBounce, Paused or Completed."""
     from_protocol: RebalanceProtocolSetting | None = None
     """Protocol the fleet ran when the rollout started."""
-    to_protocol: RebalanceProtocol | None = None
+    to_protocol: FleetProtocol | None = None
     """Protocol the rollout ends at (spec.rebalance.protocol when it started)."""
     bounces: tuple[RebalanceProtocolSetting, ...] = ()
     """The planned bounces, one protocol each, in order: [compatible, cooperative] for an

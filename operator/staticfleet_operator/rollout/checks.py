@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.blockers import Blocker, BlockerCode
-from staticfleet_operator.crd import RolloutStatus
+from staticfleet_operator.crd import GroupProtocol, RolloutStatus
 from staticfleet_operator.rollout.observation import (
     CoordinatorView,
     GroupMemberView,
@@ -109,9 +109,9 @@ def fleet_ready(observation: Observation, protocol: RebalanceProtocolSetting) ->
         lag = _offer_lag(observation, pod, view.member(pod.instance_id))
         if lag is not None:
             return lag
-    needed = observation.assignors.offered_by(protocol)
-    lacking = sorted(str(m.instance_id) for m in view.members if not m.supported_protocols & needed)
+    lacking = _lacking_assignor(observation, view, protocol)
     if lacking:
+        needed = observation.assignors.offered_by(protocol)
         verb = "does" if len(lacking) == 1 else "do"
         return Blocker(
             BlockerCode.NO_SHARED_ASSIGNOR,
@@ -149,10 +149,27 @@ def stuck_member(
         return None
     if not view.instance_ids <= {pod.instance_id for pod in live}:
         return None
-    needed = observation.assignors.offered_by(protocol)
-    if any(not member.supported_protocols & needed for member in view.members):
+    if _lacking_assignor(observation, view, protocol):
         return None
     return down[0]
+
+
+def _lacking_assignor(
+    observation: Observation, view: CoordinatorView, protocol: RebalanceProtocolSetting
+) -> list[str]:
+    """The members that share no assignor with a `protocol` member. None matter for a
+    consumer-protocol member (the broker assigns), nor, in a consumer group, do its
+    consumer-protocol members (no assignor offered): a classic member joining a consumer
+    group needs one in common with the group's classic members only."""
+    needed = observation.assignors.offered_by(protocol)
+    if not needed:
+        return []
+    consumer_group = view.protocol is GroupProtocol.CONSUMER
+    return sorted(
+        str(m.instance_id)
+        for m in view.members
+        if not m.supported_protocols & needed and not (consumer_group and not m.supported_protocols)
+    )
 
 
 def _serving(observation: Observation, pod: MemberPod, view: CoordinatorView) -> bool:

@@ -13,7 +13,9 @@ is done, so a pass never mixes two):
     the target does not offer, then step 4 starts them all on the target.
  4. `CreateMissing`: slots below `replicas` with no pod get one, with the protocol of the
     bounce the fleet is in (so it needs no bounce itself).
- 5. `Refuse`: a protocol change the members' client library cannot make as a two-bounce.
+ 5. `Refuse`: a protocol change the members' client library cannot make as a two-bounce,
+    or a migration to or from Kafka's consumer protocol its pre-checks refuse
+    (migration.py: the client family, the assignor, the broker).
  6. `Rollout`: the rollout orchestrator's next step (`decide`), with the state to persist.
 
 Scale-down is derived, not remembered: members listed in slots at or above `replicas` are
@@ -29,6 +31,7 @@ from datetime import datetime
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, ProtocolChange, RolloutStatus
 from staticfleet_operator.rollout.decisions import Decision
+from staticfleet_operator.rollout.migration import BrokerFacts, migration_refusal
 from staticfleet_operator.rollout.observation import CoordinatorView, MemberPod, Observation
 from staticfleet_operator.rollout.orchestrator import decide
 from staticfleet_operator.rollout.plan import (
@@ -53,6 +56,9 @@ class FleetObservation:
     describable: bool
     rollout: RolloutStatus
     now: datetime
+    # A Kafka cluster's consumer-protocol facts (ApiVersions, DescribeConfigs), when read:
+    # the broker's half of a consumer-protocol migration's pre-checks.
+    broker: BrokerFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +119,9 @@ def plan(observation: FleetObservation) -> Step:
     retiring = retiring_instance_ids(view, spec, replicas, {m.slot for m in excess})
     if retiring:
         return Leave(tuple(retiring), "scale-down")
-    refusal = unsafe_protocol_change(spec, pods, observation.template_hash)
+    refusal = unsafe_protocol_change(spec, pods, observation.template_hash) or migration_refusal(
+        spec, (p.protocol for p in pods if not p.deleting), observation.broker
+    )
     if refusal is None and switch_slots(spec, pods):
         running = tuple(m for m in pods if not m.deleting)
         return Switch(running, terminating=any(m.deleting for m in pods))

@@ -196,7 +196,7 @@ class Observation:
     def __post_init__(self) -> None:
         if self.desired_protocol not in DESIRED_PROTOCOLS:
             raise ValueError(
-                "spec.rebalance.protocol must be eager or cooperative, "
+                "spec.rebalance.protocol must be eager or cooperative (or consumer), "
                 f"not {self.desired_protocol.value!r}"
             )
         if self.desired_members < 0 or self.member_ready_timeout_seconds <= 0:

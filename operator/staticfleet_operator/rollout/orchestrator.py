@@ -45,7 +45,7 @@ from datetime import datetime
 
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.blockers import Blocker, BlockerCode
-from staticfleet_operator.crd import RebalanceProtocol, RolloutPhase, RolloutStatus
+from staticfleet_operator.crd import FleetProtocol, RolloutPhase, RolloutStatus
 from staticfleet_operator.rollout.checks import fleet_ready, member_back, stuck_member
 from staticfleet_operator.rollout.decisions import Bounce, Decision, Done, Pause, Wait
 from staticfleet_operator.rollout.observation import MemberPod, Observation
@@ -92,7 +92,7 @@ def _begin(observation: Observation, previous: RolloutStatus, now: datetime, not
             return Done(reason, _replace(previous, blocker=None))
         settled = RolloutStatus(
             phase=RolloutPhase.COMPLETED if previous.active else RolloutPhase.IDLE,
-            to_protocol=RebalanceProtocol(desired.value),
+            to_protocol=FleetProtocol(desired.value),
             template_hash=template_hash,
             completed_at=now if previous.active else None,
             message=reason,
@@ -100,7 +100,7 @@ def _begin(observation: Observation, previous: RolloutStatus, now: datetime, not
         return Done(reason, settled)
     state = RolloutStatus(
         from_protocol=uniform_protocol(p.protocol for p in live),
-        to_protocol=RebalanceProtocol(desired.value),
+        to_protocol=FleetProtocol(desired.value),
         template_hash=template_hash,
         bounces=bounces,
         started_at=now,
@@ -327,6 +327,8 @@ def _in_flight(observation: Observation, state: RolloutStatus) -> Blocker | None
 
 def _unverifiable(observation: Observation, state: RolloutStatus) -> Blocker | None:
     protocols = {pod.protocol for pod in observation.live_pods} | set(state.bounces)
+    # A consumer-protocol member is told apart by the group, not by its assignor.
+    protocols.discard(RebalanceProtocolSetting.CONSUMER)
     if len(protocols) < 2 or observation.assignors.distinguishable:
         return None
     return Blocker(

@@ -16,9 +16,10 @@ from coordinator.client.config import RebalanceProtocolSetting
 EAGER = RebalanceProtocolSetting.EAGER
 COMPATIBLE = RebalanceProtocolSetting.COMPATIBLE
 COOPERATIVE = RebalanceProtocolSetting.COOPERATIVE
+CONSUMER = RebalanceProtocolSetting.CONSUMER
 
 # What a ConsumerGroup spec may ask for: `compatible` is only ever a bridge between them.
-DESIRED_PROTOCOLS = frozenset({EAGER, COOPERATIVE})
+DESIRED_PROTOCOLS = frozenset({EAGER, COOPERATIVE, CONSUMER})
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +30,10 @@ class Assignors:
     cooperative: str
 
     def offered_by(self, protocol: RebalanceProtocolSetting) -> frozenset[str]:
-        """The protocol names a member created with `protocol` offers (as the client does)."""
+        """The protocol names a member created with `protocol` offers (as the client does);
+        none on the consumer protocol, where the broker assigns."""
+        if protocol is CONSUMER:
+            return frozenset()
         if protocol is EAGER:
             return frozenset({self.eager})
         if protocol is COOPERATIVE:
@@ -50,11 +54,18 @@ def protocol_bounces(
 
     Eager and cooperative members share no assignor, so whenever both ends are present in
     the fleet (or the move crosses from one to the other) the fleet first goes through
-    `compatible`, which offers both and behaves eagerly.
+    `compatible`, which offers both and behaves eagerly. To or from Kafka's consumer protocol
+    is one bounce: a consumer group takes classic members of any assignor while it migrates
+    (the broker assigns them), and a classic member joining it needs an assignor in common
+    with the other classic members only, which a single classic target gives.
     """
     if desired not in DESIRED_PROTOCOLS:
-        raise ValueError(f"desired protocol must be eager or cooperative, not {desired.value!r}")
+        raise ValueError(
+            f"desired protocol must be eager or cooperative (or consumer), not {desired.value!r}"
+        )
     present = set(pod_protocols)
+    if desired is CONSUMER:
+        return (CONSUMER,) if present - {CONSUMER} else ()
     opposite = EAGER if desired is COOPERATIVE else COOPERATIVE
     if opposite in present:
         return (COMPATIBLE, desired)

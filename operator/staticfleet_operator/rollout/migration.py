@@ -1,0 +1,135 @@
+"""Pre-checks of a migration to Kafka's consumer group protocol (KIP-848), or back. Pure.
+
+A classic group converts when its first member joins with `group.protocol=consumer`, and
+back when its last consumer-protocol member leaves, if the broker lets it: so before the
+first bounce of either direction the operator checks what would make the broker, or a
+client, refuse it halfway. Each check returns why not (one sentence naming the way out), or
+None. docs/operator.md, "Migrating a fleet to the consumer protocol".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.crd import ClientFamily, ConsumerGroupSpec
+
+CONSUMER = RebalanceProtocolSetting.CONSUMER
+
+# Our own assignor: its member metadata means nothing to the broker's assignors, which
+# assign a converted group (Kafka's `uniform` or `range`); the others are Kafka's own.
+CUSTOM_METADATA_ASSIGNORS = frozenset({"static-sticky"})
+
+
+class Direction(StrEnum):
+    UPGRADE = "upgrade"  # classic -> consumer
+    DOWNGRADE = "downgrade"  # consumer -> classic
+
+
+class MigrationPolicy(StrEnum):
+    """The broker's `group.consumer.migration.policy` (Kafka 4.x default: bidirectional)."""
+
+    DISABLED = "disabled"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    BIDIRECTIONAL = "bidirectional"
+
+    def allows(self, direction: Direction) -> bool:
+        return self is MigrationPolicy.BIDIRECTIONAL or self.value == direction.value
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFacts:
+    """What the cluster says about the consumer protocol: ApiVersions and DescribeConfigs
+    on the broker."""
+
+    heartbeat_supported: bool  # ApiVersions advertises ConsumerGroupHeartbeat (key 68)
+    migration_policy: MigrationPolicy
+    max_size: int  # group.consumer.max.size
+
+
+def direction(
+    pod_protocols: Iterable[RebalanceProtocolSetting], desired: RebalanceProtocolSetting
+) -> Direction | None:
+    """Which migration the fleet's next rollout makes, if any."""
+    present = set(pod_protocols)
+    if desired is CONSUMER and present - {CONSUMER}:
+        return Direction.UPGRADE
+    if desired is not CONSUMER and CONSUMER in present:
+        return Direction.DOWNGRADE
+    return None
+
+
+def family_refusal(family: ClientFamily) -> str | None:
+    """Whether the fleet's client library speaks the consumer protocol (KIP-848)."""
+    if family is ClientFamily.KAFKA_PYTHON:
+        return (
+            "kafka-python clients do not implement Kafka's consumer group protocol (KIP-848: "
+            "no ConsumerGroupHeartbeat), so the fleet cannot migrate; keep "
+            "spec.rebalance.protocol eager or cooperative, or move to clientFamily java "
+            "(kafka-clients >= 4.0) or librdkafka (>= 2.12)"
+        )
+    return None
+
+
+def assignor_refusal(spec: ConsumerGroupSpec) -> str | None:
+    """A classic assignor whose member metadata the broker's assignors cannot carry over."""
+    custom = sorted(
+        name
+        for name in (spec.rebalance.eager_assignor.value, spec.rebalance.cooperative_assignor.value)
+        if name in CUSTOM_METADATA_ASSIGNORS
+    )
+    if not custom:
+        return None
+    return (
+        f"the classic assignor {', '.join(custom)} embeds its own member metadata, which the "
+        "broker's consumer-protocol assignors (uniform, range) cannot use; set "
+        "spec.rebalance.cooperativeAssignor to cooperative-sticky and roll the fleet to it "
+        "first"
+    )
+
+
+def broker_refusal(facts: BrokerFacts, way: Direction, members: int) -> str | None:
+    """What the broker would refuse: no consumer protocol, a policy against this direction,
+    or (upgrading) a group larger than a consumer group may be."""
+    if not facts.heartbeat_supported:
+        return (
+            "the Kafka cluster does not offer the consumer group protocol (ApiVersions lists "
+            "no ConsumerGroupHeartbeat, API key 68): it needs Kafka >= 4.0 (or 3.7+ with "
+            "group.coordinator.rebalance.protocols including consumer)"
+        )
+    if not facts.migration_policy.allows(way):
+        return (
+            f"the brokers' group.consumer.migration.policy is {facts.migration_policy.value}: "
+            f"it does not allow an online {way.value} of a group; set it to {way.value} or "
+            "bidirectional on the brokers"
+        )
+    if way is Direction.UPGRADE and members > facts.max_size:
+        return (
+            f"the group has {members} members, more than the brokers' group.consumer.max.size "
+            f"({facts.max_size}): the broker would refuse the members past it"
+        )
+    return None
+
+
+def migration_refusal(
+    spec: ConsumerGroupSpec,
+    pod_protocols: Iterable[RebalanceProtocolSetting],
+    facts: BrokerFacts | None,
+) -> str | None:
+    """Why the fleet's migration must not start (or go on), or None. The client family and
+    the assignor are read from the spec; the broker's facts, when the pass read them."""
+    desired = RebalanceProtocolSetting(spec.rebalance.protocol.value)
+    protocols = list(pod_protocols)
+    way = direction(protocols, desired)
+    if way is None:
+        return None
+    if way is Direction.UPGRADE:
+        refusal = family_refusal(spec.coordinator.client_family) or assignor_refusal(spec)
+        if refusal is not None:
+            return refusal
+    if facts is None:
+        return None
+    return broker_refusal(facts, way, spec.replicas or len(protocols))

@@ -1,0 +1,327 @@
+"""A fleet's migration to Kafka's consumer protocol (KIP-848) and back: the plan, the
+rollout's steps gated on convergence, the pre-checks, and the members' env. Pure; a
+simulated broker that converts the group as Kafka 4.x does (consumer at the first
+consumer-protocol member, classic again when the last one leaves)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from coordinator import GroupState
+from coordinator.client import env
+from coordinator.client.config import RebalanceProtocolSetting
+from staticfleet_operator.backends import widen_offers
+from staticfleet_operator.blockers import BlockerCode
+from staticfleet_operator.crd import (
+    ClientFamily,
+    GroupProtocol,
+    RolloutPhase,
+    RolloutStatus,
+    bounce_phase,
+    parse_spec,
+    validate_spec,
+)
+from staticfleet_operator.kafka_clients import kafka_member_env
+from staticfleet_operator.rollout import (
+    Assignors,
+    Bounce,
+    ConsumerProgress,
+    CoordinatorView,
+    Decision,
+    Done,
+    FleetObservation,
+    GroupMemberView,
+    MemberPod,
+    Observation,
+    Pause,
+    Refuse,
+    Rollout,
+    Wait,
+    decide,
+    plan,
+    protocol_bounces,
+)
+from staticfleet_operator.rollout.migration import (
+    BrokerFacts,
+    Direction,
+    MigrationPolicy,
+    broker_refusal,
+    migration_refusal,
+)
+
+EAGER = RebalanceProtocolSetting.EAGER
+COMPATIBLE = RebalanceProtocolSetting.COMPATIBLE
+COOPERATIVE = RebalanceProtocolSetting.COOPERATIVE
+CONSUMER = RebalanceProtocolSetting.CONSUMER
+ASSIGNORS = Assignors(eager="range", cooperative="cooperative-sticky")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TIMEOUT = 60.0
+FACTS = BrokerFacts(True, MigrationPolicy.BIDIRECTIONAL, 200)
+
+
+def test_to_and_from_the_consumer_protocol_is_one_bounce() -> None:
+    assert protocol_bounces([EAGER, EAGER], CONSUMER) == (CONSUMER,)
+    assert protocol_bounces([COOPERATIVE, CONSUMER], CONSUMER) == (CONSUMER,)
+    assert protocol_bounces([CONSUMER], CONSUMER) == ()
+    assert protocol_bounces([CONSUMER, CONSUMER], COOPERATIVE) == (COOPERATIVE,)
+    assert protocol_bounces([CONSUMER], EAGER) == (EAGER,)
+    # Classic members joining a consumer group share an assignor among themselves.
+    assert protocol_bounces([EAGER, CONSUMER], COOPERATIVE) == (COMPATIBLE, COOPERATIVE)
+    assert bounce_phase((CONSUMER,), 0, EAGER) is RolloutPhase.CONSUMER_MIGRATION
+    assert bounce_phase((COOPERATIVE,), 0, CONSUMER) is RolloutPhase.CONSUMER_MIGRATION
+    assert bounce_phase((CONSUMER,), 0, CONSUMER) is RolloutPhase.STATIC_BOUNCE
+    assert bounce_phase((COOPERATIVE,), 0, EAGER) is RolloutPhase.BOUNCE2
+
+
+@dataclass
+class Broker:
+    """A static fleet on a Kafka 4.x broker: a pod's member rejoins at once (unless told
+    otherwise) and the group is converged unless `converged` says not."""
+
+    size: int
+    protocol: RebalanceProtocolSetting
+    pods: dict[int, MemberPod] = field(default_factory=dict)
+    members: dict[int, tuple[str, bool]] = field(default_factory=dict)  # member id, consumer
+    converged: bool = True
+    uids: int = 0
+
+    def __post_init__(self) -> None:
+        for slot in range(self.size):
+            self.recreate(slot, self.protocol)
+
+    def recreate(self, slot: int, protocol: RebalanceProtocolSetting, back: bool = True) -> None:
+        self.uids += 1
+        self.pods[slot] = MemberPod(
+            slot, f"g-{slot}", f"g-{slot}-{self.uids}", protocol, "t1", back, pod_uid=str(self.uids)
+        )
+        if back:
+            self.members[slot] = (f"m-{self.uids}", protocol is CONSUMER)
+
+    @property
+    def consumer_group(self) -> bool:
+        return any(consumer for _, consumer in self.members.values())
+
+    def view(self) -> CoordinatorView:
+        pods = tuple(self.pods[s] for s in sorted(self.pods))
+        if not self.consumer_group:
+            members = tuple(
+                GroupMemberView(f"g-{s}", m, ASSIGNORS.offered_by(self.pods[s].protocol))
+                for s, (m, _) in sorted(self.members.items())
+            )
+            return CoordinatorView(GroupState.STABLE, 5, None, members)
+        classic = sum(1 for _, consumer in self.members.values() if not consumer)
+        progress = ConsumerProgress(
+            state="Stable" if self.converged else "Reconciling",
+            group_epoch=9,
+            assignment_epoch=9,
+            assignor="uniform",
+            converged=self.converged,
+            converged_members=len(self.members) if self.converged else 0,
+            classic_members=classic,
+        )
+        view = CoordinatorView(
+            GroupState.STABLE if self.converged else GroupState.COMPLETING_REBALANCE,
+            9,
+            None,
+            tuple(
+                GroupMemberView(f"g-{s}", m, frozenset())
+                for s, (m, _) in sorted(self.members.items())
+            ),
+            protocol=GroupProtocol.CONSUMER,
+            consumer=progress,
+        )
+        return widen_offers(view, pods, ASSIGNORS)  # as the Kafka backend's pass does
+
+    def observe(self, desired: RebalanceProtocolSetting) -> Observation:
+        return Observation(
+            desired_protocol=desired,
+            desired_template_hash="t1",
+            assignors=ASSIGNORS,
+            desired_members=self.size,
+            member_ready_timeout_seconds=TIMEOUT,
+            pods=tuple(self.pods[s] for s in sorted(self.pods)),
+            coordinator=self.view(),
+        )
+
+
+def migrate(broker: Broker, desired: RebalanceProtocolSetting) -> tuple[list[Decision], Done]:
+    """Run the rollout to its end; each bounced member first comes back unconverged (the
+    rollout must wait), then the group converges."""
+    state, now, decisions = RolloutStatus(), T0, []
+    for _ in range(100):
+        decision = decide(broker.observe(desired), state, now)
+        decisions.append(decision)
+        state, now = decision.state, now + timedelta(seconds=1)
+        if isinstance(decision, Done):
+            return decisions, decision
+        if isinstance(decision, Bounce):
+            broker.recreate(decision.slot, decision.protocol)
+            broker.converged = not broker.consumer_group  # a classic group is Stable here
+            waiting = decide(broker.observe(desired), state, now)
+            decisions.append(waiting)
+            if broker.consumer_group:
+                assert isinstance(waiting, Wait), waiting
+                assert waiting.blocker is not None
+                assert waiting.blocker.code is BlockerCode.GROUP_NOT_STABLE
+                assert "not converged" in waiting.reason
+            state = waiting.state
+            broker.converged = True
+    raise AssertionError("the rollout did not finish")
+
+
+def test_classic_fleet_migrates_pod_by_pod_waiting_for_convergence_and_back() -> None:
+    broker = Broker(3, EAGER)
+    decisions, done = migrate(broker, CONSUMER)
+    bounces = [d for d in decisions if isinstance(d, Bounce)]
+    assert [(b.slot, b.protocol) for b in bounces] == [(0, CONSUMER), (1, CONSUMER), (2, CONSUMER)]
+    assert all(b.state.phase is RolloutPhase.CONSUMER_MIGRATION for b in bounces)
+    assert bounces[0].member_env[env.REBALANCE_PROTOCOL] == "consumer"
+    assert done.state.phase is RolloutPhase.COMPLETED
+    assert done.state.to_protocol is not None and done.state.to_protocol.value == "consumer"
+    assert broker.consumer_group and all(c for _, c in broker.members.values())
+
+    back, done = migrate(broker, COOPERATIVE)
+    bounces = [d for d in back if isinstance(d, Bounce)]
+    assert [(b.slot, b.protocol) for b in bounces] == [
+        (0, COOPERATIVE),
+        (1, COOPERATIVE),
+        (2, COOPERATIVE),
+    ]
+    assert all(b.state.phase is RolloutPhase.CONSUMER_MIGRATION for b in bounces)
+    assert done.state.phase is RolloutPhase.COMPLETED and not broker.consumer_group
+
+
+def test_a_migration_step_that_never_converges_pauses() -> None:
+    broker = Broker(2, COOPERATIVE)
+    first = decide(broker.observe(CONSUMER), RolloutStatus(), T0)
+    assert isinstance(first, Bounce) and first.protocol is CONSUMER
+    broker.recreate(first.slot, CONSUMER)
+    broker.converged = False
+    later = T0 + timedelta(seconds=TIMEOUT + 1)
+    paused = decide(broker.observe(CONSUMER), first.state, later)
+    assert isinstance(paused, Pause) and paused.blocker.code is BlockerCode.GROUP_NOT_STABLE
+    assert paused.state.phase is RolloutPhase.PAUSED
+    broker.converged = True
+    resumed = decide(broker.observe(CONSUMER), paused.state, later)
+    assert isinstance(resumed, Bounce) and resumed.slot == 1
+
+
+def test_a_member_not_back_on_the_consumer_protocol_holds_the_next_step() -> None:
+    broker = Broker(2, EAGER)
+    first = decide(broker.observe(CONSUMER), RolloutStatus(), T0)
+    assert isinstance(first, Bounce)
+    broker.recreate(first.slot, CONSUMER, back=False)  # pod not ready, old member listed
+    waiting = decide(broker.observe(CONSUMER), first.state, T0 + timedelta(seconds=1))
+    assert isinstance(waiting, Wait) and waiting.blocker is not None
+    assert waiting.blocker.code is BlockerCode.POD_NOT_READY
+
+
+# --------------------------------------------------------------------------- pre-checks
+
+
+def kafka_spec(family: str = "java", protocol: str = "consumer", **rebalance: Any) -> Any:
+    return parse_spec(
+        {
+            "groupId": "g",
+            "topics": [{"name": "t"}],
+            "replicas": 3,
+            "template": {"spec": {"containers": [{"name": "m", "image": "i"}]}},
+            "rebalance": {"protocol": protocol, **rebalance},
+            "coordinator": {"type": "kafka", "bootstrapServers": "k:9092", "clientFamily": family},
+        }
+    )
+
+
+def test_kafka_python_is_refused_with_the_way_out_and_no_pod_is_touched() -> None:
+    spec = kafka_spec("kafka-python")
+    pods = tuple(Broker(3, EAGER).pods.values())
+    refusal = migration_refusal(spec, (p.protocol for p in pods), FACTS)
+    assert refusal is not None and "kafka-python" in refusal and "KIP-848" in refusal
+    step = plan(
+        FleetObservation(spec, "t1", pods, Broker(3, EAGER).view(), True, RolloutStatus(), T0)
+    )
+    assert isinstance(step, Refuse) and step.reason == refusal
+    # The same fleet's classic rollouts are untouched by the check.
+    assert migration_refusal(kafka_spec("kafka-python", "cooperative"), [EAGER], FACTS) is None
+
+
+@pytest.mark.parametrize("family", ["java", "librdkafka", "staticfleet"])
+def test_families_that_speak_the_consumer_protocol_go_ahead(family: str) -> None:
+    spec = kafka_spec(family)
+    pods = tuple(Broker(3, EAGER).pods.values())
+    step = plan(
+        FleetObservation(spec, "t1", pods, Broker(3, EAGER).view(), True, RolloutStatus(), T0)
+    )
+    assert isinstance(step, Rollout) and isinstance(step.decision, Bounce)
+    assert step.decision.protocol is CONSUMER
+
+
+def test_our_own_assignor_is_refused_its_metadata_means_nothing_to_the_broker() -> None:
+    spec = kafka_spec(cooperativeAssignor="static-sticky")
+    refusal = migration_refusal(spec, [COOPERATIVE], FACTS)
+    assert refusal is not None and "static-sticky" in refusal
+
+
+def test_the_broker_must_offer_the_protocol_allow_the_direction_and_the_size() -> None:
+    none = BrokerFacts(False, MigrationPolicy.BIDIRECTIONAL, 200)
+    assert "ConsumerGroupHeartbeat" in (broker_refusal(none, Direction.UPGRADE, 3) or "")
+    for policy in (MigrationPolicy.DISABLED, MigrationPolicy.DOWNGRADE):
+        refusal = broker_refusal(BrokerFacts(True, policy, 200), Direction.UPGRADE, 3)
+        assert refusal is not None and policy.value in refusal
+    assert (
+        broker_refusal(BrokerFacts(True, MigrationPolicy.UPGRADE, 200), Direction.UPGRADE, 3)
+        is None
+    )
+    small = BrokerFacts(True, MigrationPolicy.BIDIRECTIONAL, 2)
+    assert "group.consumer.max.size (2)" in (broker_refusal(small, Direction.UPGRADE, 3) or "")
+    # Back to classic: the policy must allow a downgrade; the size does not matter.
+    upgrade_only = BrokerFacts(True, MigrationPolicy.UPGRADE, 2)
+    spec = kafka_spec(protocol="cooperative")
+    assert "downgrade" in (migration_refusal(spec, [CONSUMER] * 3, upgrade_only) or "")
+    assert migration_refusal(spec, [CONSUMER] * 3, FACTS) is None
+    assert migration_refusal(kafka_spec(), [CONSUMER] * 3, none) is None  # nothing to migrate
+
+
+def test_the_embedded_coordinator_refuses_the_consumer_protocol_at_validation() -> None:
+    problems = validate_spec(
+        {
+            "groupId": "g",
+            "topics": [{"name": "t", "partitions": 3}],
+            "replicas": 1,
+            "template": {"spec": {"containers": [{"name": "m", "image": "i"}]}},
+            "rebalance": {"protocol": "consumer"},
+        }
+    )
+    assert any("needs coordinator type kafka" in p for p in problems), problems
+
+
+# --------------------------------------------------------------------------- member env
+
+
+def values(entries: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in entries if "value" in e}
+
+
+def test_stock_clients_get_the_group_protocol_and_remote_assignor_not_a_strategy() -> None:
+    java = values(kafka_member_env(kafka_spec("java"), "g-0", CONSUMER))
+    assert java["KAFKA_GROUP_PROTOCOL"] == "consumer"
+    assert java["KAFKA_GROUP_REMOTE_ASSIGNOR"] == "range"  # range -> range
+    assert "KAFKA_PARTITION_ASSIGNMENT_STRATEGY" not in java
+    rdkafka = values(
+        kafka_member_env(kafka_spec("librdkafka", eagerAssignor="sticky"), "g-0", CONSUMER)
+    )
+    assert rdkafka["KAFKA_GROUP_REMOTE_ASSIGNOR"] == "uniform"  # the others -> uniform
+    classic = values(kafka_member_env(kafka_spec("java"), "g-0", EAGER))
+    assert "KAFKA_GROUP_PROTOCOL" not in classic  # a classic pod's env is as it was
+    assert classic["KAFKA_PARTITION_ASSIGNMENT_STRATEGY"].endswith("RangeAssignor")
+
+
+def test_our_member_is_told_through_its_rebalance_protocol_env() -> None:
+    ours = values(kafka_member_env(kafka_spec("staticfleet"), "g-0", CONSUMER))
+    assert ours[env.REBALANCE_PROTOCOL] == "consumer"
+    assert ours[env.COORDINATOR_URL] == "kafka://k:9092"
+    assert ClientFamily("staticfleet") is ClientFamily.STATICFLEET
