@@ -32,20 +32,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
     # KIP-848: `consumer` makes the peer subscribe with group.protocol=consumer.
     parser.add_argument("--group-protocol-env", default="KAFKA_GROUP_PROTOCOL")
+    # With `consumer`: group.remote.assignor (the operator maps it from the classic assignor).
+    parser.add_argument("--remote-assignor-env", default="KAFKA_GROUP_REMOTE_ASSIGNOR")
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     args = parser.parse_args(argv)
     env = os.environ
     events = args.events_dir / f"events-{time.time_ns()}.jsonl"
+    # A consumer-protocol pod gets no strategy (the broker assigns; Java refuses one there).
+    strategy = env.get(args.strategy_env) or "range"
     peer = JavaPeer(
         env[args.bootstrap_env],
         env[args.group_id_env],
         env[args.topics_env].split(","),
         events,
         instance_id=env.get(args.instance_id_env) or None,
-        strategies=env[args.strategy_env].split(","),
+        strategies=strategy.split(","),
         session_timeout_ms=args.session_timeout_ms,
         client_config=Path(config) if (config := env.get(args.client_config_env)) else None,
         group_protocol=env.get(args.group_protocol_env) or "classic",
+        remote_assignor=env.get(args.remote_assignor_env) or None,
     )
     ensure_built()
     events.parent.mkdir(parents=True, exist_ok=True)

@@ -77,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--client-config-env", default="KAFKA_CLIENT_CONFIG")
     parser.add_argument("--session-timeout-ms", type=int, default=30_000)
     parser.add_argument("--group-protocol-env", default="KAFKA_GROUP_PROTOCOL")
+    parser.add_argument("--remote-assignor-env", default="KAFKA_GROUP_REMOTE_ASSIGNOR")
     parser.add_argument(
         "--ms-per-record",
         type=float,
@@ -86,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     env = os.environ
     instance_id = env.get(args.instance_id_env) or ""
-    strategy = env[args.strategy_env]
+    # A consumer-protocol pod gets no strategy (librdkafka refuses one on that protocol).
+    strategy = env.get(args.strategy_env, "")
     protocol = env.get(args.group_protocol_env) or "classic"
     config: dict[str, Any] = {
         "bootstrap.servers": env[args.bootstrap_env],
@@ -96,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "client.id": f"rdkafka-{instance_id or os.getpid()}",
     }
     config.update(group_protocol_config(protocol, strategy, args.session_timeout_ms))
+    if protocol == "consumer" and (remote := env.get(args.remote_assignor_env)):
+        config["group.remote.assignor"] = remote
     if instance_id:
         config["group.instance.id"] = instance_id
     client_config = env.get(args.client_config_env)
