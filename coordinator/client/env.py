@@ -13,7 +13,8 @@ COORDINATOR_URL: Final = "STATICFLEET_COORDINATOR_URL"
 GROUP_ID: Final = "STATICFLEET_GROUP_ID"
 INSTANCE_ID: Final = "STATICFLEET_INSTANCE_ID"  # empty or unset: a dynamic member
 TOPICS: Final = "STATICFLEET_TOPICS"  # comma-separated
-REBALANCE_PROTOCOL: Final = "STATICFLEET_REBALANCE_PROTOCOL"  # eager | compatible | cooperative
+# eager, compatible, cooperative (the classic protocol), or consumer (KIP-848, kafka:// only)
+REBALANCE_PROTOCOL: Final = "STATICFLEET_REBALANCE_PROTOCOL"
 EAGER_ASSIGNOR: Final = "STATICFLEET_EAGER_ASSIGNOR"
 COOPERATIVE_ASSIGNOR: Final = "STATICFLEET_COOPERATIVE_ASSIGNOR"
 SESSION_TIMEOUT_MS: Final = "STATICFLEET_SESSION_TIMEOUT_MS"
@@ -33,6 +34,9 @@ KAFKA_CONFIG: Final = "STATICFLEET_KAFKA_CONFIG"
 # The CA bundle (PEM) an https:// coordinator's certificate must chain to. Not in ALL: the
 # operator sets it only when its coordinator serves TLS, mounting its TLS Secret's ca.crt.
 COORDINATOR_CA_FILE: Final = "STATICFLEET_COORDINATOR_CA_FILE"
+# The broker's assignor (group.remote.assignor) for a member on the consumer protocol
+# (REBALANCE_PROTOCOL=consumer); unset: the broker's default. Not in ALL: set only then.
+REMOTE_ASSIGNOR: Final = "STATICFLEET_REMOTE_ASSIGNOR"
 
 ALL: Final = (
     COORDINATOR_URL,

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,6 +57,7 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, OffsetSpec
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
+from coordinator.client.consumer_protocol_state import HeartbeatAnswer
 from coordinator.client.kafka_connection import BrokerAddress, KafkaConnection
 from coordinator.client.kafka_errors import TOPIC_AUTHORIZATION_FAILED, authorization_failed
 from coordinator.client.kafka_groups import (
@@ -65,7 +67,10 @@ from coordinator.client.kafka_groups import (
     consumer_group_description,
     listed_groups,
 )
-from coordinator.client.kafka_messages import ConsumerGroupDescribeRequest
+from coordinator.client.kafka_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
+)
 from coordinator.client.kafka_security import token_source
 from coordinator.client.kafka_settings import (
     PLAINTEXT_SETTINGS,
@@ -127,6 +132,8 @@ DESCRIBE_VERSIONS = (3, 5)
 # says which members still speak the classic protocol (KIP-1099).
 LIST_GROUPS_VERSIONS = (5, 5)
 CONSUMER_DESCRIBE_VERSIONS = (0, 1)
+# v1: the member makes its own id (KIP-1082), as Kafka 4.x's consumer does.
+CONSUMER_HEARTBEAT_VERSIONS = (1, 1)
 # ListOffsets v1+ answers one offset per partition (v0's offset lists are gone in Kafka 4).
 LIST_OFFSETS_VERSIONS = (1, 7)
 
@@ -515,6 +522,54 @@ class KafkaTransport:
         self._check_access(group.error_code, ConsumerGroupDescribeRequest, group_id)
         self._check_coordinator(group_id, [error_code(group.error_code)])
         return consumer_group_description(group)
+
+    async def consumer_group_heartbeat(
+        self, group_id: str, fields: dict[str, Any]
+    ) -> HeartbeatAnswer:
+        """One ConsumerGroupHeartbeat (KIP-848); `fields` as the request's JSON names them
+        (consumer_protocol_member.py builds them), `topic_partitions` as (topic id,
+        partitions) pairs or None. Its error code is returned, not raised."""
+        owned = fields.get("topic_partitions")
+        if owned is not None:
+            topic = ConsumerGroupHeartbeatRequest.TopicPartitions
+            owned = [topic(topic_id=i, partitions=list(ps)) for i, ps in owned]
+        answer = await self._group_call(
+            group_id,
+            "control",
+            ConsumerGroupHeartbeatRequest,
+            CONSUMER_HEARTBEAT_VERSIONS,
+            {"group_id": group_id, **fields, "topic_partitions": owned},
+        )
+        assignment = answer.assignment
+        return HeartbeatAnswer(
+            error_code=answer.error_code,
+            error_message=answer.error_message,
+            member_id=answer.member_id,
+            member_epoch=answer.member_epoch,
+            heartbeat_interval_ms=answer.heartbeat_interval_ms,
+            assignment=None
+            if assignment is None
+            else tuple((t.topic_id, tuple(t.partitions)) for t in assignment.topic_partitions),
+        )
+
+    async def topic_ids(self, topics: Sequence[str]) -> dict[str, uuid.UUID]:
+        """The topic id of each of `topics` the cluster has (the consumer protocol names
+        topics by id in assignments)."""
+        answer = await self._metadata_call(
+            MetadataRequest,
+            METADATA_VERSIONS,
+            {
+                "topics": [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        found: dict[str, uuid.UUID] = {}
+        for t in answer.topics:
+            self._check_access(t.error_code, MetadataRequest, t.name)
+            if t.error_code == 0 and t.name:
+                found[t.name] = t.topic_id
+        return found
 
     async def wait_for_coordinator(self, group_id: str, timeout_s: float = 30.0) -> None:
         """Until the group's coordinator is known and loaded (a fresh cluster creates its

@@ -79,8 +79,19 @@ def register(subparsers: Any) -> None:
     run.add_argument("--topics", help=f"comma-separated topics [{env.TOPICS}]")
     run.add_argument(
         "--rebalance-protocol",
+        "--group-protocol",
         choices=[setting.value for setting in RebalanceProtocolSetting],
-        help=f"eager | compatible | cooperative [{env.REBALANCE_PROTOCOL}] (default eager)",
+        help=(
+            "eager | compatible | cooperative (the classic protocol), or consumer (KIP-848's "
+            f"ConsumerGroupHeartbeat; kafka:// only) [{env.REBALANCE_PROTOCOL}] (default eager)"
+        ),
+    )
+    run.add_argument(
+        "--remote-assignor",
+        help=(
+            "the broker's assignor for --group-protocol consumer (uniform, range) "
+            f"[{env.REMOTE_ASSIGNOR}] (default: the broker's group.consumer.assignors first)"
+        ),
     )
     run.add_argument("--eager-assignor", help=f"[{env.EAGER_ASSIGNOR}] (default range)")
     run.add_argument(

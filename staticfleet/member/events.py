@@ -12,9 +12,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from coordinator.client.consumer_protocol_member import ConsumerProtocolMember
 from coordinator.client.member import GroupMember
 from coordinator.protocol import TopicPartition
 from staticfleet.source import wall_clock_ms
+
+# A member on the classic protocol or on the consumer protocol (KIP-848): the same events.
+Member = GroupMember | ConsumerProtocolMember
 
 # Event kinds, the `event` field of each line.
 STARTED = "started"
@@ -36,7 +40,7 @@ class EventLog:
         self._stream = stream
         self._group_id = group_id
         self.instance_id = instance_id
-        self.member: GroupMember | None = None
+        self.member: Member | None = None
 
     @classmethod
     def open(cls, path: str | None, *, group_id: str, instance_id: str | None) -> EventLog:

@@ -5,7 +5,8 @@ periodically and before giving partitions away, and writes every ownership event
 event log (`staticfleet.member.events`).
 
 Exit codes: 0 after SIGTERM/SIGINT (or the caller's stop event) and a clean close, 2 for
-bad settings, 3 when fenced (another process took this group.instance.id), 4 when a Kafka
+bad settings, 3 when fenced (another process took this group.instance.id; on the consumer
+protocol, the broker still holds it: UNRELEASED_INSTANCE_ID), 4 when a Kafka
 cluster refused access or the member refused the coordinator's certificate, 1 for any other
 fatal error.
 """
@@ -21,6 +22,11 @@ import ssl
 import sys
 
 from coordinator.client.access import AccessError
+from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.consumer_protocol_member import (
+    ConsumerProtocolError,
+    ConsumerProtocolMember,
+)
 from coordinator.client.http import HttpTransport
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.kafka_settings import (
@@ -36,7 +42,15 @@ from coordinator.client.transport import Transport
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.standby import Promoted
 from staticfleet.member.cluster_metadata import ClusterTopicMetadata
-from staticfleet.member.events import FATAL, PROMOTED, STANDBY, STARTED, STOPPED, EventLog
+from staticfleet.member.events import (
+    FATAL,
+    PROMOTED,
+    STANDBY,
+    STARTED,
+    STOPPED,
+    EventLog,
+    Member,
+)
 from staticfleet.member.settings import Settings
 from staticfleet.member.source_consumer import SourceConsumer
 from staticfleet.source import PartitionReader, SyntheticReader
@@ -84,6 +98,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         settings.kafka_settings_file or settings.kafka_settings,
         settings.coordinator_ssl,
     )
+    kafka_transport = transport  # unwrapped: the consumer protocol needs its own requests
     reader: PartitionReader
     if settings.kafka_bootstrap is not None:
         from staticfleet.kafka.source import KafkaReader
@@ -117,8 +132,16 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
             return exit_code
         config = dataclasses.replace(config, group_instance_id=promoted.instance_id)
         events.instance_id = promoted.instance_id
+    member: Member
     try:
-        member = GroupMember(transport, config, consumer)
+        if config.rebalance_protocol is RebalanceProtocolSetting.CONSUMER:
+            if not isinstance(kafka_transport, KafkaTransport):  # settings_from refuses it
+                raise ConfigurationError("the consumer protocol needs a kafka:// coordinator")
+            member = ConsumerProtocolMember(
+                kafka_transport, config, consumer, remote_assignor=settings.remote_assignor
+            )
+        else:
+            member = GroupMember(transport, config, consumer)
     except ConfigurationError as error:
         print(f"staticfleet member run: {error}", file=sys.stderr)
         await transport.close()
@@ -130,7 +153,11 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
     events.write(
         STARTED,
         rebalance_protocol=config.rebalance_protocol.value,
-        protocols=list(config.offered_assignors),
+        # On the consumer protocol the broker assigns: no classic assignor is offered.
+        protocols=[]
+        if isinstance(member, ConsumerProtocolMember)
+        else list(config.offered_assignors),
+        remote_assignor=settings.remote_assignor,
         topics=list(config.topics),
         pid=os.getpid(),
     )
@@ -180,7 +207,7 @@ async def _wait_as_standby(
 
 
 async def _consume_until_stopped(
-    member: GroupMember, consumer: SourceConsumer, settings: Settings, stop: asyncio.Event
+    member: Member, consumer: SourceConsumer, settings: Settings, stop: asyncio.Event
 ) -> int:
     fatal = asyncio.ensure_future(member.run())
     stopped = asyncio.ensure_future(stop.wait())
@@ -232,10 +259,14 @@ def _report_access(consumer: SourceConsumer, error: AccessError) -> int:
     return EXIT_KAFKA_ACCESS
 
 
-def _report_fatal(member: GroupMember, consumer: SourceConsumer) -> int:
+def _report_fatal(member: Member, consumer: SourceConsumer) -> int:
     error = member.error
     if isinstance(error, MemberAccessDenied):
         return _report_access(consumer, error.access)
+    if isinstance(error, ConsumerProtocolError) and error.unreleased_instance_id:
+        consumer.events.write(FATAL, kafka_error_code=error.kafka_code, message=str(error))
+        print(f"staticfleet member run: refused: UNRELEASED_INSTANCE_ID: {error}", file=sys.stderr)
+        return EXIT_FENCED
     code = error.code if error is not None else ErrorCode.UNKNOWN_SERVER_ERROR
     consumer.events.write(FATAL, error_code=int(code), error=code.name, message=str(error))
     if code is ErrorCode.FENCED_INSTANCE_ID:

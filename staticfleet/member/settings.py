@@ -43,6 +43,7 @@ class Overrides:
     standby_id: str | None = None
     topics: str | None = None  # comma-separated
     rebalance_protocol: str | None = None
+    remote_assignor: str | None = None
     eager_assignor: str | None = None
     cooperative_assignor: str | None = None
     session_timeout_ms: int | None = None
@@ -86,6 +87,7 @@ class Settings:
         kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
         kafka_settings_file: KafkaSettingsFile | None = None,
         coordinator_ssl: ssl.SSLContext | None = None,
+        remote_assignor: str | None = None,
     ) -> None:
         self.url = url
         # How an https:// coordinator's certificate is verified (None: plain http://).
@@ -106,6 +108,8 @@ class Settings:
         # given, is read again for each new coordinator connection (rotated credentials).
         self.kafka_settings = kafka_settings
         self.kafka_settings_file = kafka_settings_file
+        # The broker's assignor on the consumer protocol (None: the broker's default).
+        self.remote_assignor = remote_assignor
 
 
 def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
@@ -144,8 +148,21 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         setting = RebalanceProtocolSetting(protocol)
     except ValueError:
         raise ValueError(
-            f"{env.REBALANCE_PROTOCOL} must be eager, compatible or cooperative, not {protocol!r}"
+            f"{env.REBALANCE_PROTOCOL} must be eager, compatible, cooperative or consumer, "
+            f"not {protocol!r}"
         ) from None
+    remote_assignor = pick(given.remote_assignor, env.REMOTE_ASSIGNOR)
+    if setting is RebalanceProtocolSetting.CONSUMER and not url.startswith("kafka://"):
+        raise ValueError(
+            f"{env.REBALANCE_PROTOCOL}=consumer (KIP-848's consumer group protocol) needs a "
+            f"Kafka cluster as the coordinator (kafka://...), not {url!r}: our coordinator "
+            "speaks the classic protocol (eager, compatible or cooperative)"
+        )
+    if remote_assignor is not None and setting is not RebalanceProtocolSetting.CONSUMER:
+        raise ValueError(
+            f"--remote-assignor/{env.REMOTE_ASSIGNOR} is for the consumer protocol "
+            f"({env.REBALANCE_PROTOCOL}=consumer), not {setting.value}"
+        )
     instance_id = pick(given.instance_id, env.INSTANCE_ID) or None
     standby_id = pick(given.standby_id, env.STANDBY_ID) or None
     if standby_id is not None and (instance_id is not None or url.startswith("kafka://")):
@@ -225,4 +242,5 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         standby_id=standby_id,
         kafka_settings=kafka_settings,
         kafka_settings_file=kafka_settings_file,
+        remote_assignor=remote_assignor,
     )

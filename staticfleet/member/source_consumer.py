@@ -6,7 +6,6 @@ import logging
 from collections.abc import Iterable
 
 from coordinator.client.listener import Partitions
-from coordinator.client.member import GroupMember
 from coordinator.client.transport import TransportError
 from coordinator.errors import CoordinatorError
 from coordinator.protocol import TopicPartition
@@ -17,6 +16,7 @@ from staticfleet.member.events import (
     LOST,
     REVOKED,
     EventLog,
+    Member,
     partition_list,
 )
 from staticfleet.source import PartitionReader
@@ -36,7 +36,7 @@ class SourceConsumer:
     def __init__(self, reader: PartitionReader, events: EventLog) -> None:
         self.reader = reader
         self.events = events
-        self.member: GroupMember | None = None
+        self.member: Member | None = None
         self.positions: dict[TopicPartition, int] = {}
         self.owned: set[TopicPartition] = set()
         self.consumed = 0

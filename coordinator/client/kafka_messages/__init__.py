@@ -1,4 +1,5 @@
-"""Kafka messages kafka-python 3.0 does not ship: ConsumerGroupDescribe (API key 69, KIP-848).
+"""Kafka messages kafka-python 3.0 does not ship (KIP-848): ConsumerGroupDescribe (API key 69)
+and ConsumerGroupHeartbeat (API key 68, what our member speaks on the consumer protocol).
 
 Generated, not hand-written: the JSON files beside this module are Kafka's own message
 definitions, copied unchanged from kafka-clients 4.4.0 (`common/message/*.json` in its jar,
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     # own messages are (it ships stubs for those; its classes are indexed by version).
     ConsumerGroupDescribeRequest: Any
     ConsumerGroupDescribeResponse: Any
+    ConsumerGroupHeartbeatRequest: Any
+    ConsumerGroupHeartbeatResponse: Any
 else:
 
     class ConsumerGroupDescribeRequest(ApiMessage, load_json=__name__):
@@ -28,5 +31,16 @@ else:
     class ConsumerGroupDescribeResponse(ApiMessage, load_json=__name__):
         pass
 
+    class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=__name__):
+        pass
 
-__all__ = ["ConsumerGroupDescribeRequest", "ConsumerGroupDescribeResponse"]
+    class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=__name__):
+        pass
+
+
+__all__ = [
+    "ConsumerGroupDescribeRequest",
+    "ConsumerGroupDescribeResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
+]
