@@ -447,10 +447,13 @@ class Kubelet:
         family is played by our member with that single assignor (librdkafka and
         kafka-python offer one protocol: eager or cooperative, never both)."""
         name = pod["metadata"]["name"]
-        strategy = values[STOCK_STRATEGY]
+        # A pod the operator put on the consumer protocol has no strategy (the broker
+        # assigns): only the Java peer plays such a pod here.
+        consumer = values.get("KAFKA_GROUP_PROTOCOL") == "consumer"
+        strategy = values.get(STOCK_STRATEGY, "")
         instance_id = values[STOCK_INSTANCE_ID]
         await self._hold(pod)
-        if "org.apache.kafka" in strategy:
+        if "org.apache.kafka" in strategy or consumer:
             assert self.java_logs is not None, "running_cluster(java_logs=...) for Java pods"
             peer = JavaPeer(
                 values[STOCK_BOOTSTRAP],
@@ -458,16 +461,23 @@ class Kubelet:
                 values[STOCK_TOPICS].split(","),
                 self.java_logs / f"{name}-{len(self.history)}.jsonl",
                 instance_id=instance_id,
-                strategies=strategy.split(","),
+                strategies=strategy.split(",") if strategy else ("range",),
                 session_timeout_ms=10_000,
                 heartbeat_interval_ms=500,
                 # A template's KAFKA_GROUP_PROTOCOL=consumer: KIP-848's protocol (the
                 # strategy is then the broker's business; the peer ignores it).
                 group_protocol=values.get("KAFKA_GROUP_PROTOCOL", "classic"),
+                remote_assignor=values.get("KAFKA_GROUP_REMOTE_ASSIGNOR") or None,
             )
             await asyncio.to_thread(peer.start)
             self.members[key] = JavaPod(peer)
-            protocol = "compatible" if "," in strategy else strategy.rsplit(".", 1)[-1]
+            protocol = (
+                "consumer"
+                if consumer
+                else "compatible"
+                if "," in strategy
+                else strategy.rsplit(".", 1)[-1]
+            )
         else:
             [assignor] = strategy.split(",")
             cooperative = assignor.startswith("cooperative")

@@ -1,0 +1,99 @@
+"""A classic Java fleet migrated to Kafka's consumer protocol (KIP-848) by the operator, and
+back, against the real 4.4 broker: the real Kopf operator on kmock, the Java KafkaConsumer
+peer in each member pod (kafka-clients 4.4), the consumers' own event logs as the witness
+of ownership. Prints each direction's duration and unowned partition-seconds (docs/operator.md,
+"Migrating a fleet to the consumer protocol")."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.client.kafka_groups import MemberType
+from coordinator.client.kafka_transport import KafkaTransport
+from staticfleet.demo.ownership import all_holdings, ownership_overlaps, unowned_partition_seconds
+from staticfleet.kafka.broker import KafkaBroker
+from tests.kafka.helpers import member_logs
+from tests.operator.kube_harness import Cluster, env_of, managed_spec, running_cluster
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 6
+
+
+async def migrate(cluster: Cluster, protocol: str, group_protocol: str) -> tuple[float, float]:
+    """Change spec.rebalance.protocol; wait for the rollout's end on the group protocol
+    wanted. The wall-clock window (ms since the epoch) of the migration."""
+    start = time.time()
+    await cluster.update_spec("mig", {"rebalance": {"protocol": protocol}})
+
+    async def done() -> dict[str, Any] | None:
+        status = (await cluster.get_group("mig")).get("status") or {}
+        rollout = status.get("rollout") or {}
+        finished = rollout.get("phase") == "Completed" and rollout.get("toProtocol") == protocol
+        settled = status.get("groupProtocol") == group_protocol and status.get("members") == 3
+        return status if finished and settled else None
+
+    await cluster.eventually(done, timeout=240, what=f"migration to {protocol}")
+    return start * 1000, time.time() * 1000
+
+
+async def bounce_reasons(cluster: Cluster, since: int) -> list[str]:
+    bounced = [e for e in await cluster.events() if e.get("reason") == "MemberBounced"]
+    return [str(e["message"]) for e in bounced][since:]
+
+
+async def test_java_fleet_migrates_to_the_consumer_protocol_and_back_without_double_ownership(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    topic = kafka_topic(PARTITIONS)
+    bootstrap = kafka_broker.bootstrap
+    group_id = f"mig-{int(time.time() * 1000) % 10**8}"
+    spec = managed_spec(
+        group_id=group_id,
+        replicas=3,
+        topics=[{"name": topic}],
+        coordinator={"type": "kafka", "bootstrapServers": bootstrap, "clientFamily": "java"},
+    )  # eager with range: the classic default
+    logs = tmp_path / "java"
+    transport = KafkaTransport(bootstrap)
+    try:
+        async with running_cluster(java_logs=logs) as cluster:
+            await cluster.create_group("mig", spec)
+            await cluster.eventually(lambda: cluster.group_settled("mig", 3), timeout=120)
+
+            up = await migrate(cluster, "consumer", "consumer")
+            pods = await cluster.pods("mig")
+            assert {env_of(p).get("KAFKA_GROUP_PROTOCOL") for p in pods} == {"consumer"}
+            assert {env_of(p).get("KAFKA_GROUP_REMOTE_ASSIGNOR") for p in pods} == {"range"}
+            described = await transport.describe_consumer_group(group_id)
+            assert described.converged and len(described.members) == 3
+            assert {m.member_type for m in described.members} == {MemberType.CONSUMER}
+            upgrade = await bounce_reasons(cluster, 0)
+            assert len(upgrade) == 3 and all("to consumer" in r for r in upgrade)
+            # Each next step was taken only once the member before was back and the group
+            # converged (the orchestrator's "is back" note).
+            assert all("is back" in reason for reason in upgrade[1:]), upgrade
+
+            down = await migrate(cluster, "cooperative", "classic")
+            classic = await transport.describe_group(group_id)
+            assert classic.group_state == "Stable" and classic.protocol_data == "cooperative-sticky"
+            downgrade = await bounce_reasons(cluster, 3)
+            assert len(downgrade) == 3 and all("to cooperative" in r for r in downgrade)
+            assert all("is back" in reason for reason in downgrade[1:]), downgrade
+    finally:
+        await transport.close()
+
+    everything = member_logs([(path.stem.rsplit("-", 1)[0], path) for path in logs.glob("*.jsonl")])
+    assert len(everything) == 3 + 3 + 3  # the fleet, then one bounce each way
+    holdings = all_holdings(everything)
+    end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
+    assert list(ownership_overlaps(holdings, end_ms)) == []
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    for name, (start, stop) in (("classic -> consumer", up), ("consumer -> classic", down)):
+        gap = unowned_partition_seconds(holdings, partitions, int(start), int(stop))
+        print(f"{name}: {(stop - start) / 1000:.1f} s, {gap:.1f} unowned partition-seconds")
