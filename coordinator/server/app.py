@@ -17,6 +17,7 @@ from coordinator.server.fast_path import FastPath
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES, MAX_DERIVED_BODY_BYTES
 from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
+from coordinator.server.pod_identity import PodAuth
 from coordinator.server.routes import OPERATIONS
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ def create_app(
     initial_topics: Mapping[str, int] | None = None,
     connection_limits: ConnectionLimits | None = None,
     fast_path: bool = True,
+    pod_auth: PodAuth | None = None,
 ) -> web.Application:
     """The HTTP/JSON API over `coordinator`.
 
@@ -44,6 +46,10 @@ def create_app(
     served by `start_server`/`serving`; so does `fast_path`: well-formed, authorised
     heartbeats answered ahead of aiohttp's request stack (`fast_path.py`), same answers.
 
+    `pod_auth` also accepts members by their pod's ServiceAccount token, each only as its
+    pod's instance id (docs/server.md, "Members known by their pod"); the fast path leaves
+    those requests to aiohttp (a review may have to be awaited).
+
     Raises `AuthConfigError` when `auth` has no tokens and is not explicitly insecure.
     """
     auth.check_usable()
@@ -56,6 +62,7 @@ def create_app(
         metrics=metrics,
         max_body_bytes=max_body_bytes,
         connection_guard=ConnectionGuard(connection_limits or ConnectionLimits()),
+        pod_auth=pod_auth,
     )
     app = web.Application(
         # Bodies are read by bodies.read_json under a per-request limit (a group's grows

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from coordinator.server.pod_identity import PodIdentity
+
 ENV_ADMIN_TOKEN = "STATICFLEET_ADMIN_TOKEN"
 ENV_MEMBER_TOKEN = "STATICFLEET_MEMBER_TOKEN"
 ENV_GROUP_ID = "STATICFLEET_GROUP_ID"
@@ -45,6 +47,9 @@ class Principal:
     role: Role
     # The groups a member token may act on; empty (and unused) for admins.
     groups: frozenset[str] = frozenset()
+    # A member known by its pod's reviewed ServiceAccount token (pod_identity.py): it may act
+    # only as the one instance id its pod holds. None: a group token (any instance id).
+    pod: PodIdentity | None = None
 
     @property
     def is_admin(self) -> bool:

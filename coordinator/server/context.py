@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from coordinator import GroupCoordinator
-from coordinator.server.auth import ADMIN, Authenticator, Principal, bearer_token
+from coordinator.server.auth import ADMIN, Authenticator, Principal, Role, bearer_token
 from coordinator.server.connections import ConnectionGuard
 from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
+from coordinator.server.pod_identity import PodAuth, Refused, group_problem, looks_like_jwt
 
 if TYPE_CHECKING:
     from coordinator.server.operations import Operation
@@ -33,6 +34,8 @@ class ServerContext:
     # Extra conditions for readiness, set by whoever embeds the server (the operator: "this
     # replica is the active one"). All must hold.
     readiness_gates: list[Callable[[], bool]] = field(default_factory=list)
+    # Members known by their pod's ServiceAccount token (docs/server.md); None: group tokens only.
+    pod_auth: PodAuth | None = None
 
     @property
     def ready(self) -> bool:
@@ -71,3 +74,26 @@ def principal_of(request: web.Request) -> Principal | None:
         return ADMIN
     token = bearer_token(request.headers.get("Authorization"))
     return None if token is None else authenticator.authenticate(token)
+
+
+async def request_principal(request: web.Request) -> Principal | Refused | None:
+    """`principal_of`, and, for a token no configuration knows, a pod's reviewed
+    ServiceAccount token when pod identity is on: a member principal scoped to the group
+    its pod is bound to (none when unbound), or the review's refusal."""
+    principal = principal_of(request)
+    context = context_of(request)
+    pod_auth = context.pod_auth
+    if principal is not None or pod_auth is None:
+        return principal
+    token = bearer_token(request.headers.get("Authorization"))
+    if token is None or not looks_like_jwt(token):
+        return None
+    identity = await pod_auth.cache.identify(token)
+    if isinstance(identity, Refused):
+        return identity
+    binding = pod_auth.bindings.get((identity.namespace, identity.pod_name))
+    bound = (
+        binding is not None and group_problem(identity, pod_auth.bindings, binding.group_id) is None
+    )
+    groups = frozenset({binding.group_id}) if binding is not None and bound else frozenset()
+    return Principal(Role.MEMBER, groups, pod=identity)

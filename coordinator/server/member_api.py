@@ -21,12 +21,14 @@ from coordinator.messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
+from coordinator.server.auth import Principal
 from coordinator.server.bodies import read_message
-from coordinator.server.context import ServerContext, context_of, principal_of
+from coordinator.server.context import ServerContext, context_of, request_principal
 from coordinator.server.http_errors import bad_request, forbidden
 from coordinator.server.limits import group_body_limit
 from coordinator.server.member_keys import MEMBER_KEY_HEADER
 from coordinator.server.models import TopicMetadata
+from coordinator.server.pod_identity import instance_problem
 from coordinator.server.replies import reply
 
 
@@ -51,7 +53,37 @@ async def read_group_message(request: web.Request, cls: type[M]) -> tuple[Server
         raise bad_request(
             f"group_id in the body ({message.group_id!r}) differs from the path ({path_group!r})"
         )
+    await _check_pod_instance(request, context, message)
     return context, message
+
+
+def _instance_ids(message: object) -> tuple[str | None, ...]:
+    """The instance ids a request acts as: a leave's members', or the one the request names.
+    An offset fetch reads the group's offsets and acts as nobody."""
+    if isinstance(message, OffsetFetchRequest):
+        return ()
+    if isinstance(message, LeaveGroupRequest):
+        return tuple(member.group_instance_id for member in message.members)
+    instance_id: str | None = getattr(message, "group_instance_id", None)
+    return (instance_id,)
+
+
+async def _check_pod_instance(
+    request: web.Request, context: ServerContext, message: object
+) -> None:
+    """A member known by its pod acts only as its pod's instance id: any other (or none, a
+    dynamic join from a static pod) is a 403 naming the pod's own (docs/server.md)."""
+    pod_auth = context.pod_auth
+    if pod_auth is None:
+        return
+    principal = await request_principal(request)  # the review is cached: a dict lookup
+    if not isinstance(principal, Principal) or principal.pod is None:
+        return
+    group_id = request.match_info["group_id"]
+    for instance_id in _instance_ids(message):
+        problem = instance_problem(principal.pod, pod_auth.bindings, group_id, instance_id)
+        if problem is not None:
+            raise forbidden(f"the pod token may not act as instance id {instance_id!r}: {problem}")
 
 
 async def join_group(request: web.Request) -> web.Response:
@@ -93,11 +125,11 @@ async def leave_group(request: web.Request) -> web.Response:
     # The guard admitted this caller already; a missing principal cannot happen here, but
     # would fail closed. A member knows its own member id; removing anyone else (or by
     # instance id alone, as the operator's scale-down does) is an admin's batch leave.
-    principal = principal_of(request)
-    is_admin = principal is not None and principal.is_admin
+    principal = await request_principal(request)
+    is_admin = isinstance(principal, Principal) and principal.is_admin
     if not is_admin:
         leaves_itself = len(message.members) == 1 and bool(message.members[0].member_id)
-        if principal is None or not leaves_itself:
+        if not isinstance(principal, Principal) or not leaves_itself:
             raise forbidden(
                 "a member token may only leave the group itself: exactly one member, with "
                 "its member id; batch leave needs an admin token"

@@ -13,9 +13,10 @@ from aiohttp.typedefs import Handler
 from coordinator.errors import ErrorCode
 from coordinator.server.auth import bearer_token, is_well_formed
 from coordinator.server.bodies import too_large
-from coordinator.server.context import context_of, principal_of
+from coordinator.server.context import context_of, request_principal
 from coordinator.server.http_errors import ApiError, error_response, forbidden
 from coordinator.server.operations import Access
+from coordinator.server.pod_identity import Refused, group_problem
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,15 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Nothing matched: the handler is aiohttp's 404/405.
         return await handler(request)
     if operation.access is not Access.PUBLIC:
-        principal = principal_of(request)
+        principal = await request_principal(request)
+        if isinstance(principal, Refused):
+            # A ServiceAccount token the review refused (expired, wrong audience, no pod).
+            raise ApiError(
+                401,
+                ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                f"the pod token is refused: {principal.reason}",
+                {"WWW-Authenticate": 'Bearer realm="staticfleet", error="invalid_token"'},
+            )
         if principal is None:
             token = bearer_token(request.headers.get("Authorization"))
             if token is None:
@@ -88,9 +97,12 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             raise forbidden("the token is not valid")
         if operation.access is Access.ADMIN and not principal.is_admin:
             raise forbidden("this operation needs an admin token")
-        if operation.access is Access.GROUP and not principal.may_use_group(
-            request.match_info["group_id"]
-        ):
+        group_id = request.match_info.get("group_id", "")
+        if operation.access is Access.GROUP and not principal.may_use_group(group_id):
+            pod_auth = context.pod_auth
+            if principal.pod is not None and pod_auth is not None:
+                why = group_problem(principal.pod, pod_auth.bindings, group_id)
+                raise forbidden(f"the pod token is not allowed to act on this group: {why}")
             raise forbidden("the token is not allowed to act on this group")
     if operation.uses_coordinator and not context.ready:
         raise ApiError(

@@ -85,13 +85,10 @@ def identity_from_review(status: Mapping[str, Any], audience: str) -> PodIdentit
     return PodIdentity(namespace, account, str(names[0]), str(uids[0]))
 
 
-def instance_problem(
-    identity: PodIdentity,
-    bindings: Mapping[tuple[str, str], Binding],
-    group_id: str,
-    instance_id: str | None,
+def group_problem(
+    identity: PodIdentity, bindings: Mapping[tuple[str, str], Binding], group_id: str
 ) -> str | None:
-    """Why `identity` may not act as `instance_id` of `group_id` (None: it may)."""
+    """Why `identity` may not act on `group_id` at all (None: it may, as its instance id)."""
     binding = bindings.get((identity.namespace, identity.pod_name))
     pod = f"pod {identity.namespace}/{identity.pod_name}"
     if binding is None:
@@ -100,6 +97,21 @@ def instance_problem(
         return f"the token is of an earlier {pod} (uid {identity.pod_uid}), not the current one"
     if binding.group_id != group_id:
         return f"{pod} is a member of group {binding.group_id!r}, not {group_id!r}"
+    return None
+
+
+def instance_problem(
+    identity: PodIdentity,
+    bindings: Mapping[tuple[str, str], Binding],
+    group_id: str,
+    instance_id: str | None,
+) -> str | None:
+    """Why `identity` may not act as `instance_id` of `group_id` (None: it may)."""
+    problem = group_problem(identity, bindings, group_id)
+    if problem is not None:
+        return problem
+    binding = bindings[(identity.namespace, identity.pod_name)]
+    pod = f"pod {identity.namespace}/{identity.pod_name}"
     if instance_id != binding.instance_id:
         return f"{pod} holds instance id {binding.instance_id!r}, not {instance_id!r}"
     return None
@@ -173,3 +185,18 @@ class ReviewCache:
         while len(self._entries) > self._max_entries:
             self._entries.popitem(last=False)
         return result
+
+
+def looks_like_jwt(token: str) -> bool:
+    """Three dot-separated parts: what a ServiceAccount token is, and a configured bearer
+    token (no dots needed) seldom is; only such tokens are sent to TokenReview."""
+    return token.count(".") == 2
+
+
+@dataclass(frozen=True, slots=True)
+class PodAuth:
+    """What the coordinator server needs to accept pods' tokens: the review cache and the
+    (namespace, pod name) -> Binding table the operator keeps (a live view of its pods)."""
+
+    cache: ReviewCache
+    bindings: Mapping[tuple[str, str], Binding]
