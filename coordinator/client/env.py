@@ -37,6 +37,10 @@ COORDINATOR_CA_FILE: Final = "STATICFLEET_COORDINATOR_CA_FILE"
 # The broker's assignor (group.remote.assignor) for a member on the consumer protocol
 # (REBALANCE_PROTOCOL=consumer); unset: the broker's default. Not in ALL: set only then.
 REMOTE_ASSIGNOR: Final = "STATICFLEET_REMOTE_ASSIGNOR"
+# A file holding the bearer token, read again when it changes: the pod's projected
+# ServiceAccount token (docs/server.md, "Members known by their pod"). Instead of TOKEN. Not
+# in ALL: the operator sets it only for groups whose members are known by their pod.
+TOKEN_FILE: Final = "STATICFLEET_TOKEN_FILE"
 
 ALL: Final = (
     COORDINATOR_URL,

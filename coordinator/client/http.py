@@ -17,6 +17,7 @@ from urllib.parse import quote
 import aiohttp
 
 from coordinator.client.coordinator_tls import refusal
+from coordinator.client.token_file import TokenFile
 from coordinator.client.transport import RequestTooLargeError, TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
@@ -48,7 +49,7 @@ class HttpTransport:
     def __init__(
         self,
         base_url: str,
-        token: str | None = None,
+        token: str | TokenFile | None = None,
         session: aiohttp.ClientSession | None = None,
         *,
         request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
@@ -58,6 +59,7 @@ class HttpTransport:
         without one, https:// URLs are verified against the system's roots."""
         self._base_url = base_url.rstrip("/")
         self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+        # A TokenFile (a projected ServiceAccount token) is read again when the kubelet rotates it.
         self._token = token or None
         self._session = session
         self._owns_session = session is None
@@ -179,8 +181,9 @@ class HttpTransport:
     ) -> Any:
         session = self._session_for_request()
         headers = {"Accept": "application/json", **(extra_headers or {})}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
+        token = self._token.current() if isinstance(self._token, TokenFile) else self._token
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000)
         try:
             async with session.request(

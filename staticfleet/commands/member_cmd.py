@@ -107,6 +107,11 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument("--token", help=f"bearer token; prefer the environment [{env.TOKEN}]")
     run.add_argument(
+        "--token-file",
+        help=f"a file holding the bearer token, read again when it changes: a projected "
+        f"ServiceAccount token [{env.TOKEN_FILE}]",
+    )
+    run.add_argument(
         "--event-log", help=f"JSON-lines event file; '-' or unset for stdout [{env.EVENT_LOG}]"
     )
     run.add_argument(

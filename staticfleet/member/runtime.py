@@ -38,6 +38,7 @@ from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.member import GroupMember, MemberAccessDenied
 from coordinator.client.standby import wait_for_promotion
 from coordinator.client.strategy import ConfigurationError
+from coordinator.client.token_file import TokenFile
 from coordinator.client.transport import Transport
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.standby import Promoted
@@ -67,7 +68,7 @@ EXIT_KAFKA_ACCESS = 4
 
 def open_transport(
     url: str,
-    token: str | None,
+    token: str | TokenFile | None,
     client_id: str,
     kafka_settings: KafkaClientSettings | KafkaSettingsFile = PLAINTEXT_SETTINGS,
     coordinator_ssl: ssl.SSLContext | None = None,

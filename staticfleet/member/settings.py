@@ -23,6 +23,7 @@ from coordinator.client.kafka_settings import (
     KafkaClientSettings,
     KafkaSettingsFile,
 )
+from coordinator.client.token_file import TokenFile, TokenFileError
 from staticfleet.source import SyntheticSource
 
 logger = logging.getLogger("staticfleet.member")
@@ -50,6 +51,7 @@ class Overrides:
     rebalance_timeout_ms: int | None = None
     heartbeat_interval_ms: int | None = None
     token: str | None = None
+    token_file: str | None = None
     event_log: str | None = None
     # None: LeaveGroup on close for a dynamic member, not for a static one (KIP-345).
     leave_on_close: bool | None = None
@@ -74,7 +76,7 @@ class Settings:
         self,
         *,
         url: str,
-        token: str | None,
+        token: str | TokenFile | None,
         config: MemberConfig,
         event_log: str | None,
         leave_on_close: bool | None,
@@ -226,7 +228,7 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
     return Settings(
         url=url,
         coordinator_ssl=coordinator_ssl,
-        token=pick(given.token, env.TOKEN),
+        token=_token(pick(given.token, env.TOKEN), pick(given.token_file, env.TOKEN_FILE)),
         config=config,
         event_log=pick(given.event_log, env.EVENT_LOG),
         leave_on_close=given.leave_on_close,
@@ -244,3 +246,18 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         kafka_settings_file=kafka_settings_file,
         remote_assignor=remote_assignor,
     )
+
+
+def _token(token: str | None, token_file: str | None) -> str | TokenFile | None:
+    """The bearer token, or the file that holds it (read again when the kubelet rotates it)."""
+    if token_file is None:
+        return token
+    if token is not None:
+        raise ValueError(
+            f"give the token (--token/{env.TOKEN}) or its file "
+            f"(--token-file/{env.TOKEN_FILE}), not both"
+        )
+    try:
+        return TokenFile(token_file)
+    except TokenFileError as error:
+        raise ValueError(f"--token-file/{env.TOKEN_FILE}: {error}") from None

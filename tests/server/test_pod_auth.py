@@ -1,5 +1,5 @@
 """Members known by their pod, wired into a real server: a pod's ServiceAccount token is
-reviewed (a fake reviewer here: the API server's side is tests/operator/test_pod_token_kmock.py)
+reviewed (a fake reviewer here: the API server's side is tests/operator/test_token_review.py)
 and acts only as its pod's instance id; group tokens keep working beside it."""
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from typing import Any
 import aiohttp
 import pytest
 
-from coordinator import GroupCoordinator, SqliteStore
+from coordinator import GroupCoordinator, HeartbeatRequest, JoinGroupRequest, SqliteStore
+from coordinator.client.http import HttpTransport
+from coordinator.client.token_file import TokenFile
+from coordinator.errors import ErrorCode
 from coordinator.server import create_app, start_server
 from coordinator.server.pod_identity import (
     POD_NAME_EXTRA,
@@ -20,6 +23,7 @@ from coordinator.server.pod_identity import (
     PodAuth,
     ReviewCache,
 )
+from coordinator.wire import from_json
 
 from .conftest import GROUP_A, GROUP_B, MEMBER_A_TOKEN, TEST_AUTH, TEST_CONFIG, Server
 from .messages import join_body
@@ -30,7 +34,9 @@ TOKEN_0 = "eyJhbGciOiJSUzI1NiJ9.cG9kLTA.c2ln"
 TOKEN_1 = "eyJhbGciOiJSUzI1NiJ9.cG9kLTE.c2ln"
 TOKEN_OLD = "eyJhbGciOiJSUzI1NiJ9.b2xk.c2ln"  # issued to an earlier orders-0 (another uid)
 FORGED = "eyJhbGciOiJSUzI1NiJ9.Zm9yZ2Vk.c2ln"
+ROTATED_0 = "eyJhbGciOiJSUzI1NiJ9.cm90YXRlZA.c2ln"  # orders-0's token after the kubelet's rotation
 PODS = {
+    ROTATED_0: ("orders-0", "uid-0"),
     TOKEN_0: ("orders-0", "uid-0"),
     TOKEN_1: ("orders-1", "uid-1"),
     TOKEN_OLD: ("orders-0", "uid-old"),
@@ -146,3 +152,24 @@ async def test_group_tokens_still_join_as_any_instance_beside_pod_identity(
     )
     assert joined.status == 200, joined.text
     assert api.reviews == []  # a configured token is never sent to TokenReview
+
+
+async def test_a_member_reads_its_rotated_token_file_and_stays_in_the_group(
+    pod_server: tuple[Server, FakeApiServer], tmp_path: Path
+) -> None:
+    server, api = pod_server
+    token_path = tmp_path / "token"
+    token_path.write_text(TOKEN_0)
+    transport = HttpTransport(server.url, TokenFile(token_path))
+    try:
+        request = from_json(JoinGroupRequest, join_body(GROUP_A, "orders-0"))
+        joined = await transport.join_group(request)
+        assert joined.error_code == ErrorCode.NONE
+        token_path.write_text(ROTATED_0 + "\n")  # the kubelet's rotation: same pod, new token
+        beat = await transport.heartbeat(
+            HeartbeatRequest(GROUP_A, joined.generation_id, joined.member_id, "orders-0")
+        )
+        assert beat.error_code in (ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS)
+        assert api.reviews == [TOKEN_0, ROTATED_0]
+    finally:
+        await transport.close()
