@@ -38,7 +38,7 @@ from coordinator.client.consumer_protocol_state import (
     reconcile,
 )
 from coordinator.client.listener import RebalanceListener, invoke
-from coordinator.client.member import MemberAccessDenied
+from coordinator.client.member import MemberAccessDenied, MemberFailure
 from coordinator.client.transport import TransportError
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
@@ -291,6 +291,9 @@ class ConsumerProtocolMember:
                 await self._sleep(self._interval_s)
         except AccessError as error:
             self._error = MemberAccessDenied(error)
+        except Exception as error:  # a bug here: fatal, with its cause, not a silent end
+            logger.exception("%s: the heartbeat task failed", self._label())
+            self._error = MemberFailure(f"the consumer-protocol heartbeat task failed: {error!r}")
 
     async def _heartbeat(self) -> HeartbeatAnswer | None:
         topics = list(self._config.topics)
