@@ -467,7 +467,12 @@ def check(run: Run) -> dict[str, Any]:
         and spec.instance_ids() - present
     ]
     journal = journal_rows(run.db_path)
-    violations["static_member_not_back_in_journal"] = static_members_not_back(run.specs, journal)
+    # Up to the last sample, the end state judged: once the driver stops the fleet, static
+    # members (which do not leave, KIP-345) are expired while the others stop.
+    end_state_ms = max((int(s["ts_ms"]) for s in run.samples), default=0)
+    violations["static_member_not_back_in_journal"] = static_members_not_back(
+        run.specs, [row for row in journal if int(row["ts_ms"]) <= end_state_ms]
+    )
     violations["final_assignment"] = final_assignment(run)
     by_kind, unrecovered = recovery_times(run)
     violations["not_recovered_within_bound"] = unrecovered
