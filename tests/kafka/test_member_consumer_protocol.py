@@ -163,6 +163,12 @@ async def test_our_member_shares_a_consumer_group_with_java_members_and_restarts
             ]
             assert moves == [], (name, moves)
         rows = [r for r in read_events(ours_log) if int(r["ts_ms"]) >= stopped_ms]
+        back_ms = next(int(r["ts_ms"]) for r in rows if r["event"] == "assigned")
+        restarted_ms = next(int(r["ts_ms"]) for r in rows if r["event"] == "started")
+        print(
+            f"static restart: its partitions back {back_ms - stopped_ms} ms after the stop, "
+            f"{back_ms - restarted_ms} ms after the new process started"
+        )
         assert [set(map(tuple, r["partitions"])) for r in rows if r["event"] == "assigned"] == [
             ours_before
         ]
