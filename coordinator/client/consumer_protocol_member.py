@@ -39,7 +39,9 @@ from coordinator.client.consumer_protocol_state import (
 )
 from coordinator.client.listener import RebalanceListener, invoke
 from coordinator.client.member import MemberAccessDenied, MemberFailure
+from coordinator.client.timing import MonotonicClock, sleep
 from coordinator.client.transport import TransportError
+from coordinator.clock import Clock
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.messages import (
     OffsetCommitPartition,
@@ -92,15 +94,18 @@ class ConsumerProtocolMember:
         listener: RebalanceListener,
         *,
         remote_assignor: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._transport = transport
         self._config = config
         self._listener = listener
         self._remote_assignor = remote_assignor
+        # Heartbeat intervals, backoffs and the session check read it (tests: ManualClock).
+        self._clock: Clock = clock if clock is not None else MonotonicClock()
         self._member_id = new_member_id()
         self._epoch = JOIN_EPOCH
         self._owned: Partitions = frozenset()
-        self._interval_s = config.heartbeat_interval_ms / 1000
+        self._interval_ms = config.heartbeat_interval_ms
         self._ids: dict[str, uuid.UUID] = {}
         self._names: dict[uuid.UUID, str] = {}
         self._error: CoordinatorError | None = None
@@ -109,7 +114,7 @@ class ConsumerProtocolMember:
         self._assigned = asyncio.Event()
         self._reconciling = False
         self._closing = False
-        self._last_contact: float | None = None
+        self._last_contact_ms: int | None = None
         self.reconciliations = 0
 
     # ------------------------------------------------------------------ what callers read
@@ -252,10 +257,9 @@ class ConsumerProtocolMember:
         be another member's now; lose them before another record is processed, and rejoin.
         The member's `session_timeout_ms` stands in for the broker's group-level session
         (never longer by default: 10 s against 45 s), so it errs on the safe side."""
-        if not self._owned or self._last_contact is None or self._reconciling:
+        if not self._owned or self._last_contact_ms is None or self._reconciling:
             return
-        silent = asyncio.get_running_loop().time() - self._last_contact
-        if silent * 1000 < self._config.session_timeout_ms:
+        if self._clock.now_ms() - self._last_contact_ms <= self._config.session_timeout_ms:
             return
         logger.warning("%s: no contact with the broker for a session timeout", self._label())
         await self._lose("no contact for a session timeout")
@@ -266,9 +270,11 @@ class ConsumerProtocolMember:
     async def _run(self) -> None:
         try:
             while not self._closing:
+                # A wake set from now on (a lost session, close) cuts the next sleep short.
+                self._wake.clear()
                 answer = await self._heartbeat()
                 if answer is None:  # not sent (transport): back off, then again
-                    await self._sleep(self._config.retry_backoff_ms / 1000)
+                    await self._sleep(self._config.retry_backoff_ms)
                     continue
                 decision = decide(answer)
                 if decision.outcome is Outcome.FATAL:
@@ -282,13 +288,13 @@ class ConsumerProtocolMember:
                     continue
                 if decision.outcome is Outcome.RETRY:
                     logger.info("%s: heartbeat: %s", self._label(), decision.detail)
-                    await self._sleep(self._config.retry_backoff_ms / 1000)
+                    await self._sleep(self._config.retry_backoff_ms)
                     continue
                 self._epoch = answer.member_epoch
-                self._interval_s = answer.heartbeat_interval_ms / 1000
+                self._interval_ms = answer.heartbeat_interval_ms
                 if answer.assignment is not None and await self._reconcile(answer.assignment):
                     continue  # acknowledge at once
-                await self._sleep(self._interval_s)
+                await self._sleep(self._interval_ms)
         except AccessError as error:
             self._error = MemberAccessDenied(error)
         except Exception as error:  # a bug here: fatal, with its cause, not a silent end
@@ -316,7 +322,7 @@ class ConsumerProtocolMember:
             logger.info("%s: heartbeat not sent: %s", self._label(), error)
             return None
         if answer.error_code == 0:
-            self._last_contact = asyncio.get_running_loop().time()
+            self._last_contact_ms = self._clock.now_ms()
         return answer
 
     async def _reconcile(self, assignment: tuple[tuple[uuid.UUID, tuple[int, ...]], ...]) -> bool:
@@ -362,10 +368,15 @@ class ConsumerProtocolMember:
             logger.info("%s: topic ids not read: %s", self._label(), error)
         self._names = {v: k for k, v in self._ids.items()}
 
-    async def _sleep(self, seconds: float) -> None:
-        self._wake.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+    async def _sleep(self, delay_ms: int) -> None:
+        """`delay_ms` on the member's clock, or less when woken."""
+        woken = asyncio.ensure_future(self._wake.wait())
+        timer = asyncio.ensure_future(sleep(self._clock, delay_ms))
+        try:
+            await asyncio.wait({woken, timer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+            timer.cancel()
 
     def _label(self) -> str:
         who = self._config.group_instance_id or self._member_id

@@ -39,6 +39,8 @@ from coordinator.client.kafka_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
+from coordinator.client.transport import TransportError
+from coordinator.clock import ManualClock
 from coordinator.errors import ErrorCode
 from coordinator.messages import (
     OffsetCommitPartitionResponse,
@@ -253,7 +255,7 @@ def run_member(
         broker = ScriptedBroker(answers, journal)
         config = MemberConfig("g", ("orders",), group_instance_id=instance_id)
         listener = Recorder(journal)
-        member = ConsumerProtocolMember(broker, config, listener)
+        member = ConsumerProtocolMember(broker, config, listener, clock=ManualClock())
         listener.member = member
         await member.start()
         await asyncio.wait_for(
@@ -321,6 +323,39 @@ def test_an_unreleased_instance_id_is_a_fatal_error_naming_it() -> None:
     assert member.error.unreleased_instance_id
     assert "group.instance.id" in str(member.error)
     assert journal == [("heartbeat", (0, []))]  # nothing owned, no leave sent
+
+
+class SilentBroker(ScriptedBroker):
+    """Answers the join with an assignment, then nothing: every later heartbeat fails."""
+
+    async def consumer_group_heartbeat(
+        self, group_id: str, fields: dict[str, Any]
+    ) -> HeartbeatAnswer:
+        if self.answers:
+            return await super().consumer_group_heartbeat(group_id, fields)
+        self.journal.append(("unanswered", fields["member_epoch"]))
+        raise TransportError("no answer")
+
+
+async def test_a_member_unheard_for_a_session_loses_its_partitions_before_reading_on() -> None:
+    journal: list[tuple[str, Any]] = []
+    clock = ManualClock()
+    broker = SilentBroker([answer(epoch=1, assignment=assignment(0, 1))], journal)
+    config = MemberConfig("g", ("orders",), group_instance_id="i", session_timeout_ms=10_000)
+    listener = Recorder(journal)
+    member = ConsumerProtocolMember(broker, config, listener, clock=clock)
+    listener.member = member
+    await member.start()
+    await asyncio.wait_for(member.wait_for_assignment(), 5)
+    await clock.advance(10_000)  # exactly the session: still the member's
+    await member.lose_partitions_if_session_expired()
+    assert member.assignment and ("lost", [0, 1]) not in journal
+    await clock.advance(1)
+    await member.lose_partitions_if_session_expired()
+    assert not member.assignment and member.generation_id == 0
+    assert ("lost", [0, 1]) in journal
+    await member.close()
+    assert ("revoked", [0, 1]) not in journal  # lost partitions are not committed on close
 
 
 def test_settings_take_the_consumer_protocol_on_kafka_only() -> None:
