@@ -36,7 +36,7 @@ PARTITIONS = 6
 
 
 def consumer_member(
-    bootstrap: str, group: str, topic: str, instance: str, log: Path
+    bootstrap: str, group: str, topic: str, instance: str | None, log: Path
 ) -> MemberProcess:
     command = [
         sys.executable,
@@ -50,8 +50,7 @@ def consumer_member(
         f"kafka://{bootstrap}",
         "--group-id",
         group,
-        "--instance-id",
-        instance,
+        *(["--instance-id", instance] if instance else []),
         "--topics",
         topic,
         "--group-protocol",
@@ -189,4 +188,26 @@ async def test_our_member_shares_a_consumer_group_with_java_members_and_restarts
         assert ours.stop() == EXIT_OK, ours.stderr_path.read_text()
         for peer in peers.values():
             peer.stop()
+        await transport.close()
+
+
+async def test_a_dynamic_member_leaves_with_epoch_minus_1_and_is_gone_at_once(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    topic = kafka_topic(2)
+    group_id = f"{topic}-group"
+    log = tmp_path / "dynamic.jsonl"
+    member = consumer_member(kafka_broker.bootstrap, group_id, topic, None, log)
+    transport = KafkaTransport(kafka_broker.bootstrap)
+    try:
+        joined = await converged(transport, group_id, 1)
+        assert joined.members[0].instance_id is None
+        assert member.stop() == EXIT_OK, member.stderr_path.read_text()
+        # No session to wait out: the leave (-1) removed it, and the group epoch moved.
+        left = await transport.describe_consumer_group(group_id)
+        assert left.members == () and left.group_epoch > joined.group_epoch
+        events = [r["event"] for r in read_events(log)]
+        assert events[-2:] == ["revoked", "stopped"]
+    finally:
+        member.kill()
         await transport.close()
