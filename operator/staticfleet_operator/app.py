@@ -43,6 +43,7 @@ from coordinator.server.gc_policy import (
     freeze_periodically,
 )
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
+from coordinator.server.pod_identity import PodAuth, ReviewCache
 from coordinator.server.tls import ReloadingTls, TlsFiles
 from staticfleet_operator import handlers
 from staticfleet_operator.coordinator_cert import ServingCertIssuer, renew_periodically
@@ -50,8 +51,10 @@ from staticfleet_operator.kafka_journal import RebalanceJournal
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.peering import PeeringGate, watch_peering
+from staticfleet_operator.pod_bindings import PodBindings
 from staticfleet_operator.readiness import expect_groups
 from staticfleet_operator.reconcile import Operator
+from staticfleet_operator.token_review import token_reviewer
 
 log = logging.getLogger("staticfleet.operator")
 
@@ -87,6 +90,10 @@ class OperatorOptions:
     kafka_journal_dir: Path | None = None
     # Per-partition lag series (metrics.py): unbounded with the partitions, so opt-in.
     partition_lag_metrics: bool = False
+    # Set: members of embedded groups authenticate with their pod's projected ServiceAccount
+    # token for this audience, each only as its pod's instance id (docs/server.md, "Members
+    # known by their pod"); None: each group's token Secret.
+    member_token_audience: str | None = None
     # The operator's own Kafka settings for groups without spec.coordinator.kafka.
     kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
@@ -151,8 +158,23 @@ async def run_operator(
         open_store(options.store, create_dirs=options.store == DEFAULT_STORE),
     )
     await coordinator.start()
+    pod_auth = None
+    if options.member_token_audience:
+        # The operator's API access reviews the tokens; its pod informer binds them.
+        pod_auth = PodAuth(
+            ReviewCache(
+                lambda token, audiences: token_reviewer(operator.kube)(token, audiences),
+                options.member_token_audience,
+                time.time,
+            ),
+            PodBindings(lambda: operator.observed.pods),
+        )
     app = create_app(
-        coordinator, auth, manage_coordinator=False, max_body_bytes=options.max_body_bytes
+        coordinator,
+        auth,
+        manage_coordinator=False,
+        max_body_bytes=options.max_body_bytes,
+        pod_auth=pod_auth,
     )
     tls_files = (
         options.coordinator_tls.files
@@ -183,6 +205,7 @@ async def run_operator(
         KubeApi(vault),
         options.coordinator_url,
         authenticator=authenticator_of(app),
+        member_token_audience=options.member_token_audience,
         # The server's registry: its /metrics shows the operator's series too.
         metrics=OperatorMetrics(
             app[CONTEXT].metrics.registry, partition_lag=options.partition_lag_metrics

@@ -37,6 +37,10 @@ class Operator:
     # The embedded server's authenticator: each group's member token is registered with it.
     # None: no server to tell (member tokens are still put in Secrets and pod env).
     authenticator: Authenticator | None = None
+    # Set: member pods present their projected ServiceAccount token for this audience, which
+    # the embedded server reviews (docs/server.md, "Members known by their pod"); None: the
+    # group's token Secret.
+    member_token_audience: str | None = None
     # Prometheus series (the process passes the coordinator server's registry in).
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Readiness after a restart: told of each group whose token was reconciled (readiness.py).
@@ -72,7 +76,11 @@ class Operator:
         return await self.kafka.for_group(str(ref), coordinator.bootstrap_servers, settings)
 
     def settings(self, name: str) -> MemberSettings:
-        return MemberSettings(coordinator_url=self.coordinator_url, group_name=name)
+        return MemberSettings(
+            coordinator_url=self.coordinator_url,
+            group_name=name,
+            token_audience=self.member_token_audience,
+        )
 
 
 async def read_client_settings(

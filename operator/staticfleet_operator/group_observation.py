@@ -71,6 +71,8 @@ class GroupObservation:
     coordinator_url: str
     # Unique per pass: new pods' keys are made from it (a plan draws no random numbers).
     pass_id: str
+    # Set: members present their pod's ServiceAccount token for this audience (MemberSettings).
+    member_token_audience: str | None = None
     problems: tuple[str, ...] = ()
     spec: ConsumerGroupSpec | None = None
     pods: tuple[Mapping[str, Any], ...] = ()

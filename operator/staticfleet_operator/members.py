@@ -36,7 +36,7 @@ TEMPLATE_HASH_ANNOTATION: Final = "staticfleet.dev/template-hash"
 POD_KEY_ANNOTATION: Final = "staticfleet.dev/pod-key"
 
 # Env the operator owns; a template's own values for these names are replaced.
-MEMBER_ENV_NAMES: Final = frozenset({*env.ALL, env.COORDINATOR_CA_FILE})
+MEMBER_ENV_NAMES: Final = frozenset({*env.ALL, env.COORDINATOR_CA_FILE, env.TOKEN_FILE})
 
 # An https:// coordinator's CA bundle, in each member namespace (a Secret cannot be mounted
 # from the operator's namespace): a ConfigMap with key ca.crt (docs/server.md, "TLS").
@@ -44,6 +44,13 @@ COORDINATOR_CA_CONFIGMAP: Final = "staticfleet-coordinator-ca"
 COORDINATOR_CA_VOLUME: Final = "staticfleet-coordinator-ca"
 COORDINATOR_CA_DIR: Final = "/etc/staticfleet/coordinator-ca"
 COORDINATOR_CA_KEY: Final = "ca.crt"
+# Members known by their pod (docs/server.md): one projected volume holds the pod's
+# ServiceAccount token for the coordinator's audience (and, for https://, the CA bundle).
+COORDINATOR_VOLUME: Final = "staticfleet-coordinator"
+COORDINATOR_DIR: Final = "/etc/staticfleet/coordinator"
+TOKEN_KEY: Final = "token"
+# The kubelet rotates the token at 80 % of this; the API server's minimum is 600 s.
+TOKEN_EXPIRATION_SECONDS: Final = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,9 @@ class MemberSettings:
 
     coordinator_url: str
     group_name: str  # the ConsumerGroup's metadata.name (the group label's value)
+    # Set: members present their pod's ServiceAccount token for this audience (read from a
+    # projected volume) instead of the group's token Secret; the embedded coordinator only.
+    token_audience: str | None = None
 
 
 def template_hash(spec: ConsumerGroupSpec) -> str:
@@ -107,15 +117,20 @@ def member_env(
     entries: list[dict[str, Any]] = [
         {"name": name, "value": value} for name, value in values.items()
     ]
-    # The token by reference (never the literal): the user's Secret or the operator-made one.
-    secret_name, secret_key = token_secret_ref(spec, settings.group_name)
-    entries.append(
-        {"name": env.TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}}}
-    )
-    if _verifies_coordinator(spec, settings):
+    if settings.token_audience:
+        entries.append({"name": env.TOKEN_FILE, "value": f"{COORDINATOR_DIR}/{TOKEN_KEY}"})
+    else:
+        # The token by reference (never the literal): the user's Secret or the operator-made one.
+        secret_name, secret_key = token_secret_ref(spec, settings.group_name)
         entries.append(
-            {"name": env.COORDINATOR_CA_FILE, "value": f"{COORDINATOR_CA_DIR}/{COORDINATOR_CA_KEY}"}
+            {
+                "name": env.TOKEN,
+                "valueFrom": {"secretKeyRef": {"name": secret_name, "key": secret_key}},
+            }
         )
+    if _verifies_coordinator(spec, settings):
+        ca_dir = COORDINATOR_DIR if settings.token_audience else COORDINATOR_CA_DIR
+        entries.append({"name": env.COORDINATOR_CA_FILE, "value": f"{ca_dir}/{COORDINATOR_CA_KEY}"})
     return entries
 
 
@@ -128,7 +143,10 @@ def member_mount(
 ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(pod volume, container volumeMount) a member needs: a Kafka group's client
     configuration, or the CA bundle of an https:// coordinator (a directory mount, so the
-    kubelet refreshes it when the ConfigMap changes); None for plain HTTP."""
+    kubelet refreshes it when the ConfigMap changes); None for plain HTTP. Members known by
+    their pod get one projected volume: the token and, for https://, the CA bundle."""
+    if settings.token_audience and not spec.coordinator.is_kafka:
+        return _pod_identity_mount(settings.token_audience, _verifies_coordinator(spec, settings))
     if not _verifies_coordinator(spec, settings):
         return client_config_mount(spec, settings.group_name)
     volume = {
@@ -139,6 +157,24 @@ def member_mount(
         },
     }
     mount = {"name": COORDINATOR_CA_VOLUME, "mountPath": COORDINATOR_CA_DIR, "readOnly": True}
+    return volume, mount
+
+
+def _pod_identity_mount(audience: str, with_ca: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    sources: list[dict[str, Any]] = [
+        {
+            "serviceAccountToken": {
+                "audience": audience,
+                "expirationSeconds": TOKEN_EXPIRATION_SECONDS,
+                "path": TOKEN_KEY,
+            }
+        }
+    ]
+    if with_ca:
+        items = [{"key": COORDINATOR_CA_KEY, "path": COORDINATOR_CA_KEY}]
+        sources.append({"configMap": {"name": COORDINATOR_CA_CONFIGMAP, "items": items}})
+    volume = {"name": COORDINATOR_VOLUME, "projected": {"sources": sources}}
+    mount = {"name": COORDINATOR_VOLUME, "mountPath": COORDINATOR_DIR, "readOnly": True}
     return volume, mount
 
 

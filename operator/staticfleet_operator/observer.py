@@ -128,6 +128,7 @@ def _base(op: Operator, ref: GroupRef, body: Mapping[str, Any]) -> GroupObservat
         now=op.clock(),
         coordinator_url=op.coordinator_url,
         pass_id=uuid.uuid4().hex[:12],
+        member_token_audience=op.member_token_audience,
     )
 
 

@@ -356,7 +356,11 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     members = members_of(observation.pods)
     view = group_view(observation, spec, members)
     state = observation.status.rollout
-    settings = MemberSettings(coordinator_url=observation.coordinator_url, group_name=ref.name)
+    settings = MemberSettings(
+        coordinator_url=observation.coordinator_url,
+        group_name=ref.name,
+        token_audience=observation.member_token_audience,
+    )
     promotions = plan_promotions(
         spec,
         observation.status,

@@ -155,6 +155,14 @@ def register(subparsers: Any) -> None:
         help="export staticfleet_operator_group_partition_lag per partition (off: the total "
         "per group only, so series stay bounded)",
     )
+    run.add_argument(
+        "--member-token-audience",
+        default=None,
+        metavar="AUDIENCE",
+        help="members of embedded groups present their pod's projected ServiceAccount token "
+        "for AUDIENCE (e.g. staticfleet-coordinator), reviewed with TokenReview and good for "
+        "their pod's instance id only; unset: each group's token Secret (docs/server.md)",
+    )
     run.add_argument("--verbose", action="store_true", help="debug logging")
     add_log_format_argument(run)
     run.set_defaults(handler=run_command, extra="operator")
@@ -225,6 +233,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         health_port=args.health_port,
         kafka_journal_dir=args.kafka_journal_dir,
         partition_lag_metrics=args.partition_lag_metrics,
+        member_token_audience=args.member_token_audience or None,
         interval=args.interval,
         resync=args.resync,
         max_body_bytes=args.max_body_bytes,
