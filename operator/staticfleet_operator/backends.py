@@ -36,6 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from kafka.protocol.admin import DescribeConfigsRequest
+from kafka.protocol.metadata import MetadataRequest
+
 from coordinator import (
     DescribedGroup,
     ErrorCode,
@@ -44,14 +47,16 @@ from coordinator import (
     LeaveGroupResponse,
     MemberIdentity,
 )
+from coordinator.client.kafka_connection import KafkaConnection
 from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
-from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.client.kafka_transport import KafkaTransport, parse_bootstrap
 from coordinator.client.transport import TransportError
 from coordinator.messages import NO_GENERATION, DescribedGroupMember, OffsetFetchRequest
 from coordinator.protocol import ProtocolError, decode_subscription
 from staticfleet_operator.lag import LagReading
 from staticfleet_operator.rollout import Assignors, CoordinatorView, GroupProtocol, MemberPod
+from staticfleet_operator.rollout.migration import BROKER_CONFIGS, BrokerFacts, broker_facts
 from staticfleet_operator.rollout.observation import consumer_group_state
 
 log = logging.getLogger("staticfleet.operator")
@@ -202,11 +207,56 @@ class KafkaBackend:
         # ConsumerGroup leaves them (Kafka removes an empty group after its offsets expire).
         return ErrorCode.NONE
 
+    async def broker_facts(self) -> BrokerFacts:
+        """What a consumer-protocol migration's pre-checks need from the cluster, from one
+        bootstrap broker (brokers of one cluster share these settings): whether its
+        ApiVersions lists ConsumerGroupHeartbeat, and DescribeConfigs of its
+        group.consumer.migration.policy and group.consumer.max.size. A connection of its own,
+        closed after: read only while a migration is ahead (rollout/migration.py)."""
+        address = parse_bootstrap(self.bootstrap_servers)[0]
+        connection = KafkaConnection(address, "staticfleet-operator", settings=self.settings)
+        timeout_s = KAFKA_REQUEST_TIMEOUT_MS / 1000
+        no_topics = {
+            "topics": [],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        }
+        try:
+            metadata = await connection.send(MetadataRequest, (10, 12), no_topics, timeout_s)
+            try:
+                connection.version(_ConsumerGroupHeartbeat, 0)
+                heartbeat = True
+            except TransportError:
+                heartbeat = False
+            resource = DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=BROKER_RESOURCE,
+                resource_name=str(metadata.brokers[0].node_id),
+                configuration_keys=list(BROKER_CONFIGS),
+            )
+            fields = {"resources": [resource], "include_synonyms": False}
+            answer = await connection.send(DescribeConfigsRequest, (1, 4), fields, timeout_s)
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
+        finally:
+            connection.close()
+        configs = {c.name: c.value for result in answer.results for c in result.configs}
+        refused = [f"error {r.error_code}" for r in answer.results if r.error_code]
+        return broker_facts(heartbeat, configs, ", ".join(refused) or None)
+
     async def close(self) -> None:
         await self.transport.close()
 
 
 BackendKey = tuple[str, str]  # (bootstrap servers, settings fingerprint)
+BROKER_RESOURCE = 4  # DescribeConfigs' ConfigResource type BROKER
+
+
+class _ConsumerGroupHeartbeat:
+    """ConsumerGroupHeartbeat (KIP-848) as far as `KafkaConnection.version` asks: whether the
+    broker's ApiVersions lists its key. The operator never sends one."""
+
+    API_KEY = 68
+    max_version = 1
 
 
 class KafkaBackends:

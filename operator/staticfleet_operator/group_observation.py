@@ -22,6 +22,7 @@ from staticfleet_operator.crd import (
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kafka_auth import referenced_secrets
 from staticfleet_operator.lag import LagReading
+from staticfleet_operator.rollout.migration import BrokerFacts
 from staticfleet_operator.tokens import token_secret_ref
 
 UNREACHABLE = "CoordinatorUnreachable"
@@ -98,6 +99,9 @@ class GroupObservation:
     # Kafka groups: committed and log end offsets, when this pass read them (lag.lag_due);
     # None: not due, or the read failed (status keeps the last figure and its time).
     lag: LagReading | None = None
+    # Kafka groups with a consumer-protocol migration ahead: the broker's facts for its
+    # pre-checks (rollout/migration.py); None otherwise.
+    broker: BrokerFacts | None = None
 
     @property
     def generation(self) -> int | None:

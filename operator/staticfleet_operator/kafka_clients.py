@@ -98,6 +98,8 @@ def kafka_member_env(
             env.SESSION_TIMEOUT_MS: str(spec.membership.session_timeout_ms),
             env.REBALANCE_TIMEOUT_MS: str(spec.membership.rebalance_timeout_ms),
         }
+        if protocol is RebalanceProtocolSetting.CONSUMER:
+            values[env.REMOTE_ASSIGNOR] = remote_assignor(spec)  # refused on classic
     elif protocol is RebalanceProtocolSetting.CONSUMER:
         # No partition.assignment.strategy (Java and librdkafka refuse it on this protocol).
         names = coordinator.env

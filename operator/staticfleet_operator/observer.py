@@ -31,8 +31,9 @@ from staticfleet_operator.group_observation import (
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kafka_clients import client_config_secret_name
 from staticfleet_operator.lag import LagReading, lag_due
-from staticfleet_operator.members import budget_key, members_budget_spec
+from staticfleet_operator.members import budget_key, members_budget_spec, members_of
 from staticfleet_operator.owned import members_disruption_budget_name
+from staticfleet_operator.rollout.migration import pending
 from staticfleet_operator.status import read_status
 from staticfleet_operator.tokens import token_secret_ref
 
@@ -83,6 +84,8 @@ async def observe(
             found["topic_partitions"] = await op.coordinator.topic_metadata()
         if isinstance(backend, KafkaBackend):
             described, found["consumer_group"] = await backend.describe_typed(spec.group_id)
+            if pending(spec, (m.protocol for m in members_of(pods) if not m.deleting)):
+                found["broker"] = await backend.broker_facts()
         else:
             described = await backend.describe(spec.group_id)
     except CoordinatorUnreachable as error:

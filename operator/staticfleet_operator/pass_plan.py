@@ -398,6 +398,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
             and observation.described.error_code in _DESCRIBABLE,
             rollout=state,
             now=observation.now,
+            broker=observation.broker,
         )
     )
     if not isinstance(fleet_step, Refuse):

@@ -17,6 +17,8 @@ from coordinator.client.kafka_groups import MemberType
 from coordinator.client.kafka_transport import KafkaTransport
 from staticfleet.demo.ownership import all_holdings, ownership_overlaps, unowned_partition_seconds
 from staticfleet.kafka.broker import KafkaBroker
+from staticfleet_operator.backends import KafkaBackend
+from staticfleet_operator.rollout.migration import BrokerFacts, MigrationPolicy
 from tests.kafka.helpers import member_logs
 from tests.operator.kube_harness import Cluster, env_of, managed_spec, running_cluster
 
@@ -97,3 +99,48 @@ async def test_java_fleet_migrates_to_the_consumer_protocol_and_back_without_dou
     for name, (start, stop) in (("classic -> consumer", up), ("consumer -> classic", down)):
         gap = unowned_partition_seconds(holdings, partitions, int(start), int(stop))
         print(f"{name}: {(stop - start) / 1000:.1f} s, {gap:.1f} unowned partition-seconds")
+
+
+async def test_the_broker_facts_the_pre_checks_read(kafka_broker: KafkaBroker) -> None:
+    """ApiVersions and DescribeConfigs on the 4.4 test broker, with its defaults."""
+    backend = KafkaBackend(kafka_broker.bootstrap)
+    try:
+        facts = await backend.broker_facts()
+    finally:
+        await backend.close()
+    assert facts == BrokerFacts(True, MigrationPolicy.BIDIRECTIONAL, facts.max_size)
+    assert facts.max_size >= 3
+
+
+async def test_a_kafka_python_fleet_is_refused_and_left_alone(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str]
+) -> None:
+    """kafka-python has no KIP-848: Degraded ProtocolChangeRefused with the way out, one
+    Warning Event, no pod replaced (the harness plays kafka-python with our member)."""
+    spec = managed_spec(
+        group_id=f"kp-{int(time.time() * 1000) % 10**8}",
+        replicas=2,
+        topics=[{"name": kafka_topic(2)}],
+        coordinator={
+            "type": "kafka",
+            "bootstrapServers": kafka_broker.bootstrap,
+            "clientFamily": "kafka-python",
+        },
+    )
+    async with running_cluster() as cluster:
+        await cluster.create_group("kp", spec)
+        await cluster.eventually(lambda: cluster.group_settled("kp", 2), timeout=60)
+        started = len(cluster.kubelet.history)
+        await cluster.update_spec("kp", {"rebalance": {"protocol": "consumer"}})
+
+        async def refused() -> dict[str, Any] | None:
+            status = (await cluster.get_group("kp")).get("status") or {}
+            conditions: list[dict[str, Any]] = status.get("conditions", [])
+            degraded = next((c for c in conditions if c["type"] == "Degraded"), {})
+            return degraded if degraded.get("reason") == "ProtocolChangeRefused" else None
+
+        degraded = await cluster.eventually(refused, timeout=30, what="the refusal")
+        assert "kafka-python" in degraded["message"] and "KIP-848" in degraded["message"]
+        warnings = [e for e in await cluster.events() if e.get("reason") == "ProtocolChangeRefused"]
+        assert len(warnings) == 1
+        assert len(cluster.kubelet.history) == started  # no member stopped or started

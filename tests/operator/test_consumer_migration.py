@@ -49,8 +49,10 @@ from staticfleet_operator.rollout.migration import (
     BrokerFacts,
     Direction,
     MigrationPolicy,
+    broker_facts,
     broker_refusal,
     migration_refusal,
+    pending,
 )
 
 EAGER = RebalanceProtocolSetting.EAGER
@@ -324,4 +326,34 @@ def test_our_member_is_told_through_its_rebalance_protocol_env() -> None:
     ours = values(kafka_member_env(kafka_spec("staticfleet"), "g-0", CONSUMER))
     assert ours[env.REBALANCE_PROTOCOL] == "consumer"
     assert ours[env.COORDINATOR_URL] == "kafka://k:9092"
+    assert ours[env.REMOTE_ASSIGNOR] == "range"
+    classic = values(kafka_member_env(kafka_spec("staticfleet"), "g-0", COOPERATIVE))
+    assert env.REMOTE_ASSIGNOR not in classic
     assert ClientFamily("staticfleet") is ClientFamily.STATICFLEET
+
+
+def test_broker_facts_from_the_answers_and_when_they_are_read() -> None:
+    configs = {"group.consumer.migration.policy": "BIDIRECTIONAL", "group.consumer.max.size": "9"}
+    assert broker_facts(True, configs) == BrokerFacts(True, MigrationPolicy.BIDIRECTIONAL, 9)
+    # A broker that knows neither config (before 3.7) has no consumer protocol to migrate to.
+    assert broker_facts(False, {}) == BrokerFacts(False, MigrationPolicy.DISABLED, 0)
+    assert pending(kafka_spec(), [EAGER, CONSUMER]) and not pending(kafka_spec(), [CONSUMER])
+    assert pending(kafka_spec(protocol="eager"), [CONSUMER])
+    assert not pending(kafka_spec(protocol="cooperative"), [EAGER])  # a two-bounce
+
+
+def test_a_refusing_broker_is_a_refusal_of_the_pass() -> None:
+    spec = kafka_spec()
+    pods = tuple(Broker(3, EAGER).pods.values())
+    disabled = BrokerFacts(True, MigrationPolicy.DISABLED, 200)
+    observation = FleetObservation(
+        spec, "t1", pods, Broker(3, EAGER).view(), True, RolloutStatus(), T0, broker=disabled
+    )
+    step = plan(observation)
+    assert isinstance(step, Refuse) and "group.consumer.migration.policy is disabled" in step.reason
+
+
+def test_unreadable_broker_configs_refuse_with_the_acl_to_grant() -> None:
+    facts = broker_facts(True, {}, "error 31")
+    refusal = broker_refusal(facts, Direction.UPGRADE, 3)
+    assert refusal is not None and "DESCRIBE_CONFIGS on the Cluster" in refusal

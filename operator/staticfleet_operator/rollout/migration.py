@@ -9,7 +9,7 @@ None. docs/operator.md, "Migrating a fleet to the consumer protocol".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -48,6 +48,37 @@ class BrokerFacts:
     heartbeat_supported: bool  # ApiVersions advertises ConsumerGroupHeartbeat (key 68)
     migration_policy: MigrationPolicy
     max_size: int  # group.consumer.max.size
+    # Why DescribeConfigs gave no values (e.g. no DESCRIBE_CONFIGS on the Cluster); None: read.
+    unreadable: str | None = None
+
+
+MIGRATION_POLICY_CONFIG = "group.consumer.migration.policy"
+MAX_SIZE_CONFIG = "group.consumer.max.size"
+BROKER_CONFIGS = (MIGRATION_POLICY_CONFIG, MAX_SIZE_CONFIG)
+
+
+def broker_facts(
+    heartbeat_supported: bool, configs: Mapping[str, str | None], unreadable: str | None = None
+) -> BrokerFacts:
+    """The facts from a broker's answers: whether ApiVersions listed ConsumerGroupHeartbeat,
+    and DescribeConfigs' values (Kafka prints the policy in lower case and parses it in any;
+    a config the broker does not know, before 3.7, means no consumer protocol anyway)."""
+    policy = (configs.get(MIGRATION_POLICY_CONFIG) or "disabled").lower()
+    size = configs.get(MAX_SIZE_CONFIG)
+    return BrokerFacts(
+        heartbeat_supported=heartbeat_supported,
+        migration_policy=MigrationPolicy(policy),
+        max_size=int(size) if size else 0,
+        unreadable=unreadable,
+    )
+
+
+def pending(spec: ConsumerGroupSpec, pod_protocols: Iterable[RebalanceProtocolSetting]) -> bool:
+    """Whether the fleet has a migration ahead (the only time the broker's facts are read)."""
+    return (
+        direction(pod_protocols, RebalanceProtocolSetting(spec.rebalance.protocol.value))
+        is not None
+    )
 
 
 def direction(
@@ -99,6 +130,11 @@ def broker_refusal(facts: BrokerFacts, way: Direction, members: int) -> str | No
             "the Kafka cluster does not offer the consumer group protocol (ApiVersions lists "
             "no ConsumerGroupHeartbeat, API key 68): it needs Kafka >= 4.0 (or 3.7+ with "
             "group.coordinator.rebalance.protocols including consumer)"
+        )
+    if facts.unreadable is not None:
+        return (
+            f"the brokers' group.consumer.migration.policy cannot be read ({facts.unreadable}): "
+            "the operator needs DESCRIBE_CONFIGS on the Cluster to check a migration first"
         )
     if not facts.migration_policy.allows(way):
         return (
