@@ -31,6 +31,7 @@ from staticfleet_operator.rollout import (
     Bounce,
     ConsumerProgress,
     CoordinatorView,
+    CreateMissing,
     Decision,
     Done,
     FleetObservation,
@@ -357,3 +358,32 @@ def test_unreadable_broker_configs_refuse_with_the_acl_to_grant() -> None:
     facts = broker_facts(True, {}, "error 31")
     refusal = broker_refusal(facts, Direction.UPGRADE, 3)
     assert refusal is not None and "DESCRIBE_CONFIGS on the Cluster" in refusal
+
+
+def test_a_pod_replaced_in_a_refused_fleet_keeps_the_fleets_protocol() -> None:
+    broker = Broker(3, EAGER)
+    del broker.pods[2], broker.members[2]
+    step = plan(
+        FleetObservation(
+            kafka_spec("kafka-python"),
+            "t1",
+            tuple(broker.pods.values()),
+            broker.view(),
+            True,
+            RolloutStatus(),
+            T0,
+        )
+    )
+    assert isinstance(step, CreateMissing) and step.slots == (2,) and step.protocol is EAGER
+    allowed = plan(
+        FleetObservation(
+            kafka_spec("java"),
+            "t1",
+            tuple(broker.pods.values()),
+            broker.view(),
+            True,
+            RolloutStatus(),
+            T0,
+        )
+    )
+    assert isinstance(allowed, CreateMissing) and allowed.protocol is CONSUMER  # the bounce's

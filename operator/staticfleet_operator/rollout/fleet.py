@@ -130,7 +130,12 @@ def plan(observation: FleetObservation) -> Step:
         return Leave(tuple(stale), "switch: every member restarts on the target")
     missing = missing_slots(pods, replicas)
     if missing:
-        return CreateMissing(tuple(missing), new_pod_protocol(spec, observation.rollout, pods))
+        protocol = new_pod_protocol(spec, observation.rollout, pods)
+        if refusal is not None:
+            # A refused change (a migration's pre-check, say) leaves the fleet as it is: a
+            # replaced pod joins on the protocol its peers run, not on the refused one.
+            protocol = uniform_protocol(p.protocol for p in pods if not p.deleting) or protocol
+        return CreateMissing(tuple(missing), protocol)
     if refusal is not None:
         return Refuse(refusal)
     rollout = Observation(
