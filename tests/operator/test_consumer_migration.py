@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator import GroupState
 from coordinator.client import env
@@ -387,3 +389,36 @@ def test_a_pod_replaced_in_a_refused_fleet_keeps_the_fleets_protocol() -> None:
         )
     )
     assert isinstance(allowed, CreateMissing) and allowed.protocol is CONSUMER  # the bounce's
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.lists(
+        st.sampled_from([EAGER, COMPATIBLE, COOPERATIVE, CONSUMER]), min_size=1, max_size=5
+    ),
+    target=st.sampled_from([EAGER, COOPERATIVE, CONSUMER]),
+)
+def test_any_fleet_reaches_any_target_one_member_at_a_time(
+    start: list[RebalanceProtocolSetting], target: RebalanceProtocolSetting
+) -> None:
+    """From any mix of pods (a half-done two-bounce or migration included) to any target:
+    the rollout ends Done with every pod on the target, bouncing one member at a time, each
+    member at most once per planned bounce."""
+    broker = Broker(len(start), EAGER)
+    for slot, protocol in enumerate(start):
+        broker.recreate(slot, protocol)
+    state, now = RolloutStatus(), T0
+    bounced: list[tuple[int, RebalanceProtocolSetting]] = []
+    for _ in range(60):
+        decision = decide(broker.observe(target), state, now)
+        state, now = decision.state, now + timedelta(seconds=1)
+        if isinstance(decision, Done):
+            break
+        assert isinstance(decision, Bounce), decision.reason
+        assert (decision.slot, decision.protocol) not in bounced
+        bounced.append((decision.slot, decision.protocol))
+        broker.recreate(decision.slot, decision.protocol)
+    else:
+        raise AssertionError("no end")
+    assert {pod.protocol for pod in broker.pods.values()} == {target}
+    assert len(bounced) <= 2 * len(start)
