@@ -343,6 +343,7 @@ def test_broker_facts_from_the_answers_and_when_they_are_read() -> None:
     assert pending(kafka_spec(), [EAGER, CONSUMER]) and not pending(kafka_spec(), [CONSUMER])
     assert pending(kafka_spec(protocol="eager"), [CONSUMER])
     assert not pending(kafka_spec(protocol="cooperative"), [EAGER])  # a two-bounce
+    assert not pending(kafka_spec("kafka-python"), [EAGER])  # refused without asking
 
 
 def test_a_refusing_broker_is_a_refusal_of_the_pass() -> None:

@@ -74,11 +74,13 @@ def broker_facts(
 
 
 def pending(spec: ConsumerGroupSpec, pod_protocols: Iterable[RebalanceProtocolSetting]) -> bool:
-    """Whether the fleet has a migration ahead (the only time the broker's facts are read)."""
-    return (
-        direction(pod_protocols, RebalanceProtocolSetting(spec.rebalance.protocol.value))
-        is not None
-    )
+    """Whether the broker's facts are wanted: a migration is ahead and the spec's own checks
+    (family, assignor) do not refuse it already (a refused fleet costs no connection a pass)."""
+    desired = RebalanceProtocolSetting(spec.rebalance.protocol.value)
+    way = direction(pod_protocols, desired)
+    if way is Direction.UPGRADE:
+        return family_refusal(spec.coordinator.client_family) is None and not assignor_refusal(spec)
+    return way is Direction.DOWNGRADE
 
 
 def direction(
