@@ -39,9 +39,13 @@ REMOTE_ASSIGNOR_ENV: Final = "KAFKA_GROUP_REMOTE_ASSIGNOR"
 
 
 def remote_assignor(spec: ConsumerGroupSpec) -> str:
-    """`group.remote.assignor` for a fleet migrated off the classic protocol: the broker's
-    `range` for a range fleet (the same partitions per member), its `uniform` (sticky,
-    balanced) for every other classic assignor."""
+    """`group.remote.assignor` for a fleet migrated off the classic protocol: the spec's
+    `rebalance.remoteAssignor`, else the broker's `range` for a range fleet (the same
+    partitions per member) and its `uniform` (sticky, balanced) for the other assignors.
+    A pod is created knowing only the spec, not which classic assignor the fleet ran last,
+    so the eager assignor decides; a cooperative fleet sets remoteAssignor."""
+    if spec.rebalance.remote_assignor is not None:
+        return spec.rebalance.remote_assignor.value
     return "range" if spec.rebalance.eager_assignor.value == "range" else "uniform"
 
 

@@ -320,6 +320,10 @@ def test_stock_clients_get_the_group_protocol_and_remote_assignor_not_a_strategy
         kafka_member_env(kafka_spec("librdkafka", eagerAssignor="sticky"), "g-0", CONSUMER)
     )
     assert rdkafka["KAFKA_GROUP_REMOTE_ASSIGNOR"] == "uniform"  # the others -> uniform
+    chosen = kafka_spec("java", eagerAssignor="range", remoteAssignor="uniform")
+    assert values(kafka_member_env(chosen, "g-0", CONSUMER))["KAFKA_GROUP_REMOTE_ASSIGNOR"] == (
+        "uniform"
+    )  # a cooperative-sticky fleet says so
     classic = values(kafka_member_env(kafka_spec("java"), "g-0", EAGER))
     assert "KAFKA_GROUP_PROTOCOL" not in classic  # a classic pod's env is as it was
     assert classic["KAFKA_PARTITION_ASSIGNMENT_STRATEGY"].endswith("RangeAssignor")

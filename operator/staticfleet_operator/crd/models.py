@@ -367,6 +367,13 @@ class CooperativeAssignor(StrEnum):
     STATIC_STICKY = "static-sticky"
 
 
+class RemoteAssignor(StrEnum):
+    """The broker's assignor of a consumer-protocol group (`group.remote.assignor`)."""
+
+    UNIFORM = "uniform"
+    RANGE = "range"
+
+
 class CoordinatorType(StrEnum):
     """Where the group's coordinator runs: the operator's embedded one, or a Kafka cluster."""
 
@@ -683,6 +690,9 @@ class RebalanceSpec(SpecModel):
     """Assignor of the eager protocol: range, roundrobin or sticky."""
     cooperative_assignor: CooperativeAssignor = CooperativeAssignor.COOPERATIVE_STICKY
     """Assignor of the cooperative protocol: cooperative-sticky or static-sticky."""
+    remote_assignor: RemoteAssignor | None = None
+    """With protocol consumer: the broker's assignor the members ask for (uniform or range).
+    Unset: range when eagerAssignor is range, else uniform."""
     protocol_change: ProtocolChange = ProtocolChange.TWO_BOUNCE
     """How a protocol change is rolled out: TwoBounce (KIP-429, no stop; not possible for
     librdkafka and kafka-python clients, which the operator then refuses) or Switch (stop the
