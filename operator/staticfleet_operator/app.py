@@ -159,6 +159,7 @@ async def run_operator(
     )
     await coordinator.start()
     pod_auth = None
+    bindings = PodBindings(lambda: operator.observed.pods)
     if options.member_token_audience:
         # The operator's API access reviews the tokens; its pod informer binds them.
         pod_auth = PodAuth(
@@ -167,7 +168,7 @@ async def run_operator(
                 options.member_token_audience,
                 time.time,
             ),
-            PodBindings(lambda: operator.observed.pods),
+            bindings,
         )
     app = create_app(
         coordinator,
@@ -232,6 +233,9 @@ async def run_operator(
         add_readiness_gate(app, gate)
     # Not ready before every existing group's member token is registered again (readiness.py).
     add_readiness_gate(app, operator.tokens_gate)
+    if pod_auth is not None:
+        # Nor before the pod informer's first listing: until then no pod token binds.
+        add_readiness_gate(app, bindings.ready)
     lister: asyncio.Task[None] | None = None
     freezer = (
         asyncio.create_task(

@@ -38,6 +38,12 @@ class PodBindings(Mapping[Key, Binding]):
     def __init__(self, pods: Callable[[], Informer | None]) -> None:
         self._pods = pods  # the informer exists only once Kopf has started
 
+    def ready(self) -> bool:
+        """Whether the informer has listed every scope: before, every pod is unbound, and a
+        restarted operator would answer its members 403 (a readiness gate waits for it)."""
+        informer = self._pods()
+        return informer is not None and informer.synced.is_set()
+
     def __getitem__(self, key: Key) -> Binding:
         informer = self._pods()
         pod = informer.get(*key) if informer is not None else None

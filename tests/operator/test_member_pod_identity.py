@@ -93,3 +93,13 @@ def test_the_bindings_table_is_a_live_view_of_the_informer() -> None:
     assert list(bindings) == [("team", "orders-0")] and len(bindings) == 1
     informer.apply("DELETED", pod("http://c:9092", AUDIENCE, slot=0))
     assert ("team", "orders-0") not in bindings
+
+
+def test_the_bindings_are_ready_once_the_informer_has_listed() -> None:
+    informer: Informer | None = None
+    bindings = PodBindings(lambda: informer)
+    assert not bindings.ready()  # Kopf has not started the informer yet
+    informer = Informer(lambda: pytest.fail("no API calls"), MEMBER_PODS)
+    assert not bindings.ready()
+    informer.synced.set()
+    assert bindings.ready()
