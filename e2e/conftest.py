@@ -30,6 +30,7 @@ from e2e.cluster import (
     pod_ready,
 )
 from e2e.fleet import wait_for
+from e2e.results import merged
 from staticfleet.kafka.broker import KafkaBroker
 from staticfleet.kafka.java_peer import ensure_built
 
@@ -138,7 +139,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             for name, outcome in sorted(_outcomes.items())
         },
     }
-    RESULTS_FILE.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    # Merged: a session of a few scenarios keeps the others' figures (e2e/results.py).
+    previous = json.loads(RESULTS_FILE.read_text()) if RESULTS_FILE.exists() else None
+    known = {
+        _scenario_of(str(path.relative_to(ROOT))) for path in (ROOT / "e2e").rglob("test_*.py")
+    }
+    RESULTS_FILE.write_text(
+        json.dumps(merged(previous, results, known), indent=2, sort_keys=True) + "\n"
+    )
 
 
 @pytest.fixture(scope="session")

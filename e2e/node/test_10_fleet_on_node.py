@@ -7,47 +7,32 @@ probe; a managed ConsumerGroup of 3 goes Stable in the embedded coordinator, its
 reaching it by the coordinator Service's DNS name; `kubectl logs` of a member shows its
 assignment; a member container killed with SIGKILL is restarted in place by the kubelet and
 rejoins as the same static member, with no new generation. Then the host is as it was. The
-other scenarios still run on the node agent (docs/node.md says why). Builds what is absent
-first; needs root.
+other scenarios still run on the node agent (docs/node.md says why). The node and the
+chart's release come from e2e/node/conftest.py (scenario 11 shares them). Builds what is
+absent first; needs root.
 
     .venv/bin/pytest -o testpaths=e2e e2e/node/test_10_fleet_on_node.py
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
-from e2e.conftest import install_chart
+from e2e.cluster import pod_ready
 from e2e.fleet import INSTANCE_ANNOTATION, member_logs_from_text, static_rejoins, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
 from e2e.node import probe
-from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
-from e2e.node.test_node import ROOT, _host_state
+from e2e.node.cluster import NodeCluster
+from e2e.node.conftest import FleetNode, print_diagnostics
 
 GROUP = "node-orders"
 MEMBERS = 3
-RUNC = Path("/usr/bin/runc")
 
 pytestmark = pytest.mark.timeout(1800)
-
-
-@pytest.fixture(scope="module")
-def built() -> None:
-    # Debian's containerd, runc, CNI plugins and buildah (for the pause image), if absent.
-    subprocess.run([str(ROOT / "scripts" / "node" / "install-packages.sh")], check=True)
-    subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
-    subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
-    if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
-        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
 
 
 def _member_group(image: str) -> dict[str, Any]:
@@ -58,61 +43,21 @@ def _member_group(image: str) -> dict[str, Any]:
     return group
 
 
-def _versions(cluster: NodeCluster) -> dict[str, str]:
-    info = cluster.get_json("get", "node", probe.NODE_NAME)["status"]["nodeInfo"]
-    runc = subprocess.run([str(RUNC), "--version"], capture_output=True, text=True, check=True)
-    return {
-        "kubelet": info["kubeletVersion"],
-        "container_runtime": info["containerRuntimeVersion"],
-        "runc": runc.stdout.splitlines()[0],
-        "kernel": info["kernelVersion"],
-    }
-
-
 def test_chart_operator_and_fleet_on_a_real_node(
-    built: None, record: Callable[[str, Any], None]
+    fleet_node: FleetNode, record: Callable[[str, Any], None]
 ) -> None:
-    before = _host_state()
-    workdir = ROOT / "build" / "node" / "run-fleet"
-    node_probe = probe.Probe(workdir)
+    for key, value in fleet_node.figures.items():
+        record(key, value)
     try:
-        with probe.running_node(node_probe, 180.0, "debian", RUNC) as node:
-            cluster = NodeCluster(node.cp.kubeconfig, node.image)
-            # Before the kubelet stops: the release's and the group's pods go through the
-            # kubelet (CNI DEL of each sandbox), as on a drained node.
-            node.stack.callback(_uninstall, cluster)
-            try:
-                _run_scenario(cluster, node, workdir, record)
-            except BaseException:
-                _print_diagnostics(cluster)
-                raise
-    finally:
-        node_probe.write()
-    assert _host_state() == before
+        _run_scenario(fleet_node.cluster, fleet_node.node, record)
+    except BaseException:
+        print_diagnostics(fleet_node.cluster)
+        raise
 
 
 def _run_scenario(
-    cluster: NodeCluster, node: probe.Node, workdir: Path, record: Callable[[str, Any], None]
+    cluster: NodeCluster, node: probe.Node, record: Callable[[str, Any], None]
 ) -> None:
-    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/consumergroups.staticfleet.dev", "--timeout=60s"
-    )
-    data = workdir / "persistent-volumes" / "node-data"
-    data.mkdir(parents=True)
-    os.chown(data, IMAGE_UID, IMAGE_UID)
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(data)))
-
-    started = time.monotonic()
-    install_chart(cluster)
-    record("chart_install_to_operator_ready_s", round(time.monotonic() - started, 1))
-    operator = cluster.operator_pod()
-    assert operator is not None and pod_ready(operator)
-    status = operator["status"]["containerStatuses"][0]
-    assert status["image"] == node.image
-    record("versions", _versions(cluster))
-    record("image", {"name": node.image, "image_id": status["imageID"]})
-
     with namespace(cluster, "e2e-node-fleet") as ns:
         started = time.monotonic()
         apply(cluster, ns, _member_group(node.image))
@@ -190,36 +135,3 @@ def _member_killed_restarts_in_place(
         m["group_instance_id"] for m in described["members"]
     }
     record("member_kill_generation_unchanged", generation)
-
-
-def _print_diagnostics(cluster: NodeCluster) -> None:
-    """What the cluster looked like, into the failed test's captured output."""
-    for args in (
-        ["get", "pods,pvc,svc,endpointslices,consumergroups", "-A", "-o", "wide"],
-        ["get", "events", "-A", "--sort-by=.lastTimestamp"],
-    ):
-        print(cluster.kubectl(*args, check=False).stdout[-8000:])
-    operator = cluster.operator_pod()
-    if operator is not None:
-        name = operator["metadata"]["name"]
-        print(cluster.container_log(OPERATOR_NAMESPACE, name, "operator")[-8000:])
-
-
-def _uninstall(cluster: NodeCluster) -> None:
-    cluster.kubectl("delete", "namespace", "e2e-node-fleet", "--timeout=120s", check=False)
-    subprocess.run(
-        [
-            str(cluster.helm_bin),
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "uninstall",
-            RELEASE,
-            "-n",
-            OPERATOR_NAMESPACE,
-            "--wait",
-            "--timeout",
-            "120s",
-        ],
-        check=False,
-        capture_output=True,
-    )

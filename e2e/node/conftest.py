@@ -1,0 +1,175 @@
+"""The real node with the chart's operator installed, shared by the node scenarios (10, 11).
+
+One node for the node scenarios of a session (the e2e/node package): the control plane,
+kube-scheduler, containerd, kubelet, kube-proxy and CoreDNS (e2e/node/probe.py), the CRDs, the
+chart's PersistentVolume and `helm install` of the chart from the image `make image` builds.
+Bringing it up takes about 40 s, so scenario 11 reuses scenario 10's instead of starting its
+own. At the end the release and every namespace a scenario left go through the kubelet (CNI
+DEL of each sandbox), the node stops, and the host is checked to be as it was. Builds what
+is absent first; needs root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
+from e2e.conftest import install_chart
+from e2e.node import probe
+from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
+from e2e.node.test_node import ROOT, _host_state
+
+RUNC = Path("/usr/bin/runc")
+# Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
+# also when a scenario failed before its own cleanup.
+SCENARIO_NAMESPACES = ("e2e-node-fleet", "e2e-node-faults")
+
+
+# Set on a test whose call failed, for fixtures that print diagnostics at their teardown.
+CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = True
+    return report
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Within e2e/node, the tests on the shared node last: its package-scoped fixture stops
+    after the last test of the package, so a test of the package after the node scenarios
+    (test_image.py sorts after them) would run beside a running node (the host checks of
+    test_node.py would see it)."""
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if item.path.parent == here]
+    ours = [items[i] for i in slots]
+    ordered = sorted(ours, key=lambda item: "fleet_node" in getattr(item, "fixturenames", ()))
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
+
+
+@dataclass
+class FleetNode:
+    """The running node, the chart installed on it, and what bringing it up measured."""
+
+    cluster: NodeCluster
+    node: probe.Node
+    workdir: Path
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="package")
+def node_built() -> None:
+    # Debian's containerd, runc, CNI plugins and buildah (for the pause image), if absent.
+    subprocess.run([str(ROOT / "scripts" / "node" / "install-packages.sh")], check=True)
+    subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
+    subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
+    if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
+        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+
+
+# Package scope: torn down after the last test of e2e/node, not at the end of a `make e2e`
+# session whose other scenarios run their own control plane.
+@pytest.fixture(scope="package")
+def fleet_node(node_built: None) -> Iterator[FleetNode]:
+    before = _host_state()
+    workdir = ROOT / "build" / "node" / "run-fleet"
+    node_probe = probe.Probe(workdir)
+    try:
+        with probe.running_node(node_probe, 180.0, "debian", RUNC) as node:
+            cluster = NodeCluster(node.cp.kubeconfig, node.image)
+            # Before the kubelet stops: the release's and the groups' pods go through the
+            # kubelet (CNI DEL of each sandbox).
+            node.stack.callback(_uninstall, cluster)
+            try:
+                figures = _install_operator(cluster, node, workdir)
+            except BaseException:
+                print_diagnostics(cluster)
+                raise
+            yield FleetNode(cluster, node, workdir, figures)
+    finally:
+        node_probe.write()
+    assert _host_state() == before
+
+
+def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> dict[str, Any]:
+    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+    cluster.kubectl(
+        "wait", "--for=condition=Established", "crd/consumergroups.staticfleet.dev", "--timeout=60s"
+    )
+    data = workdir / "persistent-volumes" / "node-data"
+    data.mkdir(parents=True)
+    os.chown(data, IMAGE_UID, IMAGE_UID)
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(data)))
+    started = time.monotonic()
+    install_chart(cluster)
+    figures: dict[str, Any] = {
+        "chart_install_to_operator_ready_s": round(time.monotonic() - started, 1)
+    }
+    operator = cluster.operator_pod()
+    assert operator is not None and pod_ready(operator)
+    status = operator["status"]["containerStatuses"][0]
+    assert status["image"] == node.image
+    figures["versions"] = _versions(cluster)
+    figures["image"] = {"name": node.image, "image_id": status["imageID"]}
+    return figures
+
+
+def _versions(cluster: NodeCluster) -> dict[str, str]:
+    info = cluster.get_json("get", "node", probe.NODE_NAME)["status"]["nodeInfo"]
+    runc = subprocess.run([str(RUNC), "--version"], capture_output=True, text=True, check=True)
+    return {
+        "kubelet": info["kubeletVersion"],
+        "container_runtime": info["containerRuntimeVersion"],
+        "runc": runc.stdout.splitlines()[0],
+        "kernel": info["kernelVersion"],
+    }
+
+
+def print_diagnostics(cluster: NodeCluster) -> None:
+    """What the cluster looked like, into the failed test's captured output."""
+    for args in (
+        ["get", "nodes,pods,pvc,svc,endpointslices,pdb,consumergroups", "-A", "-o", "wide"],
+        ["get", "events", "-A", "--sort-by=.lastTimestamp"],
+    ):
+        print(cluster.kubectl(*args, check=False).stdout[-8000:])
+    operator = cluster.operator_pod()
+    if operator is not None:
+        name = operator["metadata"]["name"]
+        print(cluster.container_log(OPERATOR_NAMESPACE, name, "operator")[-8000:])
+
+
+def _uninstall(cluster: NodeCluster) -> None:
+    # A scenario that failed mid-way may have left the node cordoned: pods must run to stop.
+    cluster.kubectl("uncordon", probe.NODE_NAME, check=False)
+    for name in SCENARIO_NAMESPACES:
+        cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)
+    subprocess.run(
+        [
+            str(cluster.helm_bin),
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "uninstall",
+            RELEASE,
+            "-n",
+            OPERATOR_NAMESPACE,
+            "--wait",
+            "--timeout",
+            "120s",
+        ],
+        check=False,
+        capture_output=True,
+    )

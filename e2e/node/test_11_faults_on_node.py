@@ -1,0 +1,404 @@
+"""Scenario 11: what only a real node does to a member (issues 28 and 24).
+
+On scenario 10's node and chart release (e2e/node/conftest.py), a managed ConsumerGroup of 3
+whose pod template has an exec liveness probe and a memory limit:
+
+- **liveness**: the test makes one member's probe fail (`kubectl exec ... touch
+  /tmp/unhealthy`); the kubelet kills the container (SIGTERM: a static member does not leave)
+  and restarts it in the same pod; it rejoins under the same instance id, generation unchanged;
+- **OOM**: inside one member's container a process allocates past the limit; the kernel's
+  memory-cgroup OOM killer kills the member (the allocator shields itself, see
+  `test_oom_kill_restarts_in_place`), the pod status says `OOMKilled`, the container
+  restarts in place, the same static member, no new generation;
+- **drain**: `kubectl drain` of the only node with the group's PodDisruptionBudget
+  (maxUnavailable 1): one member evicted, its replacement Pending on the cordoned node, the
+  drain blocked by the budget until its `--timeout`; never more than one member down; after
+  `kubectl uncordon` the replacement starts and rejoins as the same static member within the
+  session timeout: no rebalance;
+- **drain during a rollout**: a template change starts a static rolling bounce (the
+  operator's DELETE, which no budget holds); with a bounce in flight the budget is at 0 and
+  `kubectl drain` is refused; after uncordon the rollout completes: neither waits for the
+  other forever.
+
+    .venv/bin/pytest -o testpaths=e2e e2e/node/test_10_fleet_on_node.py \
+        e2e/node/test_11_faults_on_node.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from e2e.cluster import pod_ready
+from e2e.fleet import INSTANCE_ANNOTATION, static_rejoins, wait_for
+from e2e.groups import (
+    apply,
+    managed_group,
+    namespace,
+    patch_spec,
+    wait_rollout_completed,
+    wait_stable,
+)
+from e2e.node import probe
+from e2e.node.cluster import NodeCluster
+from e2e.node.conftest import CALL_FAILED, FleetNode, print_diagnostics
+
+GROUP = "node-faults"
+NAMESPACE = "e2e-node-faults"
+MEMBERS = 3
+# Longer than the drain's blocked wait plus a start on uncordon, so the evicted member's
+# replacement is back before its session ends (what "a static restart" needs).
+SESSION_TIMEOUT_MS = 45_000
+DRAIN_TIMEOUT_S = 15
+ROLLOUT_DRAIN_TIMEOUT_S = 8
+BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget"
+UNHEALTHY = "/tmp/unhealthy"  # in the container's own writable layer: a restart starts clean
+MEMORY_LIMIT = "256Mi"
+ALLOCATE_MIB = 512
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@dataclass
+class Fleet:
+    cluster: NodeCluster
+    node: probe.Node
+    ns: str
+
+
+def faulty_group(image: str) -> dict[str, Any]:
+    group = managed_group(GROUP, replicas=MEMBERS, session_timeout_ms=SESSION_TIMEOUT_MS)
+    container = group["spec"]["template"]["spec"]["containers"][0]
+    container["image"] = image
+    container["imagePullPolicy"] = "Never"
+    # The member has no health endpoint; an exec probe the test can make fail for one
+    # member. One failure restarts it (the kubelet's own decision, as for any probe).
+    container["livenessProbe"] = {
+        "exec": {"command": ["sh", "-c", f"test ! -e {UNHEALTHY}"]},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+        "timeoutSeconds": 2,
+    }
+    container["resources"] = {"limits": {"memory": MEMORY_LIMIT}}
+    return group
+
+
+@pytest.fixture(scope="module")
+def fleet(fleet_node: FleetNode) -> Iterator[Fleet]:
+    cluster = fleet_node.cluster
+    with namespace(cluster, NAMESPACE) as ns:
+        apply(cluster, ns, faulty_group(fleet_node.node.image))
+        wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=240)
+        yield Fleet(cluster, fleet_node.node, ns)
+
+
+@pytest.fixture
+def diagnosed(fleet: Fleet, request: pytest.FixtureRequest) -> Iterator[Fleet]:
+    """The fleet; the cluster's state printed after a failed test (its captured output)."""
+    yield fleet
+    if request.node.stash.get(CALL_FAILED, False):
+        print_diagnostics(fleet.cluster)
+
+
+def _pod(fleet: Fleet, slot: int) -> dict[str, Any]:
+    for pod in fleet.cluster.member_pods(fleet.ns, GROUP):
+        meta = pod["metadata"]
+        if meta["annotations"].get(INSTANCE_ANNOTATION) == f"{GROUP}-{slot}" and not meta.get(
+            "deletionTimestamp"
+        ):
+            return pod
+    raise AssertionError(f"no pod for slot {slot}")
+
+
+def _restarted_in_place(
+    fleet: Fleet,
+    victim: dict[str, Any],
+    fault: Callable[[], None],
+    record: Callable[[str, Any], None],
+    prefix: str,
+) -> dict[str, Any]:
+    """Run `fault` on `victim`'s member; it restarts in the same pod, rejoins under the same
+    instance id, and the group is Stable again with no new generation. Returns the pod."""
+    cluster, ns = fleet.cluster, fleet.ns
+    before = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+    name = victim["metadata"]["name"]
+    restarts = victim["status"]["containerStatuses"][0]["restartCount"]
+    instance_id = victim["metadata"]["annotations"][INSTANCE_ANNOTATION]
+    admin = cluster.admin()
+    since_ms = int(time.time() * 1000)
+    started = time.monotonic()
+    fault()
+
+    def restarted() -> dict[str, Any] | None:
+        pod: dict[str, Any] = cluster.get_json("-n", ns, "get", "pod", name)
+        current = pod["status"]["containerStatuses"][0]
+        return pod if current["restartCount"] > restarts and pod_ready(pod) else None
+
+    pod = wait_for(f"{name}'s container restarted and Ready", restarted, timeout_s=120)
+    record(f"{prefix}_to_ready_s", round(time.monotonic() - started, 1))
+    wait_for(
+        f"{instance_id}'s static rejoin in the journal",
+        lambda: static_rejoins(admin.journal(GROUP), instance_id, since_ms),
+        timeout_s=60,
+    )
+    record(f"{prefix}_to_static_rejoin_s", round(time.monotonic() - started, 1))
+    after = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+    record(f"{prefix}_to_stable_s", round(time.monotonic() - started, 1))
+    assert pod["metadata"]["uid"] == victim["metadata"]["uid"]  # the same pod, in place
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == restarts + 1
+    record(f"{prefix}_restart_count", [restarts, restarts + 1])
+    assert after["generation_id"] == before["generation_id"]
+    record(f"{prefix}_generation", [before["generation_id"], after["generation_id"]])
+    assert {m["group_instance_id"] for m in after["members"]} == {
+        m["group_instance_id"] for m in before["members"]
+    }
+    return pod
+
+
+def test_liveness_probe_failure_restarts_in_place(
+    diagnosed: Fleet, record: Callable[[str, Any], None]
+) -> None:
+    fleet = diagnosed
+    victim = _pod(fleet, 0)
+    name = victim["metadata"]["name"]
+
+    def fail_probe() -> None:
+        fleet.cluster.kubectl(
+            "-n", fleet.ns, "exec", name, "-c", "member", "--", "touch", UNHEALTHY
+        )
+
+    pod = _restarted_in_place(fleet, victim, fail_probe, record, "liveness")
+    # The kubelet's own account: the probe failed and it killed the container for it.
+    events = fleet.cluster.get_json(
+        "-n", fleet.ns, "get", "events", "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    messages = [f"{e['reason']}: {e['message']}" for e in events]
+    assert any(
+        e["reason"] == "Killing" and "failed liveness probe" in e["message"] for e in events
+    ), messages
+    record("liveness_kubelet_events", sorted({m for m in messages if "iveness" in m}))
+    last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    # SIGTERM from the kubelet: the member closes cleanly (exit 0) without leaving.
+    record("liveness_last_state", {"reason": last["reason"], "exitCode": last["exitCode"]})
+
+
+def test_oom_kill_restarts_in_place(diagnosed: Fleet, record: Callable[[str, Any], None]) -> None:
+    fleet = diagnosed
+    victim = _pod(fleet, 1)
+    name = victim["metadata"]["name"]
+    exec_result: dict[str, Any] = {}
+
+    def allocate() -> None:
+        # Within the container's memory cgroup (kubectl exec joins it) a process touches
+        # ALLOCATE_MIB, past the limit. The memcg OOM killer kills the task with the highest
+        # badness (resident pages + oom_score_adj x the limit's pages / 1000); the kubelet
+        # gives every process of the container the same adj (990 for this Burstable pod), so
+        # it would kill the allocator, the larger, and leave the member running (seen:
+        # docs/node.md). The allocator lowers its own adj to 0 (allowed without privilege down
+        # to the minimum it inherited), so the kernel kills the member, as when the member
+        # itself outgrows its limit.
+        script = (
+            "cat /proc/1/oom_score_adj && echo 0 > /proc/self/oom_score_adj && "
+            f"exec python3 -c 'x = bytes([1]) * ({ALLOCATE_MIB} << 20)'"
+        )
+        result = fleet.cluster.kubectl(
+            "-n", fleet.ns, "exec", name, "-c", "member", "--", "sh", "-c", script, check=False
+        )
+        exec_result.update(
+            code=result.returncode,
+            member_oom_score_adj=result.stdout.strip(),
+            stderr=result.stderr.strip()[-300:],
+        )
+
+    pod = _restarted_in_place(fleet, victim, allocate, record, "oom")
+    last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    record("oom_last_state", {"reason": last["reason"], "exitCode": last["exitCode"]})
+    record("oom_exec", exec_result)
+    assert last["reason"] == "OOMKilled", last
+    assert last["exitCode"] == 137, last
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["memory"] == MEMORY_LIMIT
+
+
+class _DownSampler:
+    """Samples how many members are down (absent, terminating or not Ready) while a drain
+    runs: the budget must keep it at one."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _DownSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pods = self.fleet.cluster.member_pods(self.fleet.ns, GROUP)
+            up = [p for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp")]
+            self.samples.append(MEMBERS - len(up))
+            self._stop.wait(0.3)
+
+
+def test_drain_with_the_disruption_budget(
+    diagnosed: Fleet, record: Callable[[str, Any], None]
+) -> None:
+    fleet = diagnosed
+    cluster, ns = fleet.cluster, fleet.ns
+    before = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+    budget_name = f"{GROUP}-members"
+    wait_for(
+        "the budget to allow one disruption",
+        lambda: (
+            (cluster.get_json("-n", ns, "get", "pdb", budget_name).get("status") or {}).get(
+                "disruptionsAllowed"
+            )
+            == 1
+        ),
+        timeout_s=60,
+    )
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in cluster.member_pods(ns, GROUP)}
+    since_ms = int(time.time() * 1000)
+    started = time.monotonic()
+    with _DownSampler(fleet) as sampler:
+        drain = _drain(fleet, timeout_s=DRAIN_TIMEOUT_S)
+        drain_s = round(time.monotonic() - started, 1)
+        pods = cluster.member_pods(ns, GROUP)
+        evicted = sorted(n for n, uid in uids.items() if not _same(pods, n, uid))
+        pending = [p for p in pods if p["status"].get("phase") == "Pending"]
+        node = cluster.get_json("get", "node", probe.NODE_NAME)
+        output = drain.stdout + drain.stderr
+        record("drain_exit_code", drain.returncode)
+        record("drain_blocked_s", drain_s)
+        record("drain_evicted", evicted)
+        record(
+            "drain_budget_refusals",
+            output.count(BUDGET_REFUSAL),
+        )
+        assert drain.returncode != 0, output  # blocked: one node cannot make progress
+        assert "disruption budget" in output, output
+        assert node["spec"].get("unschedulable") is True
+        assert len(evicted) == 1, (evicted, output)
+        # The operator recreated the evicted slot; the cordoned node cannot take it.
+        assert len(pending) == 1, [p["status"] for p in pods]
+        scheduled = next(
+            c for c in pending[0]["status"].get("conditions", []) if c["type"] == "PodScheduled"
+        )
+        record("drain_replacement_scheduled", scheduled.get("reason"))
+        assert scheduled["status"] == "False" and scheduled.get("reason") == "Unschedulable"
+        instance_id = pending[0]["metadata"]["annotations"][INSTANCE_ANNOTATION]
+
+        cluster.kubectl("uncordon", probe.NODE_NAME)
+        uncordoned = time.monotonic()
+        admin = cluster.admin()
+        wait_for(
+            f"{instance_id}'s static rejoin after uncordon",
+            lambda: static_rejoins(admin.journal(GROUP), instance_id, since_ms),
+            timeout_s=120,
+        )
+        record("uncordon_to_static_rejoin_s", round(time.monotonic() - uncordoned, 1))
+        record("eviction_to_static_rejoin_s", round(time.monotonic() - started, 1))
+        after = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+        record("uncordon_to_stable_s", round(time.monotonic() - uncordoned, 1))
+    record("drain_max_members_down", max(sampler.samples))
+    record("drain_down_samples", len(sampler.samples))
+    assert max(sampler.samples) == 1, sampler.samples
+    record("drain_generation", [before["generation_id"], after["generation_id"]])
+    assert after["generation_id"] == before["generation_id"]
+    assert {m["group_instance_id"] for m in after["members"]} == {
+        m["group_instance_id"] for m in before["members"]
+    }
+
+
+def test_drain_while_a_rollout_bounces(
+    diagnosed: Fleet, record: Callable[[str, Any], None]
+) -> None:
+    """A rollout's bounce (the operator's DELETE, which no budget holds) in flight, then a
+    drain: the budget counts the bounced member as down, so the eviction is refused; the
+    rollout waits for nothing the drain holds; after uncordon both are done, no deadlock."""
+    fleet = diagnosed
+    cluster, ns = fleet.cluster, fleet.ns
+    before = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+    wait_for("the budget to allow one disruption", lambda: _allowed(fleet) == 1, timeout_s=60)
+    spec = cluster.get_json("-n", ns, "get", "consumergroup", GROUP)["spec"]
+    template = spec["template"]
+    template["spec"]["containers"][0].setdefault("env", []).append(
+        {"name": "E2E_ROLLOUT_MARK", "value": "1"}
+    )
+    uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in cluster.member_pods(ns, GROUP)}
+    started = time.monotonic()
+    with _DownSampler(fleet) as sampler:
+        patch_spec(cluster, ns, GROUP, {"template": template})
+        # The first bounce in flight: the budget allows nothing until its replacement is Ready.
+        wait_for(
+            "a bounce in flight (the budget at 0)",
+            lambda: _allowed(fleet) == 0,
+            timeout_s=60,
+            interval_s=0.2,
+        )
+        record("rollout_patch_to_budget_zero_s", round(time.monotonic() - started, 1))
+        drain = _drain(fleet, timeout_s=ROLLOUT_DRAIN_TIMEOUT_S)
+        output = drain.stdout + drain.stderr
+        record("rollout_drain_exit_code", drain.returncode)
+        record("rollout_drain_budget_refusals", output.count(BUDGET_REFUSAL))
+        record("rollout_drain_evicted", output.count("evicted"))
+        assert BUDGET_REFUSAL in output, output
+        cluster.kubectl("uncordon", probe.NODE_NAME)
+        uncordoned = time.monotonic()
+        wait_rollout_completed(cluster, ns, GROUP, "eager", timeout_s=300)
+        record("rollout_uncordon_to_completed_s", round(time.monotonic() - uncordoned, 1))
+        after = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
+    record("rollout_total_s", round(time.monotonic() - started, 1))
+    pods = cluster.member_pods(ns, GROUP)
+    # Every member recreated once by the rollout (the one evicted, if any, recreated too).
+    assert not any(_same(pods, name, uid) for name, uid in uids.items())
+    record("rollout_max_members_down", max(sampler.samples))
+    # One at a time but for the race docs/operator.md names (an eviction and a bounce decided
+    # at the same instant): two for a moment, never more.
+    assert max(sampler.samples) <= 2, sampler.samples
+    record("rollout_generation", [before["generation_id"], after["generation_id"]])
+    assert {m["group_instance_id"] for m in after["members"]} == {
+        m["group_instance_id"] for m in before["members"]
+    }
+
+
+def _allowed(fleet: Fleet) -> int | None:
+    budget = fleet.cluster.get_json("-n", fleet.ns, "get", "pdb", f"{GROUP}-members")
+    allowed = (budget.get("status") or {}).get("disruptionsAllowed")
+    return int(allowed) if allowed is not None else None
+
+
+def _drain(fleet: Fleet, timeout_s: int) -> subprocess.CompletedProcess[str]:
+    # Only the group's pods: the operator's own pod (one replica, no budget by default)
+    # serves the embedded coordinator; docs/node.md says what evicting it does.
+    return fleet.cluster.kubectl(
+        "drain",
+        probe.NODE_NAME,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        f"--pod-selector=staticfleet.dev/group={GROUP}",
+        f"--timeout={timeout_s}s",
+        check=False,
+        timeout=timeout_s + 60,
+    )
+
+
+def _same(pods: list[dict[str, Any]], name: str, uid: str) -> bool:
+    return any(
+        p["metadata"]["name"] == name
+        and p["metadata"]["uid"] == uid
+        and not p["metadata"].get("deletionTimestamp")
+        for p in pods
+    )
