@@ -1,6 +1,6 @@
 """What a pod token costs a heartbeat: one static member heartbeating over loopback HTTP with
-a group token (answered by the fast path) and with a pod's ServiceAccount token (reviewed
-once, then cached; answered by aiohttp). The review itself is a stub answering at once: this
+a group token and with a pod's ServiceAccount token (reviewed once by aiohttp's path, then
+answered by the fast path from the cache). The review itself is a stub answering at once: this
 measures the server's side, not the API server's (one review a minute per member).
 
     .venv/bin/python -m bench.pod_token_heartbeat [--beats 2000]

@@ -47,8 +47,8 @@ def create_app(
     heartbeats answered ahead of aiohttp's request stack (`fast_path.py`), same answers.
 
     `pod_auth` also accepts members by their pod's ServiceAccount token, each only as its
-    pod's instance id (docs/server.md, "Members known by their pod"); the fast path leaves
-    those requests to aiohttp (a review may have to be awaited).
+    pod's instance id (docs/server.md, "Members known by their pod"); the fast path answers
+    their heartbeats once the token's review is cached (aiohttp's path reviews it).
 
     Raises `AuthConfigError` when `auth` has no tokens and is not explicitly insecure.
     """

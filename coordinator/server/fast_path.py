@@ -39,6 +39,7 @@ import msgspec
 from coordinator.errors import ErrorCode
 from coordinator.messages import HeartbeatRequest
 from coordinator.server.auth import ADMIN, Principal, bearer_token
+from coordinator.server.pod_identity import PodIdentity, instance_problem, looks_like_jwt
 from coordinator.wire import plain_type
 
 if TYPE_CHECKING:
@@ -152,12 +153,39 @@ class FastPath:
         """The heartbeat to answer here, or None: aiohttp answers the request."""
         context = self.context
         principal = self.principal(authorization)
-        if principal is None or not principal.may_use_group(group_id) or not context.ready:
+        pod = self.cached_pod(authorization) if principal is None else None
+        if principal is None and pod is None:
+            return None
+        if principal is not None and not principal.may_use_group(group_id):
+            return None
+        if not context.ready:
             return None
         message = decode_heartbeat(body)
         if message is None or message.group_id != group_id:
             return None
+        pod_auth = context.pod_auth
+        if pod is not None and (
+            pod_auth is None
+            or instance_problem(pod, pod_auth.bindings, group_id, message.group_instance_id)
+            is not None
+        ):
+            return None  # aiohttp answers the 403
         return message
+
+    def cached_pod(self, authorization: bytes | None) -> PodIdentity | None:
+        """A pod token whose review is cached (members known by their pod); None for any
+        other: aiohttp reviews it, or refuses it."""
+        pod_auth = self.context.pod_auth
+        if pod_auth is None or authorization is None:
+            return None
+        try:
+            token = bearer_token(authorization.decode("ascii"))
+        except UnicodeDecodeError:
+            return None
+        if token is None or not looks_like_jwt(token):
+            return None
+        identity = pod_auth.cache.cached(token)
+        return identity if isinstance(identity, PodIdentity) else None
 
     async def answer(self, message: HeartbeatRequest) -> bytes:
         context = self.context

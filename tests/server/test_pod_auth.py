@@ -16,6 +16,7 @@ from coordinator.client.http import HttpTransport
 from coordinator.client.token_file import TokenFile
 from coordinator.errors import ErrorCode
 from coordinator.server import create_app, start_server
+from coordinator.server.context import CONTEXT
 from coordinator.server.pod_identity import (
     POD_NAME_EXTRA,
     POD_UID_EXTRA,
@@ -106,6 +107,32 @@ async def test_a_pod_token_joins_as_its_instance_and_heartbeats_review_once(
         )
         assert beat.status == 200, beat.text
     assert api.reviews == [TOKEN_0]  # one review for a join and five heartbeats
+    fast_path = server.running.runner.app[CONTEXT].connection_guard.fast_path
+    assert fast_path is not None and fast_path.answered == 5  # the cached pod token is fast
+
+
+async def test_the_fast_path_leaves_another_instance_id_to_aiohttps_403(
+    pod_server: tuple[Server, FakeApiServer],
+) -> None:
+    server, _ = pod_server
+    path = f"/v1/groups/{GROUP_A}"
+    joined = await server.call(
+        "POST", f"{path}/join", join_body(GROUP_A, "orders-1"), token=TOKEN_1
+    )
+    assert joined.status == 200, joined.text
+    # TOKEN_0's review is cached by its own join; it may still not heartbeat as orders-1.
+    own = await server.call("POST", f"{path}/join", join_body(GROUP_A, "orders-0"), token=TOKEN_0)
+    assert own.status == 200, own.text
+    beat = {
+        "group_id": GROUP_A,
+        "generation_id": joined.body["generation_id"],
+        "member_id": joined.body["member_id"],
+        "group_instance_id": "orders-1",
+    }
+    stolen = await server.call("POST", f"{path}/heartbeat", beat, token=TOKEN_0)
+    assert stolen.status == 403 and "holds instance id 'orders-0'" in stolen.body["message"]
+    fast_path = server.running.runner.app[CONTEXT].connection_guard.fast_path
+    assert fast_path is not None and fast_path.answered == 0 and fast_path.fell_back == 1
 
 
 async def test_another_pods_token_is_refused_the_instance_id(
