@@ -343,12 +343,21 @@ class GroupMember:
         and a heartbeat to a stalled coordinator hangs for the request timeout: until then
         this member and the partitions' new owner would both process them (found by the
         fault soak, docs/soak.md)."""
-        if self._state is not MemberState.STABLE or not self._owned or not self._session_expired():
+        if not self._owned:
             return
-        logger.warning("member %s: no contact for a session timeout", self._label())
-        self._reset_to(Reset.GENERATION)
+        if self._reset >= Reset.PARTITIONS:
+            # An answer (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION) already said the partitions
+            # are gone; the main task may not have run its rejoin yet (Kafka's poll rejoins,
+            # and so loses them, before it returns another record).
+            reason = "the coordinator no longer knows this member's generation"
+        elif self._state is MemberState.STABLE and self._session_expired():
+            logger.warning("member %s: no contact for a session timeout", self._label())
+            self._reset_to(Reset.GENERATION)
+            reason = "no contact with the coordinator for a session timeout"
+        else:
+            return
         owned, self._owned = self._owned, frozenset()
-        self._request_rejoin("no contact with the coordinator for a session timeout")
+        self._request_rejoin(reason)
         await invoke(self._listener.on_partitions_lost, owned)
 
     async def fetch_committed(

@@ -9,6 +9,7 @@ import asyncio
 
 from coordinator import GroupCoordinator, ManualClock
 from coordinator.client import GroupMember
+from coordinator.client.member_state import Reset
 from coordinator.messages import HeartbeatRequest, HeartbeatResponse
 
 from .helpers import FaultyTransport, Ledger, advance_until, in_process, member_config
@@ -57,4 +58,25 @@ async def test_a_member_unheard_for_a_session_loses_its_partitions_before_proces
         transport.released.set()
     transport.hang = False
     # The member rejoins once the coordinator answers again.
+    await advance_until(clock, lambda: member.assignment == owned, within_ms=10_000)
+
+
+async def test_a_member_told_its_generation_is_gone_loses_its_partitions_before_processing(
+    manual_coordinator: GroupCoordinator, clock: ManualClock, members: list[GroupMember]
+) -> None:
+    # Found by the 30-minute soak (seed 25): a woken zombie's heartbeat was answered
+    # UNKNOWN_MEMBER_ID, which counts as contact, so the session check passed, and the member
+    # processed and committed for 0.5 s before its main task rejoined and lost them.
+    transport = FaultyTransport(in_process(manual_coordinator))
+    ledger = Ledger()
+    member = GroupMember(transport, member_config("m-0"), ledger.listener("m-0"), clock=clock)
+    members.append(member)
+    await member.start()
+    await advance_until(clock, lambda: member.state == "stable")
+    owned = member.assignment
+    # The answer as the heartbeat task records it, before the main task has run.
+    member._reset_to(Reset.MEMBER_ID)
+    await member.lose_partitions_if_session_expired()
+    assert member.assignment == frozenset()
+    assert ledger.log[-1] == ("m-0", "lost", owned)
     await advance_until(clock, lambda: member.assignment == owned, within_ms=10_000)
