@@ -8,8 +8,8 @@ Definitions (docs/soak.md):
   line for it, or its `stopped`/`fatal` line, or its death (the driver's `ended` row).
 - It is a *running owner* while it holds the partition and is not stopped by SIGSTOP (the
   driver's `paused` rows). A process woken by SIGCONT runs again from the first line it
-  writes after it (the first evidence that it runs: the kernel and the interpreter take a
-  few ms to resume it), at most `RESUME_GRACE_MS` after SIGCONT. A zombie that wakes is a
+  writes after it, a `commit` line aside (the answer to a commit sent before the stop may
+  be read first), at most `RESUME_GRACE_MS` after SIGCONT. A zombie that wakes is a
   running owner again from then until it logs `lost`: a member must lose its partitions
   before it does anything else (its first line must be `lost`).
 - Every process reads one clock (CLOCK_REALTIME of one machine, ms): there is no skew to
@@ -169,37 +169,55 @@ def overlaps(intervals: Iterable[Interval]) -> list[dict[str, Any]]:
     return found
 
 
-def acknowledged_commits(processes: Iterable[Process]) -> list[tuple[int, PartitionKey, int, str]]:
-    """(ts, partition, offset, process) of every commit a member logged as acknowledged."""
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """A commit a member logged as acknowledged. The coordinator applied it at some time in
+    [earliest_ms, ts_ms]: after the process's previous line (it was sent after that line
+    was written) and before the member read the answer. A process stopped with a commit in
+    flight reads the answer only when it wakes: its line's time is not the commit's."""
+
+    ts_ms: int
+    earliest_ms: int
+    key: PartitionKey
+    offset: int
+    process: str
+
+
+def acknowledged_commits(processes: Iterable[Process]) -> list[Ack]:
     commits = []
     for process in processes:
+        previous = process.start_ms
         for row in process.rows:
+            ts = int(row["ts_ms"])
             if row.get("event") == "commit":
                 for item in row.get("offsets") or []:
                     key = _key(process.group_id, item)
-                    commits.append((int(row["ts_ms"]), key, int(item[2]), process.name))
-    commits.sort()
+                    commits.append(Ack(ts, previous, key, int(item[2]), process.name))
+            previous = ts
+    commits.sort(key=lambda ack: (ack.ts_ms, ack.key, ack.offset))
     return commits
 
 
-def commit_regressions(
-    commits: Sequence[tuple[int, PartitionKey, int, str]],
-) -> list[dict[str, Any]]:
-    """An acknowledged commit below one acknowledged strictly earlier for the partition."""
-    best: dict[PartitionKey, tuple[int, int, str]] = {}
+def commit_regressions(commits: Sequence[Ack]) -> list[dict[str, Any]]:
+    """An acknowledged commit certainly applied after a higher one for the partition (its
+    earliest possible time is after the higher one's acknowledgement)."""
+    best: dict[PartitionKey, Ack] = {}
     found = []
-    for ts, key, offset, process in commits:
-        previous = best.get(key)
-        if previous is not None and offset < previous[1] and ts > previous[0]:
+    for ack in sorted(commits, key=lambda a: (a.earliest_ms, a.ts_ms)):
+        earlier = best.get(ack.key)
+        if earlier is not None and ack.offset < earlier.offset and ack.earliest_ms > earlier.ts_ms:
             found.append(
                 {
-                    "partition": list(key),
-                    "earlier": {"ts_ms": previous[0], "offset": previous[1], "by": previous[2]},
-                    "later": {"ts_ms": ts, "offset": offset, "by": process},
+                    "partition": list(ack.key),
+                    "earlier": {"ts_ms": earlier.ts_ms, "offset": earlier.offset},
+                    "earlier_by": earlier.process,
+                    "later": {"earliest_ms": ack.earliest_ms, "ts_ms": ack.ts_ms},
+                    "later_offset": ack.offset,
+                    "later_by": ack.process,
                 }
             )
-        if previous is None or offset >= previous[1]:
-            best[key] = (ts, offset, process)
+        if earlier is None or ack.offset >= earlier.offset:
+            best[ack.key] = ack
     return found
 
 
@@ -344,7 +362,16 @@ def load_run(run_dir: Path) -> Run:
 def resumed_at(rows: Iterable[Row], continued_ms: int) -> int:
     """When a process continued at `continued_ms` runs again: its first line since, at most
     RESUME_GRACE_MS later."""
-    first = next((int(r["ts_ms"]) for r in rows if int(r["ts_ms"]) >= continued_ms), None)
+    # A `commit` line may be the answer to a request sent before the stop, read on waking;
+    # a `commit_failed` refused as stale, or any other line, is work done since.
+    first = next(
+        (
+            int(r["ts_ms"])
+            for r in rows
+            if int(r["ts_ms"]) >= continued_ms and r.get("event") != "commit"
+        ),
+        None,
+    )
     limit = continued_ms + RESUME_GRACE_MS
     return limit if first is None else min(first, limit)
 
@@ -442,9 +469,9 @@ def check(run: Run) -> dict[str, Any]:
     violations["sampled_offset_regressed"] = sampled_regressions(run.samples)
     stored = stored_offsets(run.db_path)
     highest: dict[PartitionKey, tuple[int, str]] = {}
-    for _ts, key, offset, process in commits:
-        if offset > highest.get(key, (-1, ""))[0]:
-            highest[key] = (offset, process)
+    for ack in commits:
+        if ack.offset > highest.get(ack.key, (-1, ""))[0]:
+            highest[ack.key] = (ack.offset, ack.process)
     violations["acknowledged_commit_lost"] = [
         {"partition": list(key), "acknowledged": offset, "by": by, "stored": stored.get(key)}
         for key, (offset, by) in sorted(highest.items())

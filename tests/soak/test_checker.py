@@ -9,6 +9,7 @@ import pytest
 
 from staticfleet.soak.arguments import parse_duration
 from staticfleet.soak.checker import (
+    Ack,
     GroupSpec,
     Interval,
     Process,
@@ -70,8 +71,9 @@ def test_a_stopped_process_owns_nothing_while_stopped() -> None:
 
 
 def test_a_woken_process_runs_from_its_first_line_at_most_a_grace_later() -> None:
-    rows = [row(5, "commit"), row(107, "lost")]
-    assert resumed_at(rows, 100) == 107
+    rows = [row(5, "commit"), row(103, "commit"), row(107, "lost")]
+    assert resumed_at(rows, 100) == 107  # an answer read on waking is no work done
+    assert resumed_at([row(103, "commit_failed"), *rows[2:]], 100) == 103
     assert resumed_at(rows, 100_000) == 101_000
 
 
@@ -98,10 +100,16 @@ def test_a_zombie_that_works_before_it_logs_lost_is_two_running_owners() -> None
     assert overlaps(intervals) == []
 
 
-def test_commit_regressions_need_a_strictly_later_lower_acknowledgement() -> None:
-    commits = [(1, KEY, 10, "a#1"), (1, KEY, 8, "b#1"), (2, KEY, 12, "b#1"), (3, KEY, 11, "a#1")]
+def test_commit_regressions_need_a_commit_certainly_applied_after_a_higher_one() -> None:
+    commits = [
+        Ack(ts_ms=10, earliest_ms=5, key=KEY, offset=10, process="a#1"),
+        Ack(ts_ms=12, earliest_ms=11, key=KEY, offset=12, process="b#1"),
+        # Read late by a process woken from SIGSTOP: sent at 6, maybe applied before 12.
+        Ack(ts_ms=40, earliest_ms=6, key=KEY, offset=11, process="a#1"),
+        Ack(ts_ms=50, earliest_ms=45, key=KEY, offset=9, process="c#1"),
+    ]
     found = commit_regressions(commits)
-    assert [(f["earlier"]["offset"], f["later"]["offset"]) for f in found] == [(12, 11)]
+    assert [(f["earlier"]["offset"], f["later_offset"]) for f in found] == [(12, 9)]
 
 
 def test_sampled_offsets_must_not_go_down() -> None:
