@@ -11,7 +11,8 @@ and why member pods and Secrets are not Kopf's to watch.
 
 Each change calls `on_event(type, object)` (ADDED, MODIFIED, DELETED): the handlers turn it
 into passes. `synced` is set once every scope has been listed: reads wait for it, so no pass
-sees an empty store at start. Objects are kept without `metadata.managedFields`.
+sees an empty store at start. Objects are kept without `metadata.managedFields`, member
+pods only with the fields the operator reads (`pod_kept`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
+from coordinator.client import env
 from staticfleet_operator.kube import KubeApi, KubeError
 from staticfleet_operator.owned import GROUP_LABEL
 
@@ -102,6 +104,48 @@ def _secret_kept(secret: Mapping[str, Any]) -> Body:
     )
 
 
+# What the operator reads of a member pod (members.member_pod, hot_standby.pod_health,
+# adopted.rebuild_slots, pod_bindings.pod_binding, observed.py): the rest of a pod (its
+# spec's volumes and most of its env, container statuses) is most of its size, and the
+# store holds every member pod of every group (docs/performance.md, "One operator, many
+# groups").
+_POD_METADATA = frozenset(
+    {
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "labels",
+        "annotations",
+        "creationTimestamp",
+        "deletionTimestamp",
+    }
+)
+_POD_STATUS = frozenset({"phase", "reason"})
+_POD_ENV = frozenset({env.GROUP_ID})
+
+
+def pod_kept(pod: Mapping[str, Any]) -> Body:
+    """The fields of a member pod the operator reads, and nothing else."""
+    metadata = {k: v for k, v in _metadata(pod).items() if k in _POD_METADATA}
+    status: Mapping[str, Any] = pod.get("status") or {}
+    kept_status: Body = {k: v for k, v in status.items() if k in _POD_STATUS}
+    conditions = [
+        {"type": c.get("type"), "status": c.get("status")} for c in status.get("conditions") or ()
+    ]
+    if conditions:
+        kept_status["conditions"] = conditions
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    containers = [
+        {
+            "name": container.get("name"),
+            "env": [e for e in container.get("env") or () if e.get("name") in _POD_ENV],
+        }
+        for container in spec.get("containers") or ()
+    ]
+    return {"metadata": metadata, "spec": {"containers": containers}, "status": kept_status}
+
+
 # Pods labelled with their group's name, grouped by (namespace, group label value).
 MEMBER_PODS = Kind(
     "pods",
@@ -109,6 +153,7 @@ MEMBER_PODS = Kind(
     everywhere=lambda api: api.list_pod_for_all_namespaces,
     selector={"label_selector": GROUP_LABEL},
     wanted=lambda pod: _group_of(pod) is not None,
+    kept=pod_kept,
     grouped=_group_of,
 )
 # Opaque Secrets (the API server's default type) hold member tokens; service account
