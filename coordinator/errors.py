@@ -31,6 +31,13 @@ class ErrorCode(IntEnum):
     GROUP_MAX_SIZE_REACHED = 81
     FENCED_INSTANCE_ID = 82
     UNSTABLE_OFFSET_COMMIT = 88
+    # KIP-848's consumer protocol: what a Kafka broker answers our member on it (the embedded
+    # coordinator speaks the classic protocol only, so it never answers these).
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 # One sentence per code that a user can act on; used in logs, HTTP errors and exceptions.
@@ -76,6 +83,19 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.FENCED_INSTANCE_ID: (
         "another process has taken over this group.instance.id; this member is fenced and must stop"
     ),
+    ErrorCode.FENCED_MEMBER_EPOCH: (
+        "the member epoch is behind the group's; rejoin with epoch 0, dropping owned partitions"
+    ),
+    ErrorCode.UNRELEASED_INSTANCE_ID: (
+        "another member still holds this group.instance.id (within its session); the instance "
+        "id is released when that member leaves or its session expires"
+    ),
+    ErrorCode.UNSUPPORTED_ASSIGNOR: "the broker has no server-side assignor of that name",
+    ErrorCode.STALE_MEMBER_EPOCH: (
+        "the commit's member epoch is not the member's current one; commit again after the "
+        "next heartbeat"
+    ),
+    ErrorCode.INVALID_REGULAR_EXPRESSION: "the subscription's regular expression is invalid",
 }
 
 

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from coordinator.errors import ErrorCode
 from coordinator.protocol import TopicPartition
 
 Partitions = frozenset[TopicPartition]
@@ -30,18 +31,17 @@ LEAVE_EPOCH = -1
 # for the session timeout (group.consumer.session.timeout.ms).
 STATIC_LEAVE_EPOCH = -2
 
-# Kafka's error codes the heartbeat answers (Errors.java); the KIP-848 ones are not in
-# coordinator.errors.ErrorCode, which lists what our own coordinator answers.
-NONE = 0
-UNKNOWN_MEMBER_ID = 25
-INVALID_REQUEST = 42
-GROUP_ID_NOT_FOUND = 69
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-INVALID_REGULAR_EXPRESSION = 128
+# Kafka's error codes the heartbeat answers (Errors.java), as coordinator.errors names them.
+NONE = ErrorCode.NONE
+UNKNOWN_MEMBER_ID = ErrorCode.UNKNOWN_MEMBER_ID
+INVALID_REQUEST = ErrorCode.INVALID_REQUEST
+GROUP_ID_NOT_FOUND = ErrorCode.GROUP_ID_NOT_FOUND
+GROUP_MAX_SIZE_REACHED = ErrorCode.GROUP_MAX_SIZE_REACHED
+FENCED_MEMBER_EPOCH = ErrorCode.FENCED_MEMBER_EPOCH
+UNRELEASED_INSTANCE_ID = ErrorCode.UNRELEASED_INSTANCE_ID
+UNSUPPORTED_ASSIGNOR = ErrorCode.UNSUPPORTED_ASSIGNOR
+STALE_MEMBER_EPOCH = ErrorCode.STALE_MEMBER_EPOCH
+INVALID_REGULAR_EXPRESSION = ErrorCode.INVALID_REGULAR_EXPRESSION
 
 # Rejoin with epoch 0, losing the partitions (they may be someone else's already).
 REJOIN_CODES = frozenset({UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH})
