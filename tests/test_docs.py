@@ -117,3 +117,14 @@ def test_operator_doc_lists_every_event_and_condition_reason() -> None:
     from staticfleet_operator.crd.models import ConditionType
 
     assert {kind.value for kind in ConditionType} <= documented
+
+
+def test_the_getting_started_guide_gives_the_e2e_its_steps() -> None:
+    # e2e/node/test_12_getting_started.py runs these as written on the real node.
+    from e2e.getting_started import GUIDE, steps
+
+    found = steps(GUIDE.read_text())
+    assert [step.number for step in found] == [3, 4, 5, 6, 7]
+    scripts = "".join(step.script for step in found)
+    assert "helm install" in scripts and "kubectl -n orders scale" in scripts
+    assert "kind " not in scripts and "make image" not in scripts  # the node does those

@@ -31,7 +31,8 @@ from e2e.node.test_node import ROOT, _host_state
 RUNC = Path("/usr/bin/runc")
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
-SCENARIO_NAMESPACES = ("e2e-node-fleet", "e2e-node-faults")
+# "orders": docs/getting-started.md's (scenario 12).
+SCENARIO_NAMESPACES = ("e2e-node-fleet", "e2e-node-faults", "orders")
 
 
 # Set on a test whose call failed, for fixtures that print diagnostics at their teardown.
