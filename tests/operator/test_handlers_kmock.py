@@ -386,14 +386,14 @@ def test_rollout_state_survives_the_trip_through_status() -> None:
     from datetime import UTC, datetime
 
     from coordinator.client.config import RebalanceProtocolSetting as P
-    from staticfleet_operator.crd import ConsumerGroupStatus, RebalanceProtocol
+    from staticfleet_operator.crd import ConsumerGroupStatus, FleetProtocol
     from staticfleet_operator.rollout import RolloutPhase, RolloutStatus
 
     now = datetime(2026, 1, 1, tzinfo=UTC)
     state = RolloutStatus(
         phase=RolloutPhase.BOUNCE2,
         from_protocol=P.EAGER,
-        to_protocol=RebalanceProtocol.COOPERATIVE,
+        to_protocol=FleetProtocol.COOPERATIVE,
         template_hash="abc",
         bounces=(P.COMPATIBLE, P.COOPERATIVE),
         bounce_index=1,

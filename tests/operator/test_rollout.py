@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from coordinator import DescribedGroup, DescribedGroupMember, ErrorCode, GroupState
-from coordinator.assignors import RebalanceProtocol
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.blockers import BlockerCode
+from staticfleet_operator.crd import FleetProtocol
 from staticfleet_operator.rollout import (
     Assignors,
     Bounce,
@@ -337,7 +337,7 @@ def test_bounce_2_needs_every_member_offering_cooperative_and_stable_expected_co
     state = RolloutStatus(
         phase=RolloutPhase.BOUNCE1,
         from_protocol=EAGER,
-        to_protocol=RebalanceProtocol.COOPERATIVE,
+        to_protocol=FleetProtocol.COOPERATIVE,
         template_hash="t1",
         bounces=(COMPATIBLE, COOPERATIVE),
         bounced_slots=(1, 2, 0),
