@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from staticfleet.demo.fleet import read_rows
 from staticfleet.soak import records
 
 Row = Mapping[str, Any]
@@ -324,7 +325,7 @@ class Run:
 def load_run(run_dir: Path) -> Run:
     settings = json.loads((run_dir / records.RUN).read_text())
     specs = [GroupSpec(**g) for g in settings["groups"]]
-    rows = records.read_lines(run_dir / records.PROCESSES)
+    rows = read_rows(run_dir / records.PROCESSES)
     started = [r for r in rows if r["event"] == "started"]
     ended = {(r["slot"], r["incarnation"]): r for r in rows if r["event"] == "ended"}
     paused: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -335,7 +336,7 @@ def load_run(run_dir: Path) -> Run:
             )
     processes = []
     for r in started:
-        log_rows = records.read_lines(run_dir / r["log"])
+        log_rows = read_rows(run_dir / r["log"])
         ident = (r["slot"], r["incarnation"])
         end = ended.get(ident)
         processes.append(
@@ -353,8 +354,8 @@ def load_run(run_dir: Path) -> Run:
                 ),
             )
         )
-    samples = records.read_lines(run_dir / records.SAMPLES)
-    faults = records.read_lines(run_dir / records.FAULTS)
+    samples = read_rows(run_dir / records.SAMPLES)
+    faults = read_rows(run_dir / records.FAULTS)
     end_ms = max([p.end_ms or 0 for p in processes] + [int(s["ts_ms"]) for s in samples] + [0])
     return Run(settings, specs, processes, faults, samples, run_dir / records.STORE, end_ms)
 

@@ -31,19 +31,3 @@ class JsonLines:
     def close(self) -> None:
         with self._lock:
             self._stream.close()
-
-
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """JSON lines; a line cut short by a killed writer is skipped."""
-    if not path.exists():
-        return []
-    rows: list[dict[str, Any]] = []
-    with path.open(encoding="utf-8") as stream:
-        for line in stream:
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-    return rows

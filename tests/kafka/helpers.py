@@ -110,18 +110,12 @@ class MemberProcess:
             self.process.wait()
 
 
-def our_member(
-    bootstrap: str,
-    group: str,
-    topic: str,
-    instance: str,
-    phase: str,
-    log: Path,
-    config: Path | None = None,
-) -> MemberProcess:
-    """`staticfleet member run` with its group on the broker and its records from it;
-    `config`: its --kafka-config (STATICFLEET_KAFKA_CONFIG) for a secured listener."""
-    command = [
+def member_command(
+    bootstrap: str, group: str, topic: str, instance: str | None, log: Path, *options: str
+) -> list[str]:
+    """`staticfleet member run` with its group on the broker and its records from it, a
+    commit every 500 ms and its event log at `log`; `options` say the rest (the protocol)."""
+    return [
         sys.executable,
         "-m",
         "staticfleet.cli",
@@ -133,10 +127,34 @@ def our_member(
         f"kafka://{bootstrap}",
         "--group-id",
         group,
-        "--instance-id",
-        instance,
+        *(["--instance-id", instance] if instance else []),
         "--topics",
         topic,
+        *options,
+        "--commit-interval-ms",
+        "500",
+        "--event-log",
+        str(log),
+    ]
+
+
+def our_member(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    instance: str,
+    phase: str,
+    log: Path,
+    config: Path | None = None,
+) -> MemberProcess:
+    """Our member on the classic protocol in `phase`; `config`: its --kafka-config
+    (STATICFLEET_KAFKA_CONFIG) for a secured listener."""
+    command = member_command(
+        bootstrap,
+        group,
+        topic,
+        instance,
+        log,
         "--rebalance-protocol",
         phase,
         "--eager-assignor",
@@ -147,11 +165,7 @@ def our_member(
         "10000",
         "--heartbeat-interval-ms",
         "500",
-        "--commit-interval-ms",
-        "500",
-        "--event-log",
-        str(log),
-    ]
+    )
     env = {"STATICFLEET_KAFKA_CONFIG": str(config)} if config is not None else {}
     return MemberProcess(command, env, log, stdout=False)
 

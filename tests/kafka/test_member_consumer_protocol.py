@@ -12,7 +12,6 @@ up to a few heartbeats; docs/kafka.md, "The consumer protocol", has the figures.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet.member.events import read_events
 from staticfleet.member.runtime import EXIT_FENCED, EXIT_OK
 
-from .helpers import MemberProcess, member_logs, owned_now
+from .helpers import MemberProcess, member_command, member_logs, owned_now
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
@@ -38,28 +37,7 @@ PARTITIONS = 6
 def consumer_member(
     bootstrap: str, group: str, topic: str, instance: str | None, log: Path
 ) -> MemberProcess:
-    command = [
-        sys.executable,
-        "-m",
-        "staticfleet.cli",
-        "member",
-        "run",
-        "--coordinator",
-        f"kafka://{bootstrap}",
-        "--source",
-        f"kafka://{bootstrap}",
-        "--group-id",
-        group,
-        *(["--instance-id", instance] if instance else []),
-        "--topics",
-        topic,
-        "--group-protocol",
-        "consumer",
-        "--commit-interval-ms",
-        "500",
-        "--event-log",
-        str(log),
-    ]
+    command = member_command(bootstrap, group, topic, instance, log, "--group-protocol", "consumer")
     return MemberProcess(command, {}, log, stdout=False)
 
 
