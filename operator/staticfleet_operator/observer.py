@@ -55,12 +55,12 @@ async def observe(
     spec = parse_spec(body.get("spec") or {})
     pods = tuple(await op.observed.member_pods(op.kube, ref.namespace, ref.name))
     found: dict[str, Any] = {"spec": spec, "pods": pods}
+    memory = op.memories.get(ref)
     if spec.mode is Mode.MANAGED:
         # Read only while the budget is not known to be as the spec wants (the first pass
         # after a start or a change of spec.disruption): the informer does not watch
         # budgets, and a settled group's pass makes no request (docs/operator.md, "Scale
         # and disruptions").
-        memory = op.memories.get(ref)
         known = budget_key(members_budget_spec(ref.name, spec.disruption.max_unavailable))
         if memory is None or memory.disruption_budget != known:
             budget = await op.kube.get_pod_disruption_budget(
@@ -97,7 +97,6 @@ async def observe(
         found["unreachable"] = Unreachable(error.reason, message)
         return replace(base, **found), None
     found["described"] = described
-    memory = op.memories.get(ref)
     last_read = memory.lag_read if memory is not None and memory.lag_read else base.status.lag_time
     if isinstance(backend, KafkaBackend) and lag_due(last_read, base.now):
         found["lag"] = await _lag(backend, spec)
