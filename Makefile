@@ -34,8 +34,11 @@ demo: install ## the local fleet demo: coordinator + 6 members, seven scenarios 
 demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka broker, side by side
 	$(VENV)/bin/staticfleet demo --coordinator both
 
-test: install java-assignors kafka java-peer ## the whole test suite (builds the Kafka broker's jars and the Java peers once)
-	$(PY) -m pytest -q
+# Parallel workers (pytest-xdist): the suite waits on processes, brokers and JVMs more than it
+# computes; tests sharing a long-lived fixture stay on one worker (tests/conftest.py).
+TEST_WORKERS ?= 3
+test: install java-assignors kafka java-peer ## the whole test suite on TEST_WORKERS workers (builds the Kafka broker's jars and the Java peers once)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The fault soak (docs/soak.md): not in CI (30 minutes); its 35 s smoke is in make test.
 SOAK_SEED ?= 25

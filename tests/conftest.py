@@ -11,13 +11,71 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import settings
 
 from staticfleet.kafka.broker import SCRAM_MECHANISMS, KafkaBroker
 from staticfleet.kafka.pki import KeyPair
+
+# Hypothesis's per-example deadline is a wall-clock check: on a busy 2-core machine (the suite
+# runs on parallel workers) it fails a correct property. Speed is measured in `make bench`.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
+
+# `make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`). A fixture
+# of ours that lives longer than a test (the session broker, the SparkSession, a module's API
+# server) would start once on every worker that runs one of its users; the tests that share
+# such fixtures run on one worker instead, so each starts once, as in a serial run.
+_SHARED_SCOPES = frozenset({"session", "package", "module"})
+
+
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    info = getattr(item, "_fixtureinfo", None)
+    keys: set[str] = set()
+    for name, definitions in info.name2fixturedefs.items() if info else ():
+        for definition in definitions:
+            # pytest's and plugins' own (tmp_path_factory, ...) cost nothing to share.
+            if definition.scope in _SHARED_SCOPES and getattr(
+                definition.func, "__module__", ""
+            ).startswith("tests."):
+                module = item.nodeid.split("::")[0]
+                keys.add(f"{module}::{name}" if definition.scope == "module" else name)
+    return keys
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests joined by any shared fixture form one group (union-find over the fixtures).
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    uses = {item.nodeid: sorted(_shared_fixtures(item)) for item in items}
+    for keys in uses.values():
+        for other in keys[1:]:
+            parent[root(other)] = root(keys[0])
+    groups: dict[str, str] = {}
+    for item in items:
+        if keys := uses[item.nodeid]:
+            groups[item.nodeid] = root(keys[0])
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    # Workers take work in collection order, so the long chains start first and the short
+    # tests fill in around them: groups by size, then the slow tests, then the rest (a
+    # stable sort: each part keeps its order). A serial run is reordered the same way.
+    sizes = Counter(groups.values())
+
+    def weight(item: pytest.Item) -> tuple[int, int]:
+        if (group := groups.get(item.nodeid)) is not None:
+            return (0, -sizes[group])
+        return (1, 0) if item.get_closest_marker("slow") else (2, 0)
+
+    items.sort(key=weight)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -199,12 +200,22 @@ def test_operator_and_kopf_write_json_lines(tmp_path: Path) -> None:
         text=True,
         env=env,
     )
+    # Read its lines as they come until the failed login is logged (a busy machine takes
+    # seconds to import Kopf), then stop it: a fixed wait is too short there and too long here.
+    seen: list[str] = []
     try:
-        time.sleep(4)
-        assert proc.poll() is None
+        assert proc.stderr is not None
+        reader = threading.Thread(target=lambda: seen.extend(proc.stderr or ()), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        while not any("kopf.activities.authentication" in line for line in seen[:]):
+            assert proc.poll() is None and time.monotonic() < deadline, seen
+            time.sleep(0.05)
     finally:
-        err = _stop(proc)
-    entries = _json_lines(err)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        reader.join(timeout=10)
+    entries = _json_lines("".join(seen))
     login = [e for e in entries if e["logger"] == "kopf.activities.authentication"]
     assert login and login[0]["severity"] == "error", entries
     assert "missing-kubeconfig" in str(login[0]["exc_info"])

@@ -137,7 +137,7 @@ def _hand_journal():
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)  # a hang guard: Spark on a busy machine (parallel workers)
 def test_spark_path_equals_python_on_a_hand_made_journal(tmp_path):
     rows = _hand_journal()
     logs = tmp_path / "logs"

@@ -33,7 +33,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 PARTITIONS = 6
 # The broker's default group.consumer.heartbeat.interval.ms is 5 s: a member learns a new
 # target at its next heartbeat, so convergence takes up to that long.
-CONVERGE_S = 30.0
+# A bound on waiting, not an assertion of speed: Java members starting on a busy machine
+# (the suite's parallel workers) take tens of seconds to reconcile; a wait returns at once.
+CONVERGE_S = 90.0
 
 
 async def wait_converged(

@@ -224,7 +224,7 @@ async def test_spark_equals_reference_on_a_coordinator_journal(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_spark_equals_the_demo_report(spark: SparkSession, tmp_path: Path) -> None:
     """`staticfleet demo --quick`, then the Spark job over its journals with its step windows:
     rebalances, moved partitions and time to Stable equal what the demo reported."""
@@ -233,7 +233,7 @@ def test_spark_equals_the_demo_report(spark: SparkSession, tmp_path: Path) -> No
         [sys.executable, "-m", "staticfleet.cli", "demo", "--quick", "--output-dir", str(out)],
         capture_output=True,
         text=True,
-        timeout=200,
+        timeout=400,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())

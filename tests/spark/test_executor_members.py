@@ -85,7 +85,7 @@ def _assigned(rows: list[dict[str, Any]]) -> bool:
     return any(row.get("event") == "assigned" and row.get("partitions") for row in rows)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_killed_executor_rejoins_as_the_same_static_member(tmp_path: Path) -> None:
     admin_token, member_token = secrets.token_hex(16), secrets.token_hex(16)
     ready = tmp_path / "coordinator.port"
