@@ -246,6 +246,10 @@ async def consumer_migration(s: ConsumerSession) -> None:
     s.pin(error="NONE", assignment=EVERY)
     await s.list_type("a classic group")
     s.pin(type="classic", listed_as_consumer=False)
+    # How the operator's backend tells the two types apart (with DescribeGroups' "Dead, no
+    # members" for a consumer group, below).
+    await s.consumer_describe("ConsumerGroupDescribe of the classic group")
+    s.pin(error="GROUP_ID_NOT_FOUND", members=[])
     joined = await s.consumer_heartbeat(
         "c joins on the consumer protocol", "c", instance_id="ic", epoch=0
     )
