@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -126,3 +127,19 @@ def test_a_changed_answer_fails_its_pin(pinned: list[PinnedResult]) -> None:
     )
     emptied = dataclasses.replace(ranged, record={k: None for k in ranged.record})
     assert emptied.mismatches
+
+
+def test_the_command_runs_a_consumer_protocol_scenario_alone(
+    pinned: list[PinnedResult], kafka_broker: KafkaBroker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m staticfleet.conformance.runner --bootstrap … consumer_join`: that section
+    only (no classic run), its summary last, exit 0; a name of neither section is refused."""
+    code = runner.main(["--bootstrap", kafka_broker.bootstrap, "consumer_join"])
+    output = capsys.readouterr().out
+    summary = json.loads(output.strip().splitlines()[-1])
+    assert code == 0, output
+    assert summary["consumer_protocol_scenarios"] == 1 and not summary["failing"], output
+    assert "scenarios" not in summary and "steps equal" not in output
+    with pytest.raises(SystemExit) as exit_:
+        runner.main(["--bootstrap", kafka_broker.bootstrap, "no_such_scenario"])
+    assert exit_.value.code == 2
