@@ -54,6 +54,8 @@ class GroupMemory:
     # within the scale-down stabilization window (None: no pass of this process yet).
     scale_target: int | None = None
     recommendations: tuple[Recommendation, ...] | None = None
+    # Since when a scale-down waits for a rebalance in flight (None: it does not).
+    held_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,7 @@ class Memories:
         if update.scale is not None:
             memory.scale_target = update.scale.replicas
             memory.recommendations = update.scale.recommendations
+            memory.held_since = update.scale.held_since
 
     def _index_secrets(self, memory: GroupMemory, secrets: frozenset[str]) -> None:
         namespace = memory.ref.namespace

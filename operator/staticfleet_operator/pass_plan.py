@@ -519,6 +519,9 @@ def _scale_target(
         recommendations=memory.recommendations,
         now=observation.now,
         window_seconds=spec.scale_down.stabilization_window_seconds,
+        held_since=memory.held_since,
+        # As long as a bounced member is given to rejoin and the group to become Stable.
+        max_hold_seconds=spec.rollout.member_ready_timeout_seconds,
     )
     step.scale = target
     if target.hold is not None:

@@ -13,10 +13,12 @@ wait for it, not start another. Two rules, after the HorizontalPodAutoscaler's:
   an operator restart does not scale down on a count it saw for an instant.
 - **Coalescing**: a scale-down waits while the group rebalances (a scale-up's join phase, a
   LeaveGroup's rebalance: the step in flight) and then goes straight to the latest count,
-  in one step. A scale-up is not held: on the embedded coordinator its members join the
-  join phase in flight (the expected members are set to the larger fleet), and a scale-up
-  during a scale-down's termination brings back static members the group still lists,
-  with no rebalance at all.
+  in one step; a group that does not settle within `spec.rollout.memberReadyTimeoutSeconds`
+  (a member that keeps crashing, say) is scaled down all the same, since the scale-down may
+  be how its user removes the cause. A scale-up is not held: on the embedded coordinator
+  its members join the join phase in flight (the expected members are set to the larger
+  fleet), and a scale-up during a scale-down's termination brings back static members the
+  group still lists, with no rebalance at all.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class Recommendation:
 @dataclass(frozen=True, slots=True)
 class Hold:
     """A scale-down not made yet: `replicas` asked for, `holding` kept; `until` when the
-    window lets it go (None: when the rebalance in flight ends, an event of its own)."""
+    window lets it go, or (a rebalance in flight) when it is made even if the group has not
+    settled by then (its end is an event of its own, the journal's)."""
 
     replicas: int
     holding: int
@@ -57,12 +60,14 @@ class Hold:
 @dataclass(frozen=True, slots=True)
 class ScaleTarget:
     """This pass's count: `replicas` scales the fleet; `stabilized` is the count the window
-    allows (what expected members are kept against); `recommendations` to remember."""
+    allows (what expected members are kept against); `recommendations` and `held_since`
+    (when the hold for a rebalance in flight began) to remember."""
 
     replicas: int
     stabilized: int
     hold: Hold | None
     recommendations: tuple[Recommendation, ...]
+    held_since: datetime | None = None
 
     @property
     def steady(self) -> bool:
@@ -80,13 +85,16 @@ def scale_target(
     recommendations: tuple[Recommendation, ...] | None,
     now: datetime,
     window_seconds: int,
+    held_since: datetime | None = None,
+    max_hold_seconds: int = 300,
 ) -> ScaleTarget:
     """The count to scale to now (the rules are in the module docstring).
 
     `previous`: the count the last pass of this process scaled to (None: its first pass).
     `fleet`: the members the fleet has now (live member pods' slots), the first pass's
-    seed. `settled`: no rebalance in progress. `recommendations`: remembered from the last
-    pass (None: its first)."""
+    seed. `settled`: no rebalance in progress. `recommendations`, `held_since`: remembered
+    from the last pass (None: its first; no hold for a rebalance). `max_hold_seconds`: how
+    long a scale-down waits for a rebalance at most."""
     window = timedelta(seconds=window_seconds)
     seen: tuple[Recommendation, ...]
     if recommendations is None:
@@ -97,8 +105,11 @@ def scale_target(
     stabilized = max((r.replicas for r in kept), default=desired)
     stabilized = max(stabilized, desired)
     if previous is not None and stabilized < previous and not settled:
-        in_flight = Hold(desired, previous, HoldReason.REBALANCE_IN_PROGRESS, None)
-        return ScaleTarget(previous, stabilized, in_flight, kept)
+        since = held_since or now
+        give_up = since + timedelta(seconds=max_hold_seconds)
+        if now < give_up:
+            in_flight = Hold(desired, previous, HoldReason.REBALANCE_IN_PROGRESS, give_up)
+            return ScaleTarget(previous, stabilized, in_flight, kept, since)
     hold: Hold | None = None
     if stabilized > desired:
         # The window lets the count down once the last higher one asked for leaves it.
@@ -123,7 +134,7 @@ def hold_message(hold: Hold) -> str:
 
 
 def seconds_until(hold: Hold | None, now: datetime) -> float | None:
-    """When the pass that lets a window's hold go is due (None: no timer needed)."""
+    """When the pass that lets a hold go is due (None: no timer needed)."""
     if hold is None or hold.until is None:
         return None
     # A little after it, so that pass sees the window passed.

@@ -20,6 +20,7 @@ from staticfleet_operator.scaling import (
 
 T0 = datetime(2026, 11, 28, 9, 0, tzinfo=UTC)
 WINDOW = 30
+MAX_HOLD = 300
 
 
 def at(seconds: float) -> datetime:
@@ -34,6 +35,7 @@ class Passes:
         self.window = window
         self.previous: int | None = None
         self.recommendations: tuple[Recommendation, ...] | None = None
+        self.held_since: datetime | None = None
 
     def run(self, desired: int, seconds: float, settled: bool = True) -> ScaleTarget:
         target = scale_target(
@@ -44,8 +46,11 @@ class Passes:
             recommendations=self.recommendations,
             now=at(seconds),
             window_seconds=self.window,
+            held_since=self.held_since,
+            max_hold_seconds=MAX_HOLD,
         )
         self.previous, self.recommendations = target.replicas, target.recommendations
+        self.held_since = target.held_since
         self.fleet = target.replicas  # the step is made
         return target
 
@@ -112,7 +117,7 @@ def test_a_scale_down_waits_for_the_rebalance_in_flight_then_goes_to_the_latest_
     passes = Passes(fleet=6, window=0)
     passes.run(6, 0)
     assert passes.run(5, 1, settled=False).hold == Hold(
-        5, 6, HoldReason.REBALANCE_IN_PROGRESS, None
+        5, 6, HoldReason.REBALANCE_IN_PROGRESS, at(1 + MAX_HOLD)
     )
     held = passes.run(4, 2, settled=False)
     assert held.replicas == 6
@@ -120,6 +125,22 @@ def test_a_scale_down_waits_for_the_rebalance_in_flight_then_goes_to_the_latest_
     assert held.stabilized == 4
     step = passes.run(3, 3, settled=True)
     assert (step.replicas, step.hold) == (3, None)  # straight there: one step, not three
+
+
+def test_a_group_that_never_settles_is_scaled_down_after_the_longest_hold() -> None:
+    """A member that keeps crashing keeps the group rebalancing; scaling it away may be the
+    user's remedy, so the wait for a settled group ends (rollout.memberReadyTimeoutSeconds)."""
+    passes = Passes(fleet=6, window=0)
+    passes.run(6, 0)
+    assert passes.run(4, 10, settled=False).replicas == 6
+    assert passes.run(4, 10 + MAX_HOLD - 1, settled=False).replicas == 6
+    gone = passes.run(4, 10 + MAX_HOLD, settled=False)
+    assert (gone.replicas, gone.hold, gone.held_since) == (4, None, None)
+    # A later scale-down during a rebalance waits again, from its own start.
+    assert passes.run(4, 400, settled=True).replicas == 4
+    assert passes.run(3, 500, settled=False).hold == Hold(
+        3, 4, HoldReason.REBALANCE_IN_PROGRESS, at(500 + MAX_HOLD)
+    )
 
 
 def test_a_scale_up_is_not_held_by_a_rebalance_in_flight() -> None:
@@ -139,7 +160,8 @@ def test_the_pass_at_the_end_of_the_window_is_due_then() -> None:
     hold = Hold(4, 6, HoldReason.STABILIZATION_WINDOW, at(30))
     assert seconds_until(hold, at(10)) == pytest.approx(20.05)
     assert seconds_until(hold, at(31)) == pytest.approx(0.05)
-    assert seconds_until(Hold(4, 6, HoldReason.REBALANCE_IN_PROGRESS, None), at(0)) is None
+    give_up = Hold(4, 6, HoldReason.REBALANCE_IN_PROGRESS, at(300))
+    assert seconds_until(give_up, at(0)) == pytest.approx(300.05)
     assert seconds_until(None, at(0)) is None
 
 
@@ -185,6 +207,7 @@ def test_the_target_never_goes_below_what_the_window_saw_nor_up_past_the_latest(
         ceiling = max([desired, *seen])
         if target.hold is not None and target.hold.reason is HoldReason.REBALANCE_IN_PROGRESS:
             assert not settled and target.replicas == previous
+            assert target.hold.until is not None and at(now) < target.hold.until
         else:
             assert target.replicas <= ceiling
         assert (target.hold is None) == (target.replicas == desired)

@@ -1397,7 +1397,8 @@ class ScaleDownHeldStatus(StatusModel):
     ends first; then one step to the latest count)."""
     until: datetime | None = None
     """StabilizationWindow: when the window lets the scale-down go, unless a higher count is
-    asked for meanwhile."""
+    asked for meanwhile. RebalanceInProgress: when it goes even if the group has not settled
+    (rollout.memberReadyTimeoutSeconds after the hold began)."""
 
 
 class ConsumerGroupStatus(StatusModel):
