@@ -34,6 +34,7 @@ BENCHMARKS: tuple[str, ...] = (
     "conformance",
     "capacity",
     "operator_scale",
+    "scale_flap",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
