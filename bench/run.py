@@ -34,6 +34,7 @@ BENCHMARKS: tuple[str, ...] = (
     "conformance",
     "capacity",
     "operator_scale",
+    "reconnect_burst",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
