@@ -35,6 +35,7 @@ BENCHMARKS: tuple[str, ...] = (
     "capacity",
     "operator_scale",
     "scale_flap",
+    "reconnect_burst",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {
