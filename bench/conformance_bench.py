@@ -1,5 +1,6 @@
 """Conformance figures: scenarios and steps where our coordinator answers as a Kafka broker
-(`staticfleet.conformance`), and how many differences are expected or documented.
+(`staticfleet.conformance`), and how many differences are expected or documented; and the
+consumer-protocol section (broker only): its pinned steps, failures and measured figures.
 
     python -m bench.run --only conformance
 """
@@ -22,10 +23,13 @@ def run(quick: bool) -> dict[str, Any]:
         try:
             broker.wait_ready(timeout=120)
             results = asyncio.run(runner.run_all(broker.bootstrap, broker.create_topic))
+            # The classic section created the topic.
+            pinned = asyncio.run(runner.run_consumer_protocol(broker.bootstrap))
         finally:
             broker.stop()
     summary = runner.summary(results)
     summary["per_scenario"] = {
         r.name: {"steps": len(r.steps), "equal": len(r.steps) - len(r.differences)} for r in results
     }
+    summary["consumer_protocol"] = runner.consumer_summary(pinned)
     return summary

@@ -34,6 +34,8 @@ BENCHMARKS: tuple[str, ...] = (
     "conformance",
     "capacity",
     "operator_scale",
+    "scale_flap",
+    "reconnect_burst",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {

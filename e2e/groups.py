@@ -54,6 +54,9 @@ def managed_group(
             "membership": {"instanceIdPrefix": name, "sessionTimeoutMs": session_timeout_ms},
             "rebalance": {"protocol": protocol},
             "rollout": {"memberReadyTimeoutSeconds": 180},
+            # The scenarios time a scale step itself; the scale-down window (30 s by default)
+            # is the kmock tests' (test_scale_step_kmock) and Getting started's (scenario 12).
+            "scaleDown": {"stabilizationWindowSeconds": 0},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": f"{name}-consumer"}},
                 "spec": {"terminationGracePeriodSeconds": 10, "containers": [member_container()]},

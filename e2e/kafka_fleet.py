@@ -173,6 +173,9 @@ def kafka_group(
             "membership": {"sessionTimeoutMs": session_timeout_ms},
             "rebalance": {"protocol": "eager"},
             "rollout": {"memberReadyTimeoutSeconds": 180},
+            # Scale steps are timed (and in 9e, KEDA's own HPA window already stabilizes them),
+            # so the operator's scale-down window stays out of the figures.
+            "scaleDown": {"stabilizationWindowSeconds": 0},
             "template": {
                 "spec": {"terminationGracePeriodSeconds": 20, "containers": [container]},
             },

@@ -58,6 +58,11 @@ type config struct {
 	serverPid      int
 	groupPrefix    string
 	stopAboveP99Ms float64
+	burst          int
+	burstAddrs     int
+	requestsFile   string
+	requestsOut    string
+	samples        bool
 }
 
 type tokens struct {
@@ -80,6 +85,16 @@ var epoch = time.Now()
 
 func main() {
 	cfg := parseFlags()
+	if cfg.mode == "burst" {
+		b, err := burstFromFile(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		out, _ := json.MarshalIndent(b, "", "  ")
+		fmt.Println(string(out))
+		return
+	}
 	report, err := run(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
@@ -101,7 +116,12 @@ func parseFlags() config {
 	flag.IntVar(&cfg.sessionMs, "session-ms", 45000, "session timeout the members join with")
 	flag.DurationVar(&cfg.window, "window", 30*time.Second, "measurement window per step")
 	flag.DurationVar(&cfg.settle, "settle", 6*time.Second, "unmeasured time after each step's setup")
-	flag.StringVar(&cfg.mode, "mode", "steady", "steady or full")
+	flag.StringVar(&cfg.mode, "mode", "steady", "steady, full or burst (-burst connections opened at once, no setup)")
+	flag.IntVar(&cfg.burst, "burst", 5000, "burst mode: connections opened at once, each sending one member's heartbeat")
+	flag.IntVar(&cfg.burstAddrs, "burst-addrs", 250, "burst mode: source addresses 127.0.0.2.. the burst spreads over (the server caps connections per address)")
+	flag.StringVar(&cfg.requestsFile, "requests", "", "burst mode: the members' heartbeat requests, as written by -requests-out")
+	flag.StringVar(&cfg.requestsOut, "requests-out", "", "steady mode: write the members' heartbeat requests here once they are formed")
+	flag.BoolVar(&cfg.samples, "samples", false, "report every heartbeat of the window as [due unix ms, latency ms]")
 	flag.StringVar(&steps, "steps", "", "comma-separated group counts to grow through (default: -groups)")
 	flag.IntVar(&cfg.setupParallel, "setup-parallel", 8, "groups joining at once during setup")
 	flag.IntVar(&cfg.serverPid, "server-pid", 0, "the server's pid, for its CPU time and RSS")
@@ -144,6 +164,7 @@ type windowReport struct {
 	ErrorCodes      map[string]int `json:"error_codes"`
 	TransportErrors int            `json:"transport_errors"`
 	LoadgenCPU      float64        `json:"loadgen_cpu"`
+	Samples         [][2]float64   `json:"samples,omitempty"`
 	ServerCPU       *float64       `json:"server_cpu,omitempty"`
 	ServerRSSMiB    *float64       `json:"server_rss_mib,omitempty"`
 }
@@ -188,10 +209,11 @@ func run(cfg config) (*report, error) {
 		}(c)
 	}
 	rep := &report{Mode: cfg.mode, SessionMs: cfg.sessionMs}
-	if cfg.mode == "steady" {
+	if cfg.mode != "full" {
 		rep.IntervalMs = cfg.intervalMs
 	}
-	next := 0 // the next member's connection, round robin
+	var everyone []*member // for -requests-out
+	next := 0              // the next member's connection, round robin
 	groups := 0
 	for _, target := range cfg.steps {
 		started := time.Now()
@@ -211,7 +233,8 @@ func run(cfg config) (*report, error) {
 		if err := setupGroups(cfg, toks, setupClient, groups, target, func(ms []*member) {
 			mu.Lock()
 			defer mu.Unlock()
-			if cfg.mode == "steady" {
+			everyone = append(everyone, ms...)
+			if cfg.mode != "full" {
 				// Heartbeats start as each group is formed: a session must not lapse
 				// while later groups join.
 				enroll(ms)
@@ -228,12 +251,33 @@ func run(cfg config) (*report, error) {
 		setupSeconds := time.Since(started).Seconds()
 		groups = target
 		time.Sleep(cfg.settle)
-		w := measure(cfg, stats)
+		if cfg.requestsOut != "" {
+			// The setup's idle keep-alive connections would count against the server's
+			// descriptors, next to the members' and a burst's.
+			setupClient.CloseIdleConnections()
+			requests := make([]string, len(everyone))
+			for i, m := range everyone {
+				requests[i] = string(m.request)
+			}
+			raw, _ := json.Marshal(requests)
+			if err := os.WriteFile(cfg.requestsOut+".tmp", raw, 0o600); err != nil {
+				return nil, err
+			}
+			if err := os.Rename(cfg.requestsOut+".tmp", cfg.requestsOut); err != nil {
+				return nil, err
+			}
+		}
+		w, samples := measure(cfg, stats)
+		if cfg.samples {
+			for _, s := range samples {
+				w.Samples = append(w.Samples, [2]float64{float64(s.dueMs), round(float64(s.ms), 2)})
+			}
+		}
 		w.Groups = groups
 		w.Members = groups * cfg.members
 		w.Connections = cfg.conns
 		w.SetupSeconds = round(setupSeconds, 2)
-		if cfg.mode == "steady" {
+		if cfg.mode != "full" {
 			w.ExpectedPerSec = round(float64(w.Members)*1000/float64(cfg.intervalMs), 1)
 		}
 		rep.Windows = append(rep.Windows, w)
@@ -461,6 +505,7 @@ type shard struct {
 	mu         sync.Mutex
 	recording  bool
 	latencies  []float32 // ms
+	dues       []int64   // each latency's due time (Unix ms)
 	codes      map[int]int
 	transport  int
 	heartbeats int
@@ -489,7 +534,7 @@ func (c *conn) loop(cfg config, stop <-chan struct{}) {
 	var roundRobin []*member
 	interval := time.Duration(cfg.intervalMs) * time.Millisecond
 	timer := time.NewTimer(time.Hour)
-	steady := cfg.mode == "steady"
+	steady := cfg.mode != "full"
 	rr := 0
 	for {
 		// Take new members without blocking, or block when there is nothing to do.
@@ -542,6 +587,7 @@ func (c *conn) loop(cfg config, stop <-chan struct{}) {
 				c.stats.transport++
 			} else {
 				c.stats.latencies = append(c.stats.latencies, float32(elapsed.Seconds()*1000))
+				c.stats.dues = append(c.stats.dues, from.UnixMilli())
 				c.stats.codes[code]++
 			}
 		}
@@ -663,10 +709,15 @@ func serverRSS(pid int) (float64, bool) {
 	return 0, false
 }
 
-func measure(cfg config, st *stats) windowReport {
+type sample struct {
+	dueMs int64
+	ms    float32
+}
+
+func measure(cfg config, st *stats) (windowReport, []sample) {
 	for _, s := range st.shards {
 		s.mu.Lock()
-		s.recording, s.latencies, s.codes, s.transport, s.heartbeats = true, s.latencies[:0], map[int]int{}, 0, 0
+		s.recording, s.latencies, s.dues, s.codes, s.transport, s.heartbeats = true, s.latencies[:0], s.dues[:0], map[int]int{}, 0, 0
 		s.mu.Unlock()
 	}
 	started := time.Now()
@@ -674,11 +725,15 @@ func measure(cfg config, st *stats) windowReport {
 	srv0, haveSrv := serverCPU(cfg.serverPid)
 	time.Sleep(cfg.window)
 	var all []float32
+	var samples []sample
 	w := windowReport{ErrorCodes: map[string]int{}}
 	for _, s := range st.shards {
 		s.mu.Lock()
 		s.recording = false
 		all = append(all, s.latencies...)
+		for i, ms := range s.latencies {
+			samples = append(samples, sample{s.dues[i], ms})
+		}
 		for code, n := range s.codes {
 			if code != 0 {
 				w.ErrorCodes[strconv.Itoa(code)] += n
@@ -710,7 +765,129 @@ func measure(cfg config, st *stats) windowReport {
 		return round(float64(all[i]), 2)
 	}
 	w.P50Ms, w.P90Ms, w.P99Ms, w.P999Ms, w.MaxMs = pct(0.5), pct(0.9), pct(0.99), pct(0.999), pct(1)
-	return w
+	return w, samples
+}
+
+// ---- burst mode: a fleet reconnecting at once ----------------------------------------------
+
+type burstReport struct {
+	Connections     int            `json:"connections"`
+	SourceAddresses int            `json:"source_addresses"`
+	Answered        int            `json:"answered"`
+	Failed          int            `json:"failed"`
+	Failures        map[string]int `json:"failures"`
+	StartUnixMs     int64          `json:"start_unix_ms"`
+	Seconds         float64        `json:"seconds_until_all_answered"`
+	PerSecond       float64        `json:"answered_per_second"`
+	// From the burst's start to each connection's first answer (connect, send, answer).
+	AnswerP50Ms float64        `json:"answer_p50_ms"`
+	AnswerP99Ms float64        `json:"answer_p99_ms"`
+	AnswerMaxMs float64        `json:"answer_max_ms"`
+	LoadgenCPU  float64        `json:"loadgen_cpu_seconds"`
+	ErrorCodes  map[string]int `json:"error_codes"`
+}
+
+// burstFromFile opens -burst connections at once, each from one of -burst-addrs loopback
+// source addresses and sending one of the heartbeat requests in -requests (round robin),
+// and reports once every one is answered (or has failed). A process of its own, so that
+// the members whose latency is measured (another loadgen) do not wait behind it.
+func burstFromFile(cfg config) (*burstReport, error) {
+	raw, err := os.ReadFile(cfg.requestsFile)
+	if err != nil {
+		return nil, err
+	}
+	var requests []string
+	if err := json.Unmarshal(raw, &requests); err != nil {
+		return nil, err
+	}
+	if len(requests) == 0 {
+		return nil, errors.New("no requests in " + cfg.requestsFile)
+	}
+	base, err := url.Parse(cfg.baseURL)
+	if err != nil {
+		return nil, err
+	}
+	b := runBurst(cfg, base.Host, requests)
+	return &b, nil
+}
+
+func quantile(sorted []float32, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return round(float64(sorted[int(q*float64(len(sorted)-1))]), 2)
+}
+
+func runBurst(cfg config, addr string, requests []string) burstReport {
+	b := burstReport{Connections: cfg.burst, SourceAddresses: cfg.burstAddrs, Failures: map[string]int{}, ErrorCodes: map[string]int{}}
+	var held []net.Conn
+	var mu sync.Mutex
+	var answers []float32
+	var answered sync.WaitGroup
+	cpu0 := cpuSeconds()
+	started := time.Now()
+	b.StartUnixMs = started.UnixMilli()
+	for i := 0; i < cfg.burst; i++ {
+		answered.Add(1)
+		go func(i int) {
+			fail := func(kind string) {
+				mu.Lock()
+				b.Failed++
+				b.Failures[kind]++
+				mu.Unlock()
+				answered.Done()
+			}
+			source := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%cfg.burstAddrs))}
+			dialer := net.Dialer{LocalAddr: source, Timeout: 120 * time.Second}
+			nc, err := dialer.Dial("tcp", addr)
+			if err != nil {
+				fail("dial")
+				return
+			}
+			_ = nc.SetDeadline(time.Now().Add(120 * time.Second))
+			if _, err := nc.Write([]byte(requests[i%len(requests)])); err != nil {
+				nc.Close()
+				fail("write")
+				return
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+			if err != nil {
+				nc.Close()
+				fail("closed")
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				nc.Close()
+				fail(strconv.Itoa(resp.StatusCode))
+				return
+			}
+			elapsed := time.Since(started)
+			mu.Lock()
+			answers = append(answers, float32(elapsed.Seconds()*1000))
+			if i := bytes.Index(body, codeKey); i >= 0 && !bytes.HasPrefix(body[i+len(codeKey):], []byte("0")) {
+				b.ErrorCodes[string(body[i+len(codeKey):i+len(codeKey)+2])]++
+			}
+			held = append(held, nc) // a member keeps its connection
+			mu.Unlock()
+			answered.Done()
+		}(i)
+	}
+	answered.Wait()
+	b.Seconds = round(time.Since(started).Seconds(), 3)
+	b.LoadgenCPU = round(cpuSeconds()-cpu0, 3)
+	b.Answered = len(answers)
+	if b.Seconds > 0 {
+		b.PerSecond = round(float64(b.Answered)/b.Seconds, 1)
+	}
+	for _, nc := range held {
+		nc.Close()
+	}
+	sort.Slice(answers, func(i, j int) bool { return answers[i] < answers[j] })
+	b.AnswerP50Ms, b.AnswerP99Ms, b.AnswerMaxMs = quantile(answers, 0.5), quantile(answers, 0.99), quantile(answers, 1)
+	fmt.Fprintf(os.Stderr, "loadgen: burst of %d: %d answered in %.2f s (%d failed)\n", cfg.burst, b.Answered, b.Seconds, b.Failed)
+	return b
 }
 
 func round(v float64, digits int) float64 {

@@ -11,7 +11,7 @@ from coordinator import GroupCoordinator
 from coordinator.server import middleware
 from coordinator.server.auth import AuthConfig, Authenticator
 from coordinator.server.auth import describe as describe_auth
-from coordinator.server.connections import ConnectionGuard, ConnectionLimits
+from coordinator.server.connections import REFUSAL_REASONS, ConnectionGuard, ConnectionLimits
 from coordinator.server.context import CONTEXT, ServerContext
 from coordinator.server.fast_path import FastPath
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES, MAX_DERIVED_BODY_BYTES
@@ -56,12 +56,14 @@ def create_app(
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
     metrics = ServerMetrics()
+    guard = ConnectionGuard(connection_limits or ConnectionLimits())
+    metrics.watch_connections(guard, REFUSAL_REASONS)
     context = ServerContext(
         coordinator=coordinator,
         authenticator=Authenticator(auth),
         metrics=metrics,
         max_body_bytes=max_body_bytes,
-        connection_guard=ConnectionGuard(connection_limits or ConnectionLimits()),
+        connection_guard=guard,
         pod_auth=pod_auth,
     )
     app = web.Application(

@@ -1,6 +1,7 @@
 """Connection limits aiohttp does not have: a deadline for a request's head, and a cap on
-open connections per client address. (The idle keep-alive timeout is aiohttp's own
-`keepalive_timeout`; the body deadline is applied where the body is read, `bodies.py`.)
+open connections per client address and in all (the process's descriptors, `descriptors.py`).
+(The idle keep-alive timeout is aiohttp's own `keepalive_timeout`; the body deadline is applied
+where the body is read, `bodies.py`.)
 
 Hand-written because no maintained library offers it for aiohttp's server: a thin
 `asyncio.Protocol` wraps each aiohttp `RequestHandler`, watches when bytes arrive, and is
@@ -14,11 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Final, cast
 
+from coordinator.server.descriptors import (
+    DEFAULT_DESCRIPTOR_RESERVE,
+    connection_ceiling,
+    open_descriptors,
+    soft_open_file_limit,
+)
 from coordinator.server.fast_path import FastPath, RequestSplitter
 
 log = logging.getLogger(__name__)
@@ -35,6 +44,8 @@ class ConnectionLimits:
     # Open connections per client IP address; None: no cap. One member holds about two
     # (a long poll and its heartbeats), so a whole fleet behind one address fits.
     max_connections_per_address: int | None = 4096
+    # Descriptors left free when the open-file limit caps connections (descriptors.py).
+    descriptor_reserve: int = DEFAULT_DESCRIPTOR_RESERVE
 
     def __post_init__(self) -> None:
         for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
@@ -43,17 +54,65 @@ class ConnectionLimits:
         cap = self.max_connections_per_address
         if cap is not None and cap < 1:
             raise ValueError("max_connections_per_address must be >= 1 (or None)")
+        if self.descriptor_reserve < 0:
+            raise ValueError("descriptor_reserve must be >= 0")
+
+
+# Why a connection was refused: the `reason` label of connections_refused_total.
+REFUSED_DESCRIPTORS: Final = "descriptors"
+REFUSED_PER_ADDRESS: Final = "per_address"
+REFUSAL_REASONS: Final = (REFUSED_DESCRIPTORS, REFUSED_PER_ADDRESS)
+
+# How often the connection ceiling may be recounted (it lists the process's descriptors),
+# and how often a line about descriptor refusals may be logged.
+RECOUNT_INTERVAL_S = 1.0
+REFUSAL_LOG_INTERVAL_S = 1.0
+
+
+@dataclass(slots=True)
+class ThrottledCount:
+    """Counts events and says when one may be logged: at most once per `interval_s`, with
+    how many came since the last line (a flood of refusals must not flood the log)."""
+
+    interval_s: float
+    total: int = 0
+    unlogged: int = 0
+    logged_at: float = -math.inf
+
+    def add(self, now: float) -> int | None:
+        """Count one; the number to report when a line is due now, else None."""
+        self.total += 1
+        self.unlogged += 1
+        if now - self.logged_at < self.interval_s:
+            return None
+        count, self.unlogged, self.logged_at = self.unlogged, 0, now
+        return count
 
 
 class ConnectionGuard:
     """Tracks the server's connections; see the module docstring."""
 
-    def __init__(self, limits: ConnectionLimits) -> None:
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        soft_limit: Callable[[], int | None] = soft_open_file_limit,
+        count_descriptors: Callable[[], int | None] = open_descriptors,
+    ) -> None:
         self.limits = limits
         self._per_address: Counter[str] = Counter()
         self._by_transport: dict[asyncio.BaseTransport, _GuardedProtocol] = {}
         self.closed_slow = 0
-        self.refused_over_cap = 0
+        # Connections admitted and not yet lost; refusals by reason (REFUSED_*).
+        self.open_total = 0
+        self.refused: Counter[str] = Counter()
+        self._clock = clock
+        self._soft_limit = soft_limit
+        self._count_descriptors = count_descriptors
+        self._ceiling: int | None = None
+        self._counted_at = -math.inf
+        self._descriptor_refusals = ThrottledCount(REFUSAL_LOG_INTERVAL_S)
         # Set by `create_app`: heartbeats answered ahead of aiohttp (fast_path.py).
         self.fast_path: FastPath | None = None
 
@@ -77,20 +136,52 @@ class ConnectionGuard:
     def open_connections(self, address: str) -> int:
         return self._per_address[address]
 
+    def _at_descriptor_ceiling(self) -> bool:
+        """True when admitting one more connection would eat into the descriptor reserve.
+        The ceiling is recounted when reached (at most once per RECOUNT_INTERVAL_S): the
+        server's other descriptors come and go."""
+        if self._ceiling is not None and self.open_total < self._ceiling:
+            return False
+        now = self._clock()
+        if now - self._counted_at >= RECOUNT_INTERVAL_S:
+            self._counted_at = now
+            soft = self._soft_limit()
+            counted = self._count_descriptors() if soft is not None else None
+            # The connection being admitted already holds its descriptor: not an "other".
+            other = 0 if counted is None else max(0, counted - self.open_total - 1)
+            self._ceiling = connection_ceiling(soft, other, self.limits.descriptor_reserve)
+        return self._ceiling is not None and self.open_total >= self._ceiling
+
     def _admit(self, protocol: _GuardedProtocol, address: str) -> bool:
+        if self._at_descriptor_ceiling():
+            self.refused[REFUSED_DESCRIPTORS] += 1
+            count = self._descriptor_refusals.add(self._clock())
+            if count is not None:
+                log.warning(
+                    "refusing connections: %d open, at the open-file limit (%s, keeping %d "
+                    "descriptors in reserve); %d refused since the last line, %d in all",
+                    self.open_total,
+                    self._soft_limit(),
+                    self.limits.descriptor_reserve,
+                    count,
+                    self._descriptor_refusals.total,
+                )
+            return False
         cap = self.limits.max_connections_per_address
         if cap is not None and self._per_address[address] >= cap:
-            self.refused_over_cap += 1
-            if self.refused_over_cap == 1 or self.refused_over_cap % 1000 == 0:
+            self.refused[REFUSED_PER_ADDRESS] += 1
+            refused = self.refused[REFUSED_PER_ADDRESS]
+            if refused == 1 or refused % 1000 == 0:
                 log.warning(
                     "refusing a connection from %s: %d already open (max %d per address); "
                     "%d refused so far",
                     address,
                     self._per_address[address],
                     cap,
-                    self.refused_over_cap,
+                    refused,
                 )
             return False
+        self.open_total += 1
         self._per_address[address] += 1
         assert protocol.transport is not None
         self._by_transport[protocol.transport] = protocol
@@ -99,6 +190,7 @@ class ConnectionGuard:
     def _release(self, protocol: _GuardedProtocol, address: str) -> None:
         if protocol.transport is not None:
             self._by_transport.pop(protocol.transport, None)
+        self.open_total -= 1
         self._per_address[address] -= 1
         if self._per_address[address] <= 0:
             del self._per_address[address]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import unicodedata
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from prometheus_client import (
@@ -20,7 +21,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from coordinator.errors import ErrorCode
 from coordinator.journal import JournalEvent, JournalKind
@@ -75,6 +78,42 @@ class ServingCertificate(Protocol):
 
     @property
     def not_after(self) -> float | None: ...
+
+
+class ConnectionCounts(Protocol):
+    """The connection guard's counts (coordinator/server/connections.py `ConnectionGuard`)."""
+
+    @property
+    def open_total(self) -> int: ...
+
+    @property
+    def refused(self) -> Mapping[str, int]: ...
+
+
+class ConnectionsCollector(Collector):
+    """Open connections and refusals by reason, read from the guard at scrape time: the
+    guard keeps plain integers, so admitting a connection costs no metric update."""
+
+    def __init__(self, counts: ConnectionCounts, reasons: tuple[str, ...]) -> None:
+        self._counts = counts
+        self._reasons = reasons
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily(
+            "staticfleet_coordinator_connections_open",
+            "Client connections the server holds open",
+            value=self._counts.open_total,
+        )
+        refused = CounterMetricFamily(
+            "staticfleet_coordinator_connections_refused",
+            "Connections closed as soon as accepted, by reason: descriptors (at the "
+            "open-file limit), per_address (the cap on connections per client address)",
+            labels=["reason"],
+        )
+        # Every reason, so a refusal shows as an increase from an explicit 0.
+        for reason in self._reasons:
+            refused.add_metric([reason], self._counts.refused.get(reason, 0))
+        yield refused
 
 
 class ServerMetrics:
@@ -145,6 +184,11 @@ class ServerMetrics:
             registry=self.registry,
         )
         self._certificate_expiry.set_function(lambda: tls.not_after or 0.0)
+
+    def watch_connections(self, counts: ConnectionCounts, reasons: tuple[str, ...]) -> None:
+        """Export the server's open connections and its refusals (`reasons`: every label
+        value, shown from 0)."""
+        self.registry.register(ConnectionsCollector(counts, reasons))
 
     def on_journal_event(self, event: JournalEvent) -> None:
         """Journal listener; runs inside the coordinator, so it must never raise."""

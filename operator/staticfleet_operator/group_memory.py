@@ -20,6 +20,7 @@ from datetime import datetime
 
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.identity import SlotAllocator
+from staticfleet_operator.scaling import Recommendation, ScaleTarget
 
 
 @dataclass
@@ -49,6 +50,12 @@ class GroupMemory:
     # Kafka groups: when this process last read the group's lag (status.lagTime moves only
     # when the figure does, so it cannot say when the next read is due).
     lag_read: datetime | None = None
+    # Managed mode (scaling.py): the count the last pass scaled to, and the counts asked for
+    # within the scale-down stabilization window (None: no pass of this process yet).
+    scale_target: int | None = None
+    recommendations: tuple[Recommendation, ...] | None = None
+    # Since when a scale-down waits for a rebalance in flight (None: it does not).
+    held_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +71,8 @@ class MemoryUpdate:
     disruption_budget: str | None = None
     # The pass read the group's lag (at this time).
     lag_read: datetime | None = None
+    # Managed mode: this pass's scale target (remembered as a whole).
+    scale: ScaleTarget | None = None
 
 
 class Memories:
@@ -110,6 +119,10 @@ class Memories:
             memory.disruption_budget = update.disruption_budget
         if update.lag_read is not None:
             memory.lag_read = update.lag_read
+        if update.scale is not None:
+            memory.scale_target = update.scale.replicas
+            memory.recommendations = update.scale.recommendations
+            memory.held_since = update.scale.held_since
 
     def _index_secrets(self, memory: GroupMemory, secrets: frozenset[str]) -> None:
         namespace = memory.ref.namespace

@@ -11,8 +11,10 @@ The order of a pass:
  3. the Kafka cluster unreachable or refusing: status and one Event, nothing else;
  4. topic metadata: raised on the embedded coordinator; topics a Kafka cluster lacks, reported;
  5. adopted mode: the slot table kept true to the pods (adopted.py);
- 6. managed mode: standby promotions (hot_standby.py) if any, else the standbys kept, stale
-    expected members cleared, and the fleet's one step (rollout/fleet.py):
+ 6. managed mode: the count to scale to (scaling.py: a scale-down waits out its
+    stabilization window and any rebalance in flight), standby promotions (hot_standby.py)
+    if any, else the standbys kept, stale expected members cleared, and the fleet's one
+    step (rollout/fleet.py):
     scale down, batch LeaveGroup, Switch, create missing members, refuse, or a rollout step;
     the members' PodDisruptionBudget first (created or patched when it was read and is not
     as wanted); the status carries the scale subresource's replicas and selector.
@@ -47,7 +49,13 @@ from staticfleet_operator.actions import (
     UnregisterTokens,
 )
 from staticfleet_operator.backends import topics_to_raise, widen_offers
-from staticfleet_operator.crd import ConsumerGroupSpec, ConsumerGroupStatus, Mode, RolloutStatus
+from staticfleet_operator.crd import (
+    ConsumerGroupSpec,
+    ConsumerGroupStatus,
+    Mode,
+    RolloutStatus,
+    ScaleDownHeldStatus,
+)
 from staticfleet_operator.expected_members import (
     expected_on_create,
     seconds_until_expiry,
@@ -95,6 +103,7 @@ from staticfleet_operator.rollout.fleet import (
     new_pod_protocol,
     plan,
 )
+from staticfleet_operator.scaling import ScaleTarget, hold_message, scale_target, seconds_until
 from staticfleet_operator.status import invalid_spec_status, observed_status, status_differs
 from staticfleet_operator.tokens import secret_value
 
@@ -103,6 +112,7 @@ TOPICS_NOT_FOUND = "TopicsNotFound"
 PROTOCOL_CHANGE_REFUSED = "ProtocolChangeRefused"
 GROUP_PROTOCOL_CHANGED = "GroupProtocolChanged"
 GROUP_CONVERGED = "GroupConverged"
+SCALE_DOWN_HELD = "ScaleDownHeld"
 
 # Describe of a group nobody has joined yet answers GROUP_ID_NOT_FOUND: that is an observed
 # empty group (the view reads Dead with no members), not a failed describe.
@@ -120,12 +130,13 @@ class _Pass:
     reported: dict[str, str | None] = field(default_factory=dict)
     token_group_id: str | None = None
     budget_found: str | None = None
+    scale: ScaleTarget | None = None
 
-    def report_once(self, reason: str, message: str) -> None:
-        """A Warning Event for a problem, once until its message changes or it clears (one
+    def report_once(self, reason: str, message: str, *, warning: bool = True) -> None:
+        """An Event (a Warning: a problem), once until its message changes or it clears (one
         slot per reason, so two standing problems do not take turns)."""
         if self.memory.reported.get(reason) != message and self.reported.get(reason) != message:
-            self.events.append(Event(reason, message, warning=True))
+            self.events.append(Event(reason, message, warning=warning))
         self.reported[reason] = message
 
     def cleared(self, reason: str) -> None:
@@ -159,6 +170,7 @@ class _Pass:
                 secrets=secrets_read(spec, ref.name) if spec is not None else frozenset(),
                 disruption_budget=self.budget_found,
                 lag_read=self.observation.now if self.observation.lag is not None else None,
+                scale=self.scale,
             ),
         )
 
@@ -352,9 +364,13 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
 def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     observation = step.observation
     ref = observation.ref
-    replicas = spec.replicas or 0
     members = members_of(observation.pods)
     view = group_view(observation, spec, members)
+    describable = (
+        observation.described is not None and observation.described.error_code in _DESCRIBABLE
+    )
+    target = _scale_target(step, spec, members, view, describable)
+    replicas = target.replicas
     state = observation.status.rollout
     settings = MemberSettings(
         coordinator_url=observation.coordinator_url,
@@ -387,18 +403,20 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
             pass_id=observation.pass_id,
         )
     )
-    expected = _expected_after_clearing(step, spec, view, replicas)
+    # Against the count the window allows: a scale-down held only for the rebalance in flight
+    # still clears expected members above it (ending a join phase held for them).
+    expected = _expected_after_clearing(step, spec, view, target.stabilized)
     fleet_step = plan(
         FleetObservation(
             spec=spec,
             template_hash=template_hash(spec),
             pods=tuple(members),
             view=view,
-            describable=observation.described is not None
-            and observation.described.error_code in _DESCRIBABLE,
+            describable=describable,
             rollout=state,
             now=observation.now,
             broker=observation.broker,
+            replicas=replicas,
         )
     )
     if not isinstance(fleet_step, Refuse):
@@ -462,11 +480,13 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     missing_expected = _missing_expected(spec, expected, view)
     status.missing_expected_members = missing_expected
     status.standbys_ready = _standbys_ready(observation, spec)
-    wake_in = None
+    status.scale_down_held = _held_status(target)
+    # Pending expected members want one pass, at their deadline (to clear them), and a
+    # scale-down held by its window one at the window's end: timers, not a pass every interval.
+    wakes = [seconds_until(target.hold, observation.now)]
     if expected is not None:
-        # Pending expected members want one pass, at their deadline (to clear them): a timer,
-        # not a pass every interval.
-        wake_in = seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms)
+        wakes.append(seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms))
+    wake_in = min((w for w in wakes if w is not None), default=None)
     gauges = replace(
         _gauges(observation, spec, members, state, missing_expected=len(missing_expected)),
         converged=status.converged,
@@ -476,6 +496,49 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     # A rollout step's state is recorded before it is carried out.
     rolling = isinstance(fleet_step, Rollout)
     return step.result(summary, status, gauges, wake_in=wake_in, write_ahead=rolling)
+
+
+def _scale_target(
+    step: _Pass,
+    spec: ConsumerGroupSpec,
+    members: Sequence[MemberPod],
+    view: CoordinatorView,
+    describable: bool,
+) -> ScaleTarget:
+    """The count this pass scales to (scaling.py); a held scale-down's Event, once per
+    episode (until the count asked for has been steady for a window)."""
+    observation, memory = step.observation, step.memory
+    live = [m.slot for m in members if not m.deleting and not m.finished]
+    # No rebalance in progress: a group with no members (Empty, or never joined) has none.
+    settled = describable and (view.settled or not view.members)
+    target = scale_target(
+        spec.replicas or 0,
+        previous=memory.scale_target,
+        fleet=max(live) + 1 if live else 0,
+        settled=settled,
+        recommendations=memory.recommendations,
+        now=observation.now,
+        window_seconds=spec.scale_down.stabilization_window_seconds,
+        held_since=memory.held_since,
+        # As long as a bounced member is given to rejoin and the group to become Stable.
+        max_hold_seconds=spec.rollout.member_ready_timeout_seconds,
+    )
+    step.scale = target
+    if target.hold is not None:
+        step.report_once(SCALE_DOWN_HELD, hold_message(target.hold), warning=False)
+    elif target.steady:
+        step.cleared(SCALE_DOWN_HELD)
+    return target
+
+
+def _held_status(target: ScaleTarget) -> ScaleDownHeldStatus | None:
+    hold = target.hold
+    if hold is None:
+        return None
+    until = hold.until.replace(microsecond=0) if hold.until is not None else None
+    return ScaleDownHeldStatus(
+        replicas=hold.replicas, holding=hold.holding, reason=hold.reason.value, until=until
+    )
 
 
 def _protocol_events(

@@ -241,7 +241,11 @@ def openapi_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from coordinator.server.descriptors import raise_open_file_limit
+
     configure_logging(args.log_level.upper(), args.log_format)
+    # One descriptor per member connection: the soft limit (often 1,024) is the fleet's size.
+    raise_open_file_limit()
     try:
         return _run_loop(_serve(args))
     except KeyboardInterrupt:  # a second Ctrl-C while stopping

@@ -246,6 +246,7 @@ def run_command(args: argparse.Namespace) -> int:
     from kopf._core.actions.loggers import ObjectJsonFormatter
 
     from coordinator.server import AuthConfig, AuthConfigError
+    from coordinator.server.descriptors import raise_open_file_limit
     from staticfleet_operator.app import run_operator
 
     # Kopf's JSON formatter (a python-json-logger subclass) adds its per-object lines'
@@ -255,6 +256,8 @@ def run_command(args: argparse.Namespace) -> int:
         args.log_format,
         json_factory=ObjectJsonFormatter,
     )
+    # The embedded coordinator holds one descriptor per member connection (descriptors.py).
+    raise_open_file_limit()
     try:
         options = options_from_args(args)
         auth = AuthConfig.from_env(os.environ)

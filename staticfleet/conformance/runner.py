@@ -4,6 +4,10 @@ A difference is acceptable only when it is listed here, in `DOCUMENTED` (kept on
 each one is also explained in docs/coordinator.md, "Where we differ from Kafka, and why").
 Every other difference fails the conformance test.
 
+The consumer-protocol section (`CONSUMER_SCENARIOS`, KIP-848) runs against the broker alone,
+our coordinator speaking the classic protocol only: each step's answer is checked against
+what the scenario pins (docs/kafka.md, "The consumer protocol").
+
     python -m staticfleet.conformance.runner --bootstrap 127.0.0.1:9092
     python -m staticfleet.conformance.runner --bootstrap HOST:PORT --kafka-config FILE
 
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
+from staticfleet.conformance.consumer_scenarios import CONSUMER_SCENARIOS, ConsumerScenario
+from staticfleet.conformance.consumer_session import ConsumerSession
 from staticfleet.conformance.scenarios import SCENARIOS, TOPIC_PARTITIONS, Scenario
 from staticfleet.conformance.session import Session, Step
 from staticfleet.conformance.targets import EmbeddedTarget, KafkaTarget, Target
@@ -106,6 +112,50 @@ async def run_on(target: Target, name: str, scenario: Scenario) -> list[Step]:
     return session.steps
 
 
+async def run_on_kafka(target: KafkaTarget, name: str, scenario: ConsumerScenario) -> list[Step]:
+    group_id = f"conformance-{name}-{uuid.uuid4().hex[:8]}"
+    await target.prepare(group_id, {TOPIC: TOPIC_PARTITIONS})
+    session = ConsumerSession(target, group_id, TOPIC)
+    try:
+        await asyncio.wait_for(scenario(session), timeout=60)
+    finally:
+        for task in session.tasks:
+            task.cancel()
+        await target.end_scenario()
+    return session.steps
+
+
+@dataclass
+class PinnedResult:
+    """A consumer-protocol scenario on the broker: its steps, each with what it pins."""
+
+    name: str
+    steps: list[Step]
+
+    @property
+    def failures(self) -> list[Step]:
+        return [step for step in self.steps if step.mismatches]
+
+
+async def run_consumer_protocol(
+    bootstrap: str,
+    create_topic: Callable[[str, int], None] | None = None,
+    names: Iterable[str] | None = None,
+    *,
+    settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
+) -> list[PinnedResult]:
+    """Each consumer-protocol scenario on the broker, its answers checked against its pins."""
+    kafka = KafkaTarget(f"kafka://{bootstrap}", create_topic, settings=settings)
+    results = []
+    try:
+        for name in CONSUMER_SCENARIOS if names is None else names:
+            steps = await run_on_kafka(kafka, name, CONSUMER_SCENARIOS[name])
+            results.append(PinnedResult(name, steps))
+    finally:
+        await kafka.close()
+    return results
+
+
 async def run_all(
     bootstrap: str,
     create_topic: Callable[[str, int], None] | None = None,
@@ -160,6 +210,38 @@ def report(results: list[ScenarioResult]) -> str:
     return "\n".join(lines)
 
 
+def consumer_summary(results: list[PinnedResult]) -> dict[str, Any]:
+    steps = [step for result in results for step in result.steps]
+    return {
+        "consumer_protocol_scenarios": len(results),
+        "steps": len(steps),
+        "pinned": sum(1 for step in steps if step.expected),
+        "failing": [f"{r.name}: {s.label}" for r in results for s in r.failures],
+        "measured": {
+            f"{r.name}: {s.label}": s.measured for r in results for s in r.steps if s.measured
+        },
+    }
+
+
+def consumer_report(results: list[PinnedResult]) -> str:
+    lines = []
+    for result in results:
+        pinned = [step for step in result.steps if step.expected]
+        lines.append(
+            f"{result.name} (broker only): {len(pinned) - len(result.failures)}"
+            f"/{len(pinned)} pinned steps answer as pinned"
+        )
+        for step in result.steps:
+            for key, value in step.measured.items():
+                lines.append(f"  measured: {step.label}: {key} {value:.1f}")
+        for step in result.failures:
+            lines.append(f"  differs from its pin: {step.label}")
+            lines.extend(f"    {mismatch}" for mismatch in step.mismatches)
+            lines.append(f"    answer: {json.dumps(step.record, default=str)}")
+    lines.append(json.dumps(consumer_summary(results), default=str))
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True, help="host:port of a Kafka broker")
@@ -168,8 +250,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FILE",
         help="Kafka client settings (.properties, librdkafka names) for a secured listener",
     )
-    parser.add_argument("scenarios", nargs="*", help="names (default: all)")
+    parser.add_argument(
+        "scenarios",
+        nargs="*",
+        help="names, of either section (default: all)",
+    )
     args = parser.parse_args(argv)
+    unknown = [n for n in args.scenarios if n not in SCENARIOS and n not in CONSUMER_SCENARIOS]
+    if unknown:
+        parser.error(f"no such scenario: {', '.join(unknown)}")
+    classic = [n for n in args.scenarios if n in SCENARIOS] if args.scenarios else list(SCENARIOS)
+    consumer = (
+        [n for n in args.scenarios if n in CONSUMER_SCENARIOS]
+        if args.scenarios
+        else list(CONSUMER_SCENARIOS)
+    )
     try:
         settings = (
             KafkaClientSettings.from_file(args.kafka_config)
@@ -178,9 +273,18 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as error:
         parser.error(str(error))
-    results = asyncio.run(run_all(args.bootstrap, None, args.scenarios or None, settings=settings))
-    print(report(results))
-    return 0 if not summary(results)["unexplained"] else 1
+    failed = False
+    if classic:
+        results = asyncio.run(run_all(args.bootstrap, None, classic, settings=settings))
+        print(report(results))
+        failed = bool(summary(results)["unexplained"])
+    if consumer:
+        pinned = asyncio.run(
+            run_consumer_protocol(args.bootstrap, None, consumer, settings=settings)
+        )
+        print(consumer_report(pinned))
+        failed = failed or bool(consumer_summary(pinned)["failing"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

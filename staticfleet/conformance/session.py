@@ -11,7 +11,7 @@ conform on a step when these records are equal.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +50,45 @@ class Member:
     protocol: str | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class Matches:
+    """An expected value that is a property rather than one value ("2 of these partitions");
+    it equals what has the property, so it can sit inside an expected list or tuple."""
+
+    description: str
+    test: Callable[[Any], bool]
+
+    def __eq__(self, other: object) -> bool:
+        return self.test(other)
+
+    def __hash__(self) -> int:
+        return hash(self.description)
+
+    def __repr__(self) -> str:
+        return self.description
+
+
+def _meets(expected: Any, got: Any) -> bool:
+    return bool(expected == got)
+
+
 @dataclass
 class Step:
     label: str
     record: Record
+    # What the operator relies on in this answer (record keys -> values), checked by the
+    # runner's consumer-protocol section, where there is no second coordinator to compare.
+    expected: Record = field(default_factory=dict)
+    # Figures measured at this step (e.g. a round trip, ms): reported, never compared.
+    measured: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def mismatches(self) -> list[str]:
+        return [
+            f"{key}: expected {value!r}, got {self.record.get(key, '<absent>')!r}"
+            for key, value in self.expected.items()
+            if not _meets(value, self.record.get(key))
+        ]
 
 
 @dataclass
@@ -333,6 +368,16 @@ class Session:
 
     def record(self, label: str, record: Record) -> None:
         self.steps.append(Step(label, record))
+
+    def pin(self, **expected: Any) -> Record:
+        """Pin the last step's answer: these record keys must have these values. Returns
+        the record, for later steps to pin against what this one answered."""
+        step = self.steps[-1]
+        step.expected.update(expected)
+        return step.record
+
+    def measure(self, **figures: float) -> None:
+        self.steps[-1].measured.update(figures)
 
     def who(self, member_id: str) -> str:
         if not member_id:

@@ -98,7 +98,7 @@ class KafkaTarget:
         self._create_topic = create_topic
         self._topics: set[str] = set()
 
-    def transport(self, member: str) -> Transport:
+    def transport(self, member: str) -> KafkaTransport:
         if member not in self._members:
             self._members[member] = KafkaTransport(
                 self._bootstrap, client_id=member, settings=self._settings

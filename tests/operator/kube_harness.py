@@ -134,6 +134,9 @@ def managed_spec(group_id: str = "orders", replicas: int = 3, **extra: Any) -> d
         "template": {"spec": {"containers": [{"name": "member", "image": "staticfleet:dev"}]}},
         "membership": {"sessionTimeoutMs": 6000, "rebalanceTimeoutMs": 5000},
         "rollout": {"memberReadyTimeoutSeconds": 30},
+        # Scale-downs at once: the tests of other behaviour would otherwise wait out the
+        # default stabilization window (test_scale_step_kmock.py tests the window).
+        "scaleDown": {"stabilizationWindowSeconds": 0},
     }
     spec.update(extra)
     return spec

@@ -39,6 +39,7 @@ PURE_MODULES = [
     "hot_standby",
     "promotion",
     "expected_members",
+    "scaling",
     "status",
     "members",
     "owned",

@@ -45,7 +45,7 @@ from staticfleet_operator.actions import (
 )
 from staticfleet_operator.backends import described_from_consumer
 from staticfleet_operator.crd import RolloutPhase, parse_spec
-from staticfleet_operator.group_memory import GroupMemory
+from staticfleet_operator.group_memory import GroupMemory, Memories
 from staticfleet_operator.group_observation import (
     UNREACHABLE,
     DisruptionBudget,
@@ -338,15 +338,70 @@ def test_pending_expected_members_are_kept_and_wake_the_group_at_their_deadline(
 
 
 def test_scale_down_deletes_the_pods_above_replicas_then_one_batch_leave() -> None:
-    pods = tuple(member(slot) for slot in range(5))
-    first = plan(group(pods=pods))
+    # No stabilization window: the first pass of a process would hold the scale-down for
+    # it (test_scaling.py).
+    at_once = spec_body(scaleDown={"stabilizationWindowSeconds": 0})
+    pods = tuple(member(slot, at_once) for slot in range(5))
+    first = plan(group(at_once, pods=pods))
     assert [a for a in first.actions if isinstance(a, DeletePod)] == [
         DeletePod("orders-3"),
         DeletePod("orders-4"),
     ]
     # The pods are gone, the coordinator still lists their members: one LeaveGroup.
-    second = plan(group(pods=pods[:3], seen=described(0, 1, 2, 3, 4)))
+    second = plan(group(at_once, pods=pods[:3], seen=described(0, 1, 2, 3, 4)))
     assert LeaveGroup(("orders-3", "orders-4"), "scale-down") in second.actions
+
+
+def test_a_held_scale_down_is_in_status_with_one_event_and_a_timer_at_its_end() -> None:
+    """spec.replicas 3 under a fleet of 5 (default window, 30 s): nothing is deleted, status
+    says what is held and until when, one normal Event says so, the pass asks for another
+    at the window's end; the next pass (memory carried) posts no second Event, and the
+    pass at the end of the window scales down."""
+    pods = tuple(member(slot) for slot in range(5))
+    memories, memory = Memories(), GroupMemory(REF)
+    observation = group(pods=pods)
+    first = plan(observation, memory)
+    assert not any(isinstance(a, DeletePod) for a in first.actions)
+    assert first.status is not None and first.status.scale_down_held is not None
+    held = first.status.scale_down_held.to_wire()
+    assert held == {
+        "replicas": 3,
+        "holding": 5,
+        "reason": "StabilizationWindow",
+        "until": "2026-11-27T12:00:30Z",
+    }
+    held_events = [e for e in first.events if e.reason == "ScaleDownHeld"]
+    assert [e.warning for e in held_events] == [False]  # a normal Event: nothing is wrong
+    assert first.wake_in == pytest.approx(30.05)
+    memories.remember(memory, first.remember)
+    later = replace(observation, now=NOW.replace(second=10))
+    second = plan(later, memory)
+    assert "ScaleDownHeld" not in reasons(second)
+    assert not any(isinstance(a, DeletePod) for a in second.actions)
+    memories.remember(memory, second.remember)
+    due = plan(replace(observation, now=NOW.replace(second=30)), memory)
+    assert [a for a in due.actions if isinstance(a, DeletePod)] == [
+        DeletePod("orders-3"),
+        DeletePod("orders-4"),
+    ]
+    assert due.status is not None and due.status.scale_down_held is None
+
+
+def test_a_scale_down_waits_for_the_rebalance_in_flight() -> None:
+    """With no window: a group in a join phase keeps the count the last pass scaled to."""
+    at_once = spec_body(scaleDown={"stabilizationWindowSeconds": 0})
+    pods = tuple(member(slot, at_once) for slot in range(5))
+    memory = GroupMemory(REF, scale_target=5, recommendations=())
+    rebalancing = described(0, 1, 2, 3, 4, state="PreparingRebalance")
+    result = plan(group(at_once, pods=pods, seen=rebalancing), memory)
+    assert not any(isinstance(a, DeletePod) for a in result.actions)
+    assert result.status is not None and result.status.scale_down_held is not None
+    assert result.status.scale_down_held.reason == "RebalanceInProgress"
+    stable = plan(group(at_once, pods=pods), memory)
+    assert [a for a in stable.actions if isinstance(a, DeletePod)] == [
+        DeletePod("orders-3"),
+        DeletePod("orders-4"),
+    ]
 
 
 def test_topic_partitions_are_raised_on_the_embedded_coordinator_never_lowered() -> None:

@@ -111,6 +111,14 @@ async def test_connections_per_address_are_capped(running: RunningServer) -> Non
         reader, writer = await _connect(running)
         assert await _closed_after(reader) < 0.3, "the sixth is refused at once"
         writer.close()
+        # Counted in /metrics, scraped through one of the five.
+        scrape_reader, scrape_writer = held[0]
+        scrape_writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = await asyncio.wait_for(scrape_reader.readuntil(b"\r\n\r\n"), BOUND_S)
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        exposition = await asyncio.wait_for(scrape_reader.readexactly(length), BOUND_S)
+        assert b'connections_refused_total{reason="per_address"} 1.0' in exposition
+        assert b"staticfleet_coordinator_connections_open 5.0" in exposition
         # One of the five goes away: a new connection is admitted and served.
         held.pop()[1].close()
         await asyncio.sleep(0.1)

@@ -758,6 +758,17 @@ class ScaleUpSpec(SpecModel):
     join as usual. At most 300 (the coordinator's new-member join timeout)."""
 
 
+class ScaleDownSpec(SpecModel):
+    """How the operator shrinks a managed group (scaling.py): each step down is a batch
+    LeaveGroup, one rebalance."""
+
+    stabilization_window_seconds: int = Field(default=30, ge=0, le=3600)
+    """A scale-down goes to the highest spec.replicas asked for within this many seconds (an
+    HorizontalPodAutoscaler's behavior.scaleDown.stabilizationWindowSeconds), so a count
+    that flaps costs no rebalance per flap; status.scaleDownHeld says when one is held. 0:
+    scale down at once. Scale-up is never held."""
+
+
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the ConsumerGroup's namespace."""
 
@@ -1037,6 +1048,10 @@ class ConsumerGroupSpec(SpecModel):
     """Rolling restart settings."""
     scale_up: ScaleUpSpec = Field(default_factory=ScaleUpSpec, json_schema_extra={"default": {}})
     """Managed mode: scale-up in one rebalance (the coordinator's expected members)."""
+    scale_down: ScaleDownSpec = Field(
+        default_factory=ScaleDownSpec, json_schema_extra={"default": {}}
+    )
+    """Managed mode: scale-down's stabilization window."""
     disruption: DisruptionSpec = Field(
         default_factory=DisruptionSpec, json_schema_extra={"default": {}}
     )
@@ -1369,6 +1384,23 @@ class Condition(StatusModel):
     """metadata.generation the condition was computed from."""
 
 
+class ScaleDownHeldStatus(StatusModel):
+    """A scale-down the operator has not made yet, and why."""
+
+    replicas: int = Field(ge=0)
+    """spec.replicas: the count asked for."""
+    holding: int = Field(ge=0)
+    """The count the fleet is kept at meanwhile."""
+    reason: str
+    """StabilizationWindow (a higher count was asked for within
+    spec.scaleDown.stabilizationWindowSeconds) or RebalanceInProgress (the step in flight
+    ends first; then one step to the latest count)."""
+    until: datetime | None = None
+    """StabilizationWindow: when the window lets the scale-down go, unless a higher count is
+    asked for meanwhile. RebalanceInProgress: when it goes even if the group has not settled
+    (rollout.memberReadyTimeoutSeconds after the hold began)."""
+
+
 class ConsumerGroupStatus(StatusModel):
     """What the operator observed: the group in the coordinator, its members, the rollout."""
 
@@ -1435,6 +1467,8 @@ class ConsumerGroupStatus(StatusModel):
         assert isinstance(rollout, RolloutStatus)
         return rollout
 
+    scale_down_held: ScaleDownHeldStatus | None = None
+    """Managed mode: a scale-down held back (unset when none is)."""
     missing_expected_members: list[str] = Field(default_factory=list)
     """Scale-up: the embedded coordinator's expected members that it does not list yet (its
     rebalance waits for them, up to scaleUp.expectedMembersTimeoutSeconds)."""

@@ -4,7 +4,8 @@
 it, and acts. The kinds, in order of precedence (each holds the ones after it back until it
 is done, so a pass never mixes two):
 
- 1. `ScaleDown`: pods in slots at or above `replicas` are deleted.
+ 1. `ScaleDown`: pods in slots at or above `replicas` are deleted (`replicas`: the
+    count scaling.py allows this pass, which may hold a scale-down back).
  2. `Leave`: the coordinator still lists members in those slots once their pods are gone;
     they leave in one batch LeaveGroup by instance id (KIP-345), so the group rebalances
     once, at once, instead of after the session timeout.
@@ -59,6 +60,9 @@ class FleetObservation:
     # A Kafka cluster's consumer-protocol facts (ApiVersions, DescribeConfigs), when read:
     # the broker's half of a consumer-protocol migration's pre-checks.
     broker: BrokerFacts | None = None
+    # The count to scale to this pass (scaling.py: a scale-down held by its stabilization
+    # window or a rebalance in flight keeps it above spec.replicas); None: spec.replicas.
+    replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +116,7 @@ Step = ScaleDown | Leave | Switch | CreateMissing | Refuse | Rollout
 def plan(observation: FleetObservation) -> Step:
     """The one step this pass takes (the order is in the module docstring)."""
     spec, pods, view = observation.spec, observation.pods, observation.view
-    replicas = spec.replicas or 0
+    replicas = observation.replicas if observation.replicas is not None else spec.replicas or 0
     excess = tuple(m for m in pods if m.slot >= replicas)
     if excess:
         return ScaleDown(excess)
