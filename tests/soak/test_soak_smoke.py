@@ -41,6 +41,6 @@ def test_one_round_of_faults_leaves_no_violation(tmp_path: Path) -> None:
     assert report["journal_kinds"].get("member_removed", 0) >= 1
     # Nothing the soak made is left: its namespaces, links and mounts are named sfs<pid>-.
     tag = f"sfs{os.getpid()}-"
-    assert not [n for n in os.listdir("/run/netns") if n.startswith(tag)]
-    assert not [n for n in os.listdir("/sys/class/net") if n.startswith(tag)]
+    assert not list(Path("/run/netns").glob(f"{tag}*"))
+    assert not list(Path("/sys/class/net").glob(f"{tag}*"))
     assert tag not in Path("/proc/mounts").read_text()
