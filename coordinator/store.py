@@ -399,7 +399,10 @@ class SqliteStore(Store):
                     _write_promotion(connection, group_id, standby_id, promotion)
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                # SQLite may have rolled back already (a COMMIT that hit SQLITE_FULL does):
+                # a second ROLLBACK would raise and hide the cause.
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
                 raise
 
         await self._run(apply)

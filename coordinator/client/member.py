@@ -321,7 +321,7 @@ class GroupMember:
             ],
         )
         try:
-            response = await self._transport.commit_offsets(request)
+            response = await self._within_session(self._transport.commit_offsets(request))
         except CoordinatorError as error:
             raise self._on_request_error(error.code, "offset commit", sent) or error from None
         code = response.error_code
@@ -714,6 +714,7 @@ class GroupMember:
             if self._state not in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
                 continue
             sent = self._identity()
+            sent_ms = self._clock.now_ms()
             request = HeartbeatRequest(
                 group_id=self._config.group_id,
                 generation_id=sent.generation_id,
@@ -740,11 +741,11 @@ class GroupMember:
             backoff.reset()
             if is_stale(sent, self._identity()):
                 continue
-            self._on_heartbeat_result(code)
+            self._on_heartbeat_result(code, sent_ms)
 
-    def _on_heartbeat_result(self, code: ErrorCode) -> None:
+    def _on_heartbeat_result(self, code: ErrorCode, sent_ms: int) -> None:
         if code is ErrorCode.NONE:
-            self._note_contact()
+            self._note_contact(sent_ms)
             return
         if self._retry_authorization(code, "heartbeat"):
             if self._state is MemberState.STABLE and self._session_expired():
@@ -757,7 +758,7 @@ class GroupMember:
         if self._state is not MemberState.STABLE:
             # Mid-rebalance the SyncGroup answer decides; Kafka ignores these too.
             return
-        self._note_contact()
+        self._note_contact(sent_ms)
         if code is ErrorCode.REBALANCE_IN_PROGRESS:
             self._request_rejoin("heartbeat returned REBALANCE_IN_PROGRESS")
         elif code is ErrorCode.ILLEGAL_GENERATION:
@@ -771,10 +772,37 @@ class GroupMember:
 
     # ------------------------------------------------------------------ helpers
 
-    def _note_contact(self) -> None:
-        """The coordinator answered (so it also accepted our credentials)."""
-        self._last_contact_ms = self._clock.now_ms()
+    def _note_contact(self, sent_ms: int | None = None) -> None:
+        """The coordinator answered (so it also accepted our credentials). A heartbeat's
+        answer counts from when it was sent: the coordinator heard it no earlier, and counts
+        the session from then; counting from the answer's arrival would let a member behind
+        a slow network keep partitions the coordinator has already given away (the soak's
+        network delay, docs/soak.md)."""
+        at = self._clock.now_ms() if sent_ms is None else sent_ms
+        self._last_contact_ms = max(self._last_contact_ms, at)
         self._unauthorized_since_ms = None
+
+    async def _within_session(self, request: Awaitable[T]) -> T:
+        """Await `request` no longer than the member's session lasts (TransportError after):
+        past it the partitions may be another member's, and a caller blocked on the answer
+        (the poll loop in a commit) could not lose them. A request cut off by a dropped link
+        otherwise waits for TCP's retransmissions, seconds after the link is back."""
+        answer = asyncio.ensure_future(request)
+        # Heartbeats answered meanwhile extend the session: wait again until it lapses.
+        while not answer.done() and not self._session_expired():
+            left_ms = self._last_contact_ms + self._config.session_timeout_ms - self._clock.now_ms()
+            lapse = asyncio.ensure_future(sleep(self._clock, left_ms + 1))
+            try:
+                await asyncio.wait({answer, lapse}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lapse.cancel()
+        if not answer.done():
+            answer.cancel()
+            raise TransportError(
+                f"no answer within {self._label()}'s session timeout "
+                f"({self._config.session_timeout_ms} ms since its last contact)"
+            )
+        return answer.result()
 
     def _retry_authorization(self, code: ErrorCode, what: str) -> bool:
         """True while a refused token should be retried: a restarting operator refuses it

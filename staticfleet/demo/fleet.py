@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -83,8 +83,10 @@ class CoordinatorProcess:
         log_path: Path,
         admin_token: str,
         member_tokens: Mapping[str, str],
+        host: str = "127.0.0.1",
     ) -> None:
         self._settings = settings
+        self.host = host
         self.db_path = db_path
         self._ready_file = run_dir / "coordinator.port"
         self._log_path = log_path
@@ -97,7 +99,7 @@ class CoordinatorProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -124,7 +126,7 @@ class CoordinatorProcess:
                 "--store",
                 f"sqlite:///{self.db_path.resolve()}",
                 "--host",
-                "127.0.0.1",
+                self.host,
                 "--port",
                 str(self.port),
                 "--ready-file",
@@ -135,6 +137,9 @@ class CoordinatorProcess:
                 str(settings.initial_rebalance_delay_ms),
                 "--log-level",
                 "WARNING",
+                # Off loopback only on a test's private network (the soak's bridge), with
+                # throwaway tokens.
+                *([] if self.host == "127.0.0.1" else ["--insecure-http"]),
             ),
             env=environment,
             stdin=subprocess.DEVNULL,
@@ -230,6 +235,9 @@ class Fleet:
     # A Kafka client settings file for a secured listener (STATICFLEET_KAFKA_CONFIG).
     kafka_config: Path | None = None
     processes: list[MemberProcess] = field(default_factory=list)
+    # Put before a slot's command, e.g. `ip netns exec <namespace>` (the soak's network);
+    # it must exec the command, so the process's pid is the member's.
+    command_prefix: Callable[[str], list[str]] | None = None
 
     def start(self, index: int, *, static: bool, protocol: str) -> MemberProcess:
         return self._start(slot_name(index), static=static, protocol=protocol)
@@ -271,7 +279,8 @@ class Fleet:
         if self.kafka_config is not None:
             environment[member_env.KAFKA_CONFIG] = str(self.kafka_config)
         popen = subprocess.Popen(
-            _command(
+            (self.command_prefix(slot) if self.command_prefix else [])
+            + _command(
                 "member",
                 "run",
                 # No --client-id: like pods of one Deployment, dynamic members get ids that

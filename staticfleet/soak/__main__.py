@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -15,9 +16,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from staticfleet.demo.fleet import FleetError
 from staticfleet.soak.arguments import add_arguments
 from staticfleet.soak.checker import check, load_run
 from staticfleet.soak.driver import Soak, SoakConfig, SoakError
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def run(args: Any) -> int:
@@ -26,11 +32,14 @@ def run(args: Any) -> int:
         print("soak: --check-only needs --run-dir", file=sys.stderr)
         return 2
     if not args.check_only:
+        # SIGTERM unwinds like Ctrl-C, so the driver's cleanup runs (namespaces, links, the
+        # store's mount: docs/soak.md).
+        signal.signal(signal.SIGTERM, _interrupted)
         try:
             Soak(SoakConfig(seed=args.seed, duration_s=args.duration, run_dir=run_dir)).run(
                 progress=lambda line: print(line, flush=True)
             )
-        except SoakError as error:
+        except (SoakError, FleetError) as error:
             print(f"soak: {error}", file=sys.stderr)
             return 2
     report = check(load_run(run_dir))

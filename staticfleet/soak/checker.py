@@ -546,6 +546,10 @@ def check(run: Run) -> dict[str, Any]:
         "partitions_per_group": run.settings["partitions"],
         "session_timeout_ms": run.settings["session_timeout_ms"],
         "recovery_bound_s": run.settings["recovery_bound_s"],
+        # Which kinds the plan drew from, and which it left out and why (not root).
+        "fault_kinds": run.settings.get("fault_kinds", sorted(faults)),
+        "fault_kinds_left_out": run.settings.get("fault_kinds_left_out", {}),
+        "network": run.settings.get("network"),
         "faults_by_kind": dict(sorted(faults.items())),
         "faults_total": sum(faults.values()),
         "violations_total": sum(len(v) for v in violations.values()),

@@ -25,10 +25,20 @@ from staticfleet.demo.fleet import CoordinatorProcess, Fleet, MemberProcess, now
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.soak import records
 from staticfleet.soak.checker import GroupSpec, converged, latest_member_id
-from staticfleet.soak.plan import Fault, FaultKind, draw_fault
+from staticfleet.soak.disk import StoreDisk, remove_leftover_mounts
+from staticfleet.soak.network import SoakNetwork, missing_privileges, remove_leftovers
+from staticfleet.soak.plan import DECK, NETWORK_KINDS, Fault, FaultKind, fault_plan
+from staticfleet.soak.relay import Delay, DelayRelay
 
 TOPIC = "events"
 ADMIN_TOKEN = "soak-admin-token"  # loopback only, a throwaway store
+
+
+# How the network kinds are made here (docs/soak.md says why not with tc netem).
+NETWORK_MECHANISM = (
+    "a namespace and veth per member on a bridge; loss and partitions: iptables DROP in the "
+    "member's namespace; delay: the soak's relay (no sch_netem in this kernel)"
+)
 
 
 class SoakError(RuntimeError):
@@ -47,6 +57,11 @@ class SoakConfig:
     recovery_bound_s: float = 30.0
     # Stop after this many faults even if time is left (the smoke test's short run).
     max_faults: int | None = None
+    # The kinds the plan deals, each as often as it is here (plan.DECK); the network and
+    # disk kinds are left out without root.
+    deck: tuple[FaultKind, ...] = DECK
+    # The store's tmpfs: small, so the filler is quick, yet far above a run's store.
+    store_disk_mb: int = 64
     groups: tuple[GroupSpec, ...] = (
         GroupSpec("soak-eager", static=True, protocol="eager", members=3),
         GroupSpec("soak-cooperative", static=True, protocol="cooperative", members=3),
@@ -93,10 +108,23 @@ class Soak:
             raise SoakError(f"{run_dir} is not empty: give a new --run-dir")
         run_dir.mkdir(parents=True, exist_ok=True)
         self.settings = config.demo_settings()
+        # The network and disk kinds need root (namespaces, iptables, mount).
+        self.left_out = missing_privileges()
+        privileged = {*NETWORK_KINDS, FaultKind.DISK_FULL}
+        self.deck = tuple(k for k in config.deck if self.left_out is None or k not in privileged)
+        self.kinds = tuple(dict.fromkeys(self.deck))
+        needs_network = any(k in NETWORK_KINDS for k in self.kinds)
+        self.network = SoakNetwork(config.slot_names()) if needs_network else None
+        self.relay: DelayRelay | None = None
+        self.disk = (
+            StoreDisk(run_dir / "store", config.store_disk_mb)
+            if FaultKind.DISK_FULL in self.kinds
+            else None
+        )
         tokens = {g.group_id: f"soak-token-{g.group_id}" for g in config.groups}
         self.coordinator = CoordinatorProcess(
             settings=self.settings,
-            db_path=run_dir / records.STORE,
+            db_path=(self.disk.path if self.disk else run_dir) / records.STORE,
             run_dir=run_dir,
             log_path=run_dir / "coordinator.log",
             admin_token=ADMIN_TOKEN,
@@ -225,7 +253,17 @@ class Soak:
         start = now_ms()
         seconds = fault.duration_ms / 1000
         coordinator_pid = self.coordinator.pid
-        if fault.kind is FaultKind.COORDINATOR_KILL:
+        extra: dict[str, Any] = {}
+        if fault.kind in NETWORK_KINDS:
+            self._network_fault(fault)
+        elif fault.kind is FaultKind.DISK_FULL:
+            assert self.disk is not None
+            extra["filled_bytes"] = self.disk.fill()
+            try:
+                time.sleep(seconds)
+            finally:
+                self.disk.free()
+        elif fault.kind is FaultKind.COORDINATOR_KILL:
             self.coordinator.kill()
             time.sleep(seconds)
             self.coordinator.start()
@@ -261,13 +299,38 @@ class Soak:
                     }
                 )
         self.faults.write(
-            {**asdict(fault), "kind": fault.kind.value, "start_ms": start, "end_ms": now_ms()}
+            {
+                **asdict(fault),
+                **extra,
+                "kind": fault.kind.value,
+                "start_ms": start,
+                "end_ms": now_ms(),
+            }
         )
+
+    def _network_fault(self, fault: Fault) -> None:
+        """Between the target's namespace and the coordinator, for the fault's duration."""
+        assert self.network is not None and self.relay is not None
+        address = self.network.address(fault.target)
+        if fault.kind in (FaultKind.NETWORK_DELAY_SHORT, FaultKind.NETWORK_DELAY_LONG):
+            self.relay.set_delay(address, Delay(fault.delay_ms, fault.jitter_ms))
+        elif fault.kind is FaultKind.NETWORK_LOSS:
+            self.network.drop(fault.target, fault.loss_percent)
+        else:
+            self.network.drop(fault.target, 100)
+        try:
+            time.sleep(fault.duration_ms / 1000)
+        finally:
+            self.relay.set_delay(address, None)
+            self.network.heal(fault.target)
 
     # --- the run -----------------------------------------------------------------------------
 
     def run(self, progress: Any = print) -> None:
         config = self.config
+        left_out = sorted(set(config.deck) - set(self.kinds))
+        if left_out:
+            progress(f"soak: left out {', '.join(left_out)} ({self.left_out}: they need root)")
         (config.run_dir / records.RUN).write_text(
             json.dumps(
                 {
@@ -278,38 +341,29 @@ class Soak:
                     "session_timeout_ms": config.session_timeout_ms,
                     "recovery_bound_s": config.recovery_bound_s,
                     "groups": [asdict(g) for g in config.groups],
+                    "fault_kinds": [k.value for k in self.kinds],
+                    "fault_kinds_left_out": {k.value: self.left_out for k in left_out},
+                    "network": NETWORK_MECHANISM if self.network else None,
                 },
                 indent=2,
             )
         )
-        self.coordinator.start()
-        self.admin = AdminClient(self.coordinator.url, ADMIN_TOKEN)
-        self.admin.set_topics({TOPIC: config.partitions})
-        epoch = now_ms()
-        for spec in config.groups:
-            fleet = Fleet(
-                settings=self.settings,
-                coordinator_url=self.coordinator.url,
-                group_id=spec.group_id,
-                token=self._tokens[spec.group_id],
-                log_dir=config.run_dir / records.MEMBERS_DIR / spec.group_id,
-                source_epoch_ms=epoch,
-            )
-            for index in range(spec.members):
-                slot = _Slot(group=spec, fleet=fleet, index=index)
-                self.slots.append(slot)
-                self._start_member(slot)
         sampler = threading.Thread(target=self._sample_forever, name="soak-sampler", daemon=True)
         try:
+            self._start_fleet(progress)
             if self.wait_converged(60.0) is None:
                 raise SoakError("the fleet did not form in 60 s; see the run directory")
             sampler.start()
-            rng = random.Random(config.seed)
-            names = config.slot_names()
+            plan = fault_plan(
+                random.Random(config.seed),
+                config.slot_names(),
+                config.session_timeout_ms,
+                self.deck,
+            )
             deadline = time.monotonic() + config.duration_s
             count = 0
             while time.monotonic() < deadline and count < (config.max_faults or count + 1):
-                fault = draw_fault(rng, names, config.session_timeout_ms)
+                fault = next(plan)
                 time.sleep(fault.gap_ms / 1000)
                 self.supervise()
                 self.inject(fault)
@@ -333,6 +387,49 @@ class Soak:
                 sampler.join(timeout=10)
             self._shutdown()
 
+    def _start_fleet(self, progress: Any) -> None:
+        """The network and the store's disk (when root), the coordinator, the members."""
+        config = self.config
+        member_url = None
+        prefixes: dict[str, Any] = {}
+        if self.network is not None or self.disk is not None:
+            removed = remove_leftovers() + remove_leftover_mounts()
+            if removed:
+                progress(f"soak: removed leftovers of an earlier run: {', '.join(removed)}")
+        if self.disk is not None:
+            self.disk.mount()
+        if self.network is not None:
+            network = self.network
+            network.create()
+            self.coordinator.host = network.host
+            self.relay = DelayRelay(network.host, network.host, seed=config.seed)
+            self.relay.start()
+            member_url = f"http://{network.host}:{self.relay.port}"
+            for spec in config.groups:
+                prefixes[spec.group_id] = lambda slot, group=spec.group_id: network.command_prefix(
+                    f"{group}/{slot}"
+                )
+        self.coordinator.start()
+        if self.relay is not None:
+            self.relay.target_port = self.coordinator.port
+        self.admin = AdminClient(self.coordinator.url, ADMIN_TOKEN)
+        self.admin.set_topics({TOPIC: config.partitions})
+        epoch = now_ms()
+        for spec in config.groups:
+            fleet = Fleet(
+                settings=self.settings,
+                coordinator_url=member_url or self.coordinator.url,
+                group_id=spec.group_id,
+                token=self._tokens[spec.group_id],
+                log_dir=config.run_dir / records.MEMBERS_DIR / spec.group_id,
+                source_epoch_ms=epoch,
+                command_prefix=prefixes.get(spec.group_id),
+            )
+            for index in range(spec.members):
+                slot = _Slot(group=spec, fleet=fleet, index=index)
+                self.slots.append(slot)
+                self._start_member(slot)
+
     def _shutdown(self) -> None:
         # Continue anything a failure left stopped, so SIGTERM can reach it.
         for slot in self.slots:
@@ -352,3 +449,10 @@ class Soak:
         self.coordinator.stop()
         for stream in (self.processes, self.faults, self.samples):
             stream.close()
+        # What the soak made goes, also after a failure; the store is kept (the checker's).
+        if self.relay is not None:
+            self.relay.stop()
+        if self.network is not None:
+            self.network.remove()
+        if self.disk is not None:
+            self.disk.unmount(keep=self.config.run_dir)

@@ -1,0 +1,75 @@
+"""The store's disk full: a real SQLite file on a tiny tmpfs (mounted by the test; the
+suite runs as root here), filled by the soak's own filler (staticfleet/soak/disk.py).
+
+The coordinator answers a commit it cannot persist with an error (not a crash, and the
+store's reason in its log), keeps every commit it acknowledged, and commits again once the
+space is back (the soak's disk_full kind, docs/soak.md)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator import (
+    ErrorCode,
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SqliteStore,
+)
+from staticfleet.soak.disk import StoreDisk
+from tests.coordinator.harness import GROUP, Harness
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[StoreDisk]:
+    disk = StoreDisk(tmp_path / "store", size_mb=2)
+    disk.mount()
+    try:
+        yield disk
+    finally:
+        disk.unmount(keep=tmp_path)
+
+
+def commit(member_id: str, offset: int) -> OffsetCommitRequest:
+    return OffsetCommitRequest(
+        GROUP, 1, member_id, "i-0", [OffsetCommitPartition("t", 0, offset, "")]
+    )
+
+
+async def committed(harness: Harness) -> int:
+    fetched = await harness.coordinator.fetch_offsets(OffsetFetchRequest(GROUP, [("t", 0)]))
+    return fetched.partitions[0].committed_offset
+
+
+async def test_a_full_disk_refuses_commits_clearly_keeps_acknowledged_ones_and_recovers(
+    disk: StoreDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = disk.path / "coordinator.db"
+    harness = await Harness(store=SqliteStore(path)).start()
+    (member,) = await harness.form_group(["i-0"])
+    acked = await harness.coordinator.commit_offsets(commit(member.member_id, 100))
+    assert acked.partitions[0].error_code is ErrorCode.NONE
+
+    assert disk.fill() > 0
+    assert disk.free_bytes() == 0
+    with caplog.at_level(logging.ERROR, logger="coordinator"):
+        refused = await harness.coordinator.commit_offsets(commit(member.member_id, 200))
+    assert refused.partitions[0].error_code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    # The store's error names the cause (SQLite's SQLITE_FULL), not a consequence of it.
+    (record,) = [r for r in caplog.records if r.exc_info]
+    assert record.exc_info is not None
+    assert "database or disk is full" in str(record.exc_info[1])
+    assert await committed(harness) == 100
+
+    disk.free()
+    again = await harness.coordinator.commit_offsets(commit(member.member_id, 300))
+    assert again.partitions[0].error_code is ErrorCode.NONE
+    await harness.coordinator.close()
+
+    reopened = await Harness(store=SqliteStore(path)).start()
+    assert await committed(reopened) == 300
+    await reopened.coordinator.close()
