@@ -241,11 +241,7 @@ def openapi_command(args: argparse.Namespace) -> int:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from coordinator.server.descriptors import raise_open_file_limit
-
     configure_logging(args.log_level.upper(), args.log_format)
-    # One descriptor per member connection: the soft limit (often 1,024) is the fleet's size.
-    raise_open_file_limit()
     try:
         return _run_loop(_serve(args))
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
@@ -285,6 +281,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from coordinator import CoordinatorConfig, GroupCoordinator, SystemClock, open_store
     from coordinator.server import AuthConfigError, create_app, start_server
     from coordinator.server.connections import ConnectionLimits
+    from coordinator.server.descriptors import raise_open_file_limit
     from coordinator.server.gc_policy import freeze_periodically
     from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES
     from coordinator.store import SqliteStore, StoreError
@@ -329,6 +326,10 @@ async def _serve(args: argparse.Namespace) -> int:
     except (AuthConfigError, TlsConfigError, ValueError, StoreError) as error:
         print(f"staticfleet coordinator serve: {error}", file=sys.stderr)
         return 2
+
+    # One descriptor per member connection: the soft limit (often 1,024) is the fleet's size.
+    # Raised once the arguments and the store are good, so a refusal stays one line.
+    raise_open_file_limit()
 
     if args.ready_file:
         # A stale file from a killed run must not send anyone to an old port.
