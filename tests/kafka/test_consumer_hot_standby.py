@@ -1,0 +1,148 @@
+"""Hot standby on a consumer-protocol (KIP-848) group of the 4.4 broker, measured.
+
+Three of our members (`--group-protocol consumer`, static instance ids) share six partitions;
+one is killed (SIGKILL: no leave, its partitions stay assigned to it). Then either
+(a) nothing is done: the broker fences it when its session (45 s, the session broker keeps
+Kafka's default `group.consumer.session.timeout.ms`) ends and gives its partitions to the others;
+or (b) the operator's takeover: one LeaveGroup by its instance id (the Kafka backend's batch leave),
+then a standby process joins under that instance id at once. Each prints its figures;
+docs/kafka.md, "The consumer protocol", "Hot standby", quotes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from coordinator.client.kafka_transport import KafkaTransport
+from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.member.events import read_events
+from staticfleet_operator.backends import KafkaBackend, leave_errors
+
+from .helpers import MemberProcess, member_logs, owned_now
+from .test_member_consumer_protocol import consumer_member, converged, logs_show
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
+
+PARTITIONS = 6
+NAMES = ("a", "b", "c")
+Partition = tuple[str, int]
+
+
+def back_at_ms(paths: Iterable[Path], partitions: set[Partition], since_ms: int) -> int:
+    """When the last of `partitions` was assigned again (to anyone) after `since_ms`."""
+    first: dict[Partition, int] = {}
+    for path in paths:
+        for row in read_events(path):
+            if row["event"] == "assigned" and int(row["ts_ms"]) >= since_ms:
+                for topic, partition in row.get("partitions") or []:
+                    tp = (str(topic), int(partition))
+                    if tp in partitions:
+                        first[tp] = min(first.get(tp, 2**62), int(row["ts_ms"]))
+    assert set(first) == partitions, (first, partitions)
+    return max(first.values())
+
+
+def moves_since(path: Path, since_ms: int) -> list[tuple[str, list[list[object]]]]:
+    return [
+        (str(r["event"]), r["partitions"])
+        for r in read_events(path)
+        if r["event"] in ("assigned", "revoked", "lost")
+        and int(r["ts_ms"]) >= since_ms
+        and r.get("partitions")
+    ]
+
+
+async def three_members(
+    bootstrap: str, topic: str, tmp_path: Path, transport: KafkaTransport
+) -> tuple[dict[str, MemberProcess], dict[str, Path], dict[str, set[Partition]]]:
+    group_id = f"{topic}-group"
+    logs = {name: tmp_path / f"{name}.jsonl" for name in NAMES}
+    members = {n: consumer_member(bootstrap, group_id, topic, n, logs[n]) for n in NAMES}
+    found = await converged(transport, group_id, len(NAMES))
+    held = {str(m.instance_id): set(m.assignment) for m in found.members}
+    assert all(held.values()), held
+    await logs_show(lambda: owned_now(member_logs(logs.items())), held)
+    return members, logs, held
+
+
+async def test_a_killed_member_s_partitions_wait_for_the_session_timeout(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    transport = KafkaTransport(kafka_broker.bootstrap)
+    members, logs, held = await three_members(kafka_broker.bootstrap, topic, tmp_path, transport)
+    try:
+        killed_ms = int(time.time() * 1000)
+        members["c"].kill()
+        two = await converged(transport, group_id, 2, limit_s=90)
+        now = {str(m.instance_id): set(m.assignment) for m in two.members}
+        assert set(now) == {"a", "b"} and set().union(*now.values()) == set().union(*held.values())
+        # c's own log still shows what it held when killed: only a's and b's say what moved.
+        alive = [(n, logs[n]) for n in ("a", "b")]
+        await logs_show(lambda: owned_now(member_logs(alive)), now)
+        back_ms = back_at_ms([logs["a"], logs["b"]], held["c"], killed_ms)
+        print(f"(a) nothing done: c's partitions back {back_ms - killed_ms} ms after kill -9")
+        # The session is the wait: not before it (45 s, less a heartbeat of slack).
+        assert back_ms - killed_ms >= 40_000
+    finally:
+        for member in members.values():
+            member.kill()
+        await transport.close()
+
+
+async def test_leave_by_instance_id_then_a_standby_under_it_takes_over(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    transport = KafkaTransport(kafka_broker.bootstrap)
+    backend = KafkaBackend(kafka_broker.bootstrap)
+    members, logs, held = await three_members(kafka_broker.bootstrap, topic, tmp_path, transport)
+    standby_log = tmp_path / "standby.jsonl"
+    try:
+        killed_ms = int(time.time() * 1000)
+        members["c"].kill()
+        started = time.perf_counter()
+        answer = await backend.leave(group_id, ["c"])
+        leave_ms = (time.perf_counter() - started) * 1000
+        assert leave_errors(answer) == []
+        after_leave = await transport.describe_consumer_group(group_id)
+        targets = {str(m.instance_id): set(m.target_assignment) for m in after_leave.members}
+        standby_started_ms = int(time.time() * 1000)
+        members["standby"] = consumer_member(
+            kafka_broker.bootstrap, group_id, topic, "c", standby_log
+        )
+        final = await converged(transport, group_id, 3, limit_s=90)
+        now = {str(m.instance_id): set(m.assignment) for m in final.members}
+        paths = {**{n: logs[n] for n in ("a", "b")}, "c": standby_log}
+        await logs_show(lambda: owned_now(member_logs(paths.items())), now)
+        settled_ms = int(time.time() * 1000)
+        back_ms = back_at_ms(paths.values(), held["c"], killed_ms)
+        standby_rows = read_events(standby_log)
+        standby_first = next(
+            int(r["ts_ms"]) for r in standby_rows if r["event"] == "assigned" and r["partitions"]
+        )
+        moved = {n: moves_since(logs[n], killed_ms) for n in ("a", "b")}
+        print(
+            f"(b) leave by instance id: round trip {leave_ms:.0f} ms; targets right after it "
+            f"{ {n: sorted(p) for n, p in targets.items()} }"
+        )
+        print(
+            f"(b) c's partitions consumed again {back_ms - killed_ms} ms after kill -9; "
+            f"the standby's first partitions {standby_first - standby_started_ms} ms after it "
+            f"started; all converged and logged {settled_ms - killed_ms} ms after kill -9"
+        )
+        print(f"(b) before {held}; after {now}; other members' moves {moved}")
+        # The takeover ends well inside the session (45 s) that (a) waits out.
+        assert back_ms - killed_ms < 30_000
+        assert now["c"] and set().union(*now.values()) == set().union(*held.values())
+    finally:
+        for member in members.values():
+            member.kill()
+        await backend.close()
+        await transport.close()
