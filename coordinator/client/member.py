@@ -794,6 +794,9 @@ class GroupMember:
             lapse = asyncio.ensure_future(sleep(self._clock, left_ms + 1))
             try:
                 await asyncio.wait({answer, lapse}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                answer.cancel()  # the caller was cancelled: so is its request
+                raise
             finally:
                 lapse.cancel()
         if not answer.done():
