@@ -31,6 +31,7 @@ baseline figures of docs/performance.md were taken from the commit before this w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -39,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,58 +116,96 @@ def _status_mib(pid: int, key: str) -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class CapacityServer:
+    """A running `coordinator serve` of a capacity run (`capacity_server`)."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    tokens_file: Path
+    log_path: Path
+
+
+@contextlib.contextmanager
+def capacity_server(
+    directory: Path,
+    groups: int,
+    *,
+    launcher: Sequence[str] = ("-m", "staticfleet.cli"),
+    extra: Sequence[str] = (),
+    server_source: Path | None = None,
+    priority: int = 0,
+) -> Iterator[CapacityServer]:
+    """`coordinator serve` on a SQLite file in `directory` with a member token for each of
+    `groups` groups (cap-0000..), pinned to SERVER_CPU; stopped (SIGTERM, then kill) at the
+    end. `launcher`: what runs the CLI (bench/serve_probe.py wraps it to record GC pauses);
+    `server_source`: another checkout's coordinator (PYTHONPATH)."""
+    tokens = {
+        "admin": [secrets.token_urlsafe(24)],
+        "members": {f"cap-{g:04d}": [secrets.token_urlsafe(24)] for g in range(groups)},
+    }
+    tokens_file = directory / "tokens.json"
+    tokens_file.write_text(json.dumps(tokens))
+    ready_file = directory / "ready"
+    env = dict(os.environ)
+    if server_source is not None:
+        env["PYTHONPATH"] = str(server_source)
+    command = [
+        sys.executable,
+        *launcher,
+        "coordinator",
+        "serve",
+        "--store",
+        f"sqlite://{directory / 'coordinator.db'}",
+        "--port",
+        "0",
+        "--tokens-file",
+        str(tokens_file),
+        "--initial-rebalance-delay-ms",
+        "100",
+        "--ready-file",
+        str(ready_file),
+        "--log-level",
+        "WARNING",
+        *extra,
+    ]
+    log_path = directory / "server.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            command,
+            cwd=server_source or REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_pinned(SERVER_CPU, priority),
+        )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not (ready_file.exists() and ready_file.read_text().strip()):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield CapacityServer(server, int(ready_file.read_text()), tokens_file, log_path)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
 def run_case(case: Case, server_source: Path | None, priority: int = 0) -> dict[str, Any]:
     groups = max(case.steps)
     with tempfile.TemporaryDirectory(prefix="staticfleet-capacity-") as tmp:
         directory = Path(tmp)
-        tokens = {
-            "admin": [secrets.token_urlsafe(24)],
-            "members": {f"cap-{g:04d}": [secrets.token_urlsafe(24)] for g in range(groups)},
-        }
-        tokens_file = directory / "tokens.json"
-        tokens_file.write_text(json.dumps(tokens))
-        ready_file = directory / "ready"
         gc_report = directory / "gc.json"
-        env = dict(os.environ)
-        if server_source is not None:
-            env["PYTHONPATH"] = str(server_source)
-        command = [
-            sys.executable,
-            str(REPO_ROOT / "bench" / "serve_probe.py"),
-            str(gc_report),
-            "coordinator",
-            "serve",
-            "--store",
-            f"sqlite://{directory / 'coordinator.db'}",
-            "--port",
-            "0",
-            "--tokens-file",
-            str(tokens_file),
-            "--initial-rebalance-delay-ms",
-            "100",
-            "--ready-file",
-            str(ready_file),
-            "--log-level",
-            "WARNING",
-        ]
-        log_path = directory / "server.log"
-        with log_path.open("wb") as log:
-            server = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_pinned(SERVER_CPU, priority),
-            )
-        try:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while not (ready_file.exists() and ready_file.read_text().strip()):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
-                time.sleep(0.05)
-            port = int(ready_file.read_text())
+        probe = (str(REPO_ROOT / "bench" / "serve_probe.py"), str(gc_report))
+        with capacity_server(
+            directory, groups, launcher=probe, server_source=server_source, priority=priority
+        ) as running:
+            server, port, tokens_file = running.process, running.port, running.tokens_file
             idle_rss = _status_mib(server.pid, "VmRSS")
             load_before = load_average()
             completed = subprocess.run(
@@ -206,13 +246,6 @@ def run_case(case: Case, server_source: Path | None, priority: int = 0) -> dict[
                 raise RuntimeError(f"loadgen failed: {completed.stderr[-2000:]}")
             result: dict[str, Any] = json.loads(completed.stdout)
             peak_rss = _status_mib(server.pid, "VmHWM")
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
         gc = json.loads(gc_report.read_text()) if gc_report.exists() else None
     for window in result["windows"]:
         if gc is not None:

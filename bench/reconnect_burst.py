@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,12 +43,10 @@ from bench.capacity import (
     LOADGEN_CPU,
     PRIORITY_ENV,
     READY_TIMEOUT_S,
-    REPO_ROOT,
-    SERVER_CPU,
-    STOP_TIMEOUT_S,
     _pinned,
     _status_mib,
     build_loadgen,
+    capacity_server,
     load_average,
 )
 
@@ -95,54 +91,15 @@ def run_case(
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="staticfleet-burst-") as tmp:
         directory = Path(tmp)
-        tokens = {
-            "admin": [secrets.token_urlsafe(24)],
-            "members": {f"cap-{g:04d}": [secrets.token_urlsafe(24)] for g in range(groups)},
-        }
-        tokens_file = directory / "tokens.json"
-        tokens_file.write_text(json.dumps(tokens))
-        ready_file = directory / "ready"
-        command = [
-            sys.executable,
-            "-m",
-            "staticfleet.cli",
-            "coordinator",
-            "serve",
-            "--store",
-            f"sqlite://{directory / 'coordinator.db'}",
-            "--port",
-            "0",
-            "--tokens-file",
-            str(tokens_file),
-            "--initial-rebalance-delay-ms",
-            "100",
-            "--ready-file",
-            str(ready_file),
-            "--log-level",
-            "WARNING",
-            *(["--backlog", str(backlog)] if backlog is not None else []),
-        ]
-        log_path = directory / "server.log"
-        env = dict(os.environ)
-        if server_source is not None:
-            env["PYTHONPATH"] = str(server_source)
-        with log_path.open("wb") as log:
-            server = subprocess.Popen(
-                command,
-                cwd=server_source or REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_pinned(SERVER_CPU, priority),
-            )
-        try:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while not (ready_file.exists() and ready_file.read_text().strip()):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"server did not start: {log_path.read_text()[-2000:]}")
-                time.sleep(0.05)
-            port = int(ready_file.read_text())
+        with capacity_server(
+            directory,
+            groups,
+            extra=["--backlog", str(backlog)] if backlog is not None else [],
+            server_source=server_source,
+            priority=priority,
+        ) as running:
+            server, port, log_path = running.process, running.port, running.log_path
+            tokens_file = running.tokens_file
             load_before = load_average()
             overflows_before = listen_overflows()
             requests_file = directory / "requests.json"
@@ -219,13 +176,6 @@ def run_case(
             result["burst"] = result_burst
             result["server_connection_series_after_burst"] = series
             result["server_peak_rss_mib"] = _status_mib(server.pid, "VmHWM")
-        finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
         warnings = [line for line in log_path.read_text().splitlines() if "refusing" in line][:5]
     window = result["windows"][-1]
     samples = window.pop("samples", None) or []

@@ -22,9 +22,9 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from staticfleet.conformance.consumer_scenarios import CONSUMER_SCENARIOS, ConsumerScenario
@@ -100,22 +100,27 @@ def align(name: str, kafka: list[Step], embedded: list[Step]) -> ScenarioResult:
 
 
 async def run_on(target: Target, name: str, scenario: Scenario) -> list[Step]:
-    group_id = f"conformance-{name}-{uuid.uuid4().hex[:8]}"
-    await target.prepare(group_id, {TOPIC: TOPIC_PARTITIONS})
-    session = Session(target, group_id, TOPIC)
-    try:
-        await asyncio.wait_for(scenario(session), timeout=60)
-    finally:
-        for task in session.tasks:
-            task.cancel()
-        await target.end_scenario()
-    return session.steps
+    return await _steps_of(target, scenario, Session(target, _group_of(name), TOPIC))
 
 
 async def run_on_kafka(target: KafkaTarget, name: str, scenario: ConsumerScenario) -> list[Step]:
-    group_id = f"conformance-{name}-{uuid.uuid4().hex[:8]}"
-    await target.prepare(group_id, {TOPIC: TOPIC_PARTITIONS})
-    session = ConsumerSession(target, group_id, TOPIC)
+    return await _steps_of(target, scenario, ConsumerSession(target, _group_of(name), TOPIC))
+
+
+def _group_of(name: str) -> str:
+    return f"conformance-{name}-{uuid.uuid4().hex[:8]}"
+
+
+SessionT = TypeVar("SessionT", bound=Session)
+
+
+async def _steps_of(
+    target: Target,
+    scenario: Callable[[SessionT], Awaitable[None]],
+    session: SessionT,
+) -> list[Step]:
+    """One scenario on one target, in a group of its own (the session's), with its topic."""
+    await target.prepare(session.group_id, {TOPIC: TOPIC_PARTITIONS})
     try:
         await asyncio.wait_for(scenario(session), timeout=60)
     finally:

@@ -117,6 +117,18 @@ class PartitionedTransport(FaultyTransport):
         return await super().commit_offsets(request)
 
 
+async def _stable_member(
+    transport: PartitionedTransport, clock: ManualClock, members: list[GroupMember]
+) -> tuple[GroupMember, Ledger]:
+    """m-0, alone in its group over `transport`, once Stable; and its callbacks' ledger."""
+    ledger = Ledger()
+    member = GroupMember(transport, member_config("m-0"), ledger.listener("m-0"), clock=clock)
+    members.append(member)
+    await member.start()
+    await advance_until(clock, lambda: member.state == "stable")
+    return member, ledger
+
+
 async def test_the_session_counts_from_the_heartbeat_sent_not_from_its_late_answer(
     manual_coordinator: GroupCoordinator, clock: ManualClock, members: list[GroupMember]
 ) -> None:
@@ -124,12 +136,8 @@ async def test_the_session_counts_from_the_heartbeat_sent_not_from_its_late_answ
     # coordinator last heard the member when its heartbeat arrived, the member counted from
     # when the answer came back (a delay later), and both processed the partitions meanwhile.
     transport = PartitionedTransport(manual_coordinator, clock)
-    ledger = Ledger()
-    member = GroupMember(transport, member_config("m-0"), ledger.listener("m-0"), clock=clock)
-    members.append(member)
+    member, ledger = await _stable_member(transport, clock, members)
     try:
-        await member.start()
-        await advance_until(clock, lambda: member.state == "stable")
         owned = member.assignment
         delay_ms = member.config.session_timeout_ms // 2
         transport.delay_ms = delay_ms
@@ -155,12 +163,8 @@ async def test_a_commit_does_not_wait_for_an_answer_past_the_session(
     # TCP's retransmissions until after the link came back; the member's poll loop, blocked
     # in it, could not lose the partitions when its session lapsed, so they had two owners.
     transport = PartitionedTransport(manual_coordinator, clock)
-    ledger = Ledger()
-    member = GroupMember(transport, member_config("m-0"), ledger.listener("m-0"), clock=clock)
-    members.append(member)
+    member, _ = await _stable_member(transport, clock, members)
     try:
-        await member.start()
-        await advance_until(clock, lambda: member.state == "stable")
         owned = member.assignment
         transport.cut = True
         commit = asyncio.ensure_future(member.commit({tp: 1 for tp in owned}))

@@ -82,11 +82,12 @@ def test_quick_demo_end_to_end(tmp_path):
     batch = scenarios["scale_down_batch_leave"]["figures"]["reassigned_after_ms"]
     waited = scenarios["scale_down_timeout"]["figures"]["reassigned_after_ms"]
     assert batch is not None and waited is not None
-    # Issue 3: batch leave reassigns within 1 s of the members being gone; without it only
-    # once the session timeout has run out (counted from their last heartbeat, which can be
-    # up to one heartbeat interval before they stopped).
+    # Issue 3: batch leave reassigns once the members are gone (about a second on a quiet
+    # machine: the demo's report, not a timed test); without it only once the session timeout
+    # has run out (counted from their last heartbeat, which can be up to one heartbeat
+    # interval before they stopped). So the batch leave cannot have waited for a session.
     heartbeat_ms = report["settings"]["heartbeat_interval_ms"]
-    assert batch < 1_000
+    assert batch < session_timeout_ms - heartbeat_ms
     assert waited >= session_timeout_ms - heartbeat_ms
     assert batch < waited
 

@@ -141,6 +141,13 @@ async def test_a_kafka_python_fleet_is_refused_and_left_alone(
 
         degraded = await cluster.eventually(refused, timeout=30, what="the refusal")
         assert "kafka-python" in degraded["message"] and "KIP-848" in degraded["message"]
-        warnings = [e for e in await cluster.events() if e.get("reason") == "ProtocolChangeRefused"]
-        assert len(warnings) == 1
+
+        async def refusals() -> list[dict[str, Any]]:
+            events = await cluster.events()
+            return [e for e in events if e.get("reason") == "ProtocolChangeRefused"]
+
+        # The actuator posts Events after it writes the status that showed the refusal.
+        await cluster.eventually(refusals, timeout=30, what="the refusal's Event")
+        await cluster.passes(3)  # and not again on the passes after it
+        assert len(await refusals()) == 1
         assert len(cluster.kubelet.history) == started  # no member stopped or started
