@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from staticfleet.kafka.broker import (
+    free_port,  # below the ephemeral range: not reused by the kernel meanwhile
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = "<!-- tests/cli/test_readme.py runs this block"
@@ -30,12 +33,6 @@ def readme_block() -> list[str]:
     after = text[text.index(MARKER) :]
     body = after[after.index("```bash\n") + len("```bash\n") :]
     return [line for line in body[: body.index("```")].splitlines() if line.strip()]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def assigned(log: Path) -> set[tuple[str, int]] | None:

@@ -26,7 +26,6 @@ import copy
 import dataclasses
 import json
 import logging
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -57,6 +56,9 @@ from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.standby import wait_for_promotion
 from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
 from e2e.kube_api import admission_review
+from staticfleet.kafka.broker import (
+    free_port,  # below the ephemeral range: not reused by the kernel meanwhile
+)
 from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -140,13 +142,6 @@ def managed_spec(group_id: str = "orders", replicas: int = 3, **extra: Any) -> d
     }
     spec.update(extra)
     return spec
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def env_of(pod: Mapping[str, Any]) -> dict[str, str]:
