@@ -90,6 +90,13 @@ async def test_refusals_are_reported_as_themselves_then_the_fixed_secret_is_used
             lambda: reason("KafkaAuthenticationFailed"), timeout=30, what="auth failed"
         )
         assert "wrong-one" not in found["message"]
+
+        async def refusal_event() -> bool:
+            events = await cluster.events()
+            return any(e.get("reason") == "KafkaAuthenticationFailed" for e in events)
+
+        # The actuator posts the Event after it writes the status seen above.
+        await cluster.eventually(refusal_event, timeout=30, what="the refusal's Event")
         writes_before = len(cluster.actions())
         passes_before = cluster.passes_done()
         await cluster.passes(5)
