@@ -286,8 +286,9 @@ async def test_operator_process_serves_coordinator_health_and_reconciles() -> No
     from prometheus_client.parser import text_string_to_metric_families
 
     from coordinator.server import AuthConfig
+    from staticfleet.kafka.broker import free_port
     from staticfleet_operator.app import OperatorOptions, run_operator
-    from tests.operator.kube_harness import NAMESPACE, declare_resources, free_port
+    from tests.operator.kube_harness import NAMESPACE, declare_resources
 
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         declare_resources(emulator)

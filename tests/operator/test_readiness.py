@@ -16,6 +16,7 @@ import kmock
 import kopf
 
 from coordinator.server import AuthConfig
+from staticfleet.kafka.broker import free_port
 from staticfleet_operator.app import OperatorOptions, run_operator
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.readiness import TokensGate
@@ -23,7 +24,6 @@ from tests.operator.kube_harness import (
     NAMESPACE,
     consumer_group,
     declare_resources,
-    free_port,
     managed_spec,
 )
 
