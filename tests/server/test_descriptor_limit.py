@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator import HeartbeatRequest, SyncGroupRequest
 from coordinator.wire import to_json
+from tests.serve import staticfleet
 
 from .messages import join_body
 
@@ -55,11 +55,7 @@ async def serve(tmp_path: Path, soft: int, hard: int) -> AsyncIterator[Serve]:
     ready, log = tmp_path / "ready", tmp_path / "serve.log"
     with log.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "staticfleet.cli",
-            "coordinator",
-            "serve",
+            *staticfleet("coordinator", "serve"),
             "--insecure",
             "--store",
             "memory://",
