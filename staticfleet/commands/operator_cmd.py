@@ -256,8 +256,6 @@ def run_command(args: argparse.Namespace) -> int:
         args.log_format,
         json_factory=ObjectJsonFormatter,
     )
-    # The embedded coordinator holds one descriptor per member connection (descriptors.py).
-    raise_open_file_limit()
     try:
         options = options_from_args(args)
         auth = AuthConfig.from_env(os.environ)
@@ -267,6 +265,9 @@ def run_command(args: argparse.Namespace) -> int:
     except (AuthConfigError, ValueError) as error:
         print(f"staticfleet operator run: {error}", file=sys.stderr)
         return 2
+    # The embedded coordinator holds one descriptor per member connection (descriptors.py);
+    # raised once the arguments are good, so a refused start stays one line (as serve's).
+    raise_open_file_limit()
     if os.environ.get(ENV_MEMBER_TOKEN_SECRET):
         log.warning(
             "%s is ignored: each ConsumerGroup's member token is in the Secret its "
