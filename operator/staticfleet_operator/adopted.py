@@ -25,6 +25,8 @@ from staticfleet_operator.identity import SlotClaim, SlotTable
 from staticfleet_operator.members import member_pod, members_of
 from staticfleet_operator.rollout import CoordinatorView
 from staticfleet_operator.rollout.fleet import new_pod_protocol
+from staticfleet_operator.rollout.migration import adopted_refusal
+from staticfleet_operator.rollout.plan import uniform_protocol
 
 log = logging.getLogger("staticfleet.operator.adopted")
 
@@ -65,7 +67,13 @@ async def admit(
         release_vanished(memory, table, {member.pod_uid for member in live}, now)
     grant = await memory.slots.admit(key, spec.instance_id_prefix, pod_key)
     memory.admitted[pod_key] = now
-    return Admission(grant.slot, new_pod_protocol(spec, rollout, live)), grant.fresh
+    protocol = new_pod_protocol(spec, rollout, live)
+    protocols = [m.protocol for m in live if not m.deleting]
+    if adopted_refusal(spec, protocols) is not None:
+        # A refused migration (the pass says why) leaves the fleet as it is: the new pod
+        # joins on the protocol its peers run, not on the one the spec asks for.
+        protocol = uniform_protocol(protocols) or protocol
+    return Admission(grant.slot, protocol), grant.fresh
 
 
 async def settle_slots(

@@ -103,6 +103,7 @@ from staticfleet_operator.rollout.fleet import (
     new_pod_protocol,
     plan,
 )
+from staticfleet_operator.rollout.migration import adopted_refusal, classic_metadata
 from staticfleet_operator.scaling import ScaleTarget, hold_message, scale_target, seconds_until
 from staticfleet_operator.status import invalid_spec_status, observed_status, status_differs
 from staticfleet_operator.tokens import secret_value
@@ -329,6 +330,11 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     step.actions.append(SettleSlots(observation.pods, view))
     live = [m for m in members if not m.deleting]
     rollout = observation.status.rollout
+    refused = adopted_refusal(spec, (m.protocol for m in live))
+    if refused is None:
+        step.cleared(PROTOCOL_CHANGE_REFUSED)
+    else:
+        step.report_once(PROTOCOL_CHANGE_REFUSED, refused)
     status = observed_status(
         observation.status,
         generation=observation.generation,
@@ -338,6 +344,8 @@ def _adopted(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         desired_members=len(live),
         rollout=rollout,
         now=observation.now,
+        degraded_reason=None if refused is None else PROTOCOL_CHANGE_REFUSED,
+        degraded_message=refused or "",
     )
     _protocol_events(step, observation.status, status)
     # The scale subresource's count, from the pods as for a managed group; no selector:
@@ -416,6 +424,11 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
             rollout=state,
             now=observation.now,
             broker=observation.broker,
+            classic_metadata=(
+                classic_metadata(observation.described)
+                if observation.consumer_group is None
+                else None
+            ),
             replicas=replicas,
         )
     )

@@ -20,13 +20,13 @@ REF = GroupRef("default", "spark")
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 
 
-def _spec(family: str) -> Any:
+def _spec(family: str, protocol: str = "cooperative") -> Any:
     return parse_spec(
         {
             "groupId": "spark-job",
             "topics": [{"name": "events"}],
             "selector": {"matchLabels": {"spark-role": "executor"}},
-            "rebalance": {"protocol": "cooperative"},
+            "rebalance": {"protocol": protocol},
             "coordinator": {
                 "type": "kafka",
                 "bootstrapServers": "kafka:9092",
@@ -184,3 +184,17 @@ def test_a_pod_in_a_terminal_phase_is_finished_and_no_longer_live() -> None:
         member = member_pod({**pod, "status": {"phase": phase}})
         assert member is not None
         assert (member.finished, member.live) == (finished, not finished), phase
+
+
+async def test_an_executor_admitted_while_migrating_is_refused_keeps_the_fleet_s_protocol() -> None:
+    """`protocol: consumer` on an adopted group is refused (the operator cannot bounce
+    executors): a new executor joins on its peers' classic protocol, not on the spec's."""
+    spec = _spec("java", "consumer")
+    view = CoordinatorView(GroupState.STABLE, 1, None)
+    admission, _ = await adopted.admit(
+        _memory(), spec, [_executor(0), _executor(1)], view, "key-new", RolloutStatus(), NOW
+    )
+    assert admission.protocol is EAGER
+    # A new job (no executor running yet) starts on the consumer protocol.
+    first, _ = await adopted.admit(_memory(), spec, [], view, "key-new", RolloutStatus(), NOW)
+    assert first.protocol is RebalanceProtocolSetting.CONSUMER

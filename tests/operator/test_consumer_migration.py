@@ -5,7 +5,7 @@ consumer-protocol member, classic again when the last one leaves)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator import GroupState
+from coordinator import ErrorCode, GroupState
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.messages import DescribedGroup, DescribedGroupMember
+from coordinator.protocol import Subscription, encode_subscription
 from staticfleet_operator.backends import widen_offers
 from staticfleet_operator.blockers import BlockerCode
 from staticfleet_operator.crd import (
@@ -50,10 +52,14 @@ from staticfleet_operator.rollout import (
 )
 from staticfleet_operator.rollout.migration import (
     BrokerFacts,
+    ClassicMetadata,
     Direction,
     MigrationPolicy,
+    adopted_refusal,
     broker_facts,
     broker_refusal,
+    classic_metadata,
+    metadata_refusal,
     migration_refusal,
     pending,
 )
@@ -269,6 +275,78 @@ def test_our_own_assignor_is_refused_its_metadata_means_nothing_to_the_broker() 
     spec = kafka_spec(cooperativeAssignor="static-sticky")
     refusal = migration_refusal(spec, [COOPERATIVE], FACTS)
     assert refusal is not None and "static-sticky" in refusal
+
+
+def classic_group(
+    assignor: str, user_data: bytes | None, protocol_type: str = "consumer"
+) -> DescribedGroup:
+    """A Stable classic group of three static members as DescribeGroups answers it."""
+    metadata = encode_subscription(Subscription(topics=("t",), user_data=user_data))
+    members = [DescribedGroupMember(f"m-{i}", f"g-{i}", "c", "h", metadata, b"") for i in range(3)]
+    return DescribedGroup(ErrorCode.NONE, "g", "Stable", protocol_type, assignor, members)
+
+
+def test_a_custom_assignor_s_user_data_is_refused_kafka_s_own_goes_ahead() -> None:
+    custom = classic_metadata(classic_group("my-assignor", b"\x00\x01"))
+    assert custom == ClassicMetadata("my-assignor", ("g-0", "g-1", "g-2"))
+    refusal = metadata_refusal(custom)
+    assert refusal is not None and "my-assignor" in refusal and "3 member subscriptions" in refusal
+    # Kafka's sticky assignors embed owned partitions or a generation: the broker keeps those.
+    sticky = classic_metadata(classic_group("cooperative-sticky", b"\x00\x00\x00\x05"))
+    assert sticky is not None and sticky.with_user_data and metadata_refusal(sticky) is None
+    # A custom assignor that embeds nothing loses nothing.
+    empty = classic_metadata(classic_group("my-assignor", None))
+    assert empty is not None and metadata_refusal(empty) is None
+    # The whole pre-check: refused before any pod is touched, classic rollouts untouched.
+    pods = tuple(Broker(3, EAGER).pods.values())
+    observation = FleetObservation(
+        kafka_spec(), "t1", pods, Broker(3, EAGER).view(), True, RolloutStatus(), T0
+    )
+    step = plan(replace(observation, broker=FACTS, classic_metadata=custom))
+    assert isinstance(step, Refuse) and step.reason == refusal
+    assert migration_refusal(kafka_spec(protocol="cooperative"), [EAGER], FACTS, custom) is None
+
+
+def test_metadata_the_broker_cannot_parse_is_refused_and_unread_metadata_is_not_judged() -> None:
+    garbled = replace(
+        classic_group("range", None),
+        members=[DescribedGroupMember("m-0", "g-0", "c", "h", b"\x00", b"")],
+    )
+    facts = classic_metadata(garbled)
+    assert facts == ClassicMetadata("range", (), ("g-0",))
+    assert "GROUP_ID_NOT_FOUND" in (metadata_refusal(facts) or "")
+    # Between generations (no protocol chosen), empty metadata, another protocol type (not
+    # convertible anyway, and not the consumer's format): nothing to judge.
+    assert classic_metadata(replace(classic_group("x", b"u"), protocol_data="")) is None
+    assert classic_metadata(classic_group("x", b"u", protocol_type="connect")) is None
+    assert classic_metadata(None) is None
+    blank = replace(
+        classic_group("x", None), members=[DescribedGroupMember("m", None, "c", "h", b"", b"")]
+    )
+    assert classic_metadata(blank) == ClassicMetadata("x")
+
+
+def adopted_spec(protocol: str) -> Any:
+    return parse_spec(
+        {
+            "groupId": "g",
+            "topics": [{"name": "t"}],
+            "selector": {"matchLabels": {"spark-role": "executor"}},
+            "rebalance": {"protocol": protocol},
+            "coordinator": {"type": "kafka", "bootstrapServers": "k:9092"},
+        }
+    )
+
+
+def test_an_adopted_group_is_never_migrated_its_pods_are_someone_else_s() -> None:
+    refusal = adopted_refusal(adopted_spec("consumer"), [EAGER, EAGER])
+    assert refusal is not None and "adopted" in refusal and "upgrade" in refusal
+    assert "downgrade" in (adopted_refusal(adopted_spec("cooperative"), [CONSUMER]) or "")
+    # Nothing to migrate: a fleet already there, or no pod yet (a new job starts on it).
+    assert adopted_refusal(adopted_spec("consumer"), [CONSUMER]) is None
+    assert adopted_refusal(adopted_spec("consumer"), []) is None
+    # A managed group's migration is the rollout's, not refused here.
+    assert adopted_refusal(kafka_spec(), [EAGER]) is None
 
 
 def test_the_broker_must_offer_the_protocol_allow_the_direction_and_the_size() -> None:

@@ -558,6 +558,31 @@ def test_an_adopted_group_settles_its_slot_table_and_writes_status() -> None:
     assert result.status is not None and result.status.rollout.phase is RolloutPhase.IDLE
 
 
+def test_an_adopted_group_asked_to_migrate_is_degraded_once_and_its_pods_left_alone() -> None:
+    adopted = {
+        "groupId": "orders",
+        "topics": [{"name": "orders"}],
+        "selector": {"matchLabels": {"spark-role": "executor"}},
+        "rebalance": {"protocol": "consumer"},
+        "coordinator": {"type": "kafka", "bootstrapServers": "kafka:9093"},
+    }
+    observation = group(adopted, pods=(member(0), member(1)), seen=described(0, 1))
+    result = plan(observation)
+    assert result.status is not None
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert degraded.status == "True" and degraded.reason == "ProtocolChangeRefused"
+    assert "adopted" in (degraded.message or "")
+    assert reasons(result) == ["ProtocolChangeRefused"]
+    assert not any(isinstance(a, DeletePod | CreatePod | LeaveGroup) for a in result.actions)
+    # Once its pods run the consumer protocol (the next Spark job), nothing is refused.
+    moved = tuple(member(slot) for slot in (0, 1))
+    for pod in moved:
+        pod["metadata"]["annotations"]["staticfleet.dev/protocol"] = "consumer"
+    later = plan(group(adopted, pods=moved, seen=described(0, 1)))
+    assert later.status is not None
+    assert {c.type: c for c in later.status.conditions}["Degraded"].status == "False"
+
+
 # --- scenarios that were whole-loop kmock tests --------------------------------------------
 
 

@@ -32,7 +32,7 @@ from datetime import datetime
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import ConsumerGroupSpec, ProtocolChange, RolloutStatus
 from staticfleet_operator.rollout.decisions import Decision
-from staticfleet_operator.rollout.migration import BrokerFacts, migration_refusal
+from staticfleet_operator.rollout.migration import BrokerFacts, ClassicMetadata, migration_refusal
 from staticfleet_operator.rollout.observation import CoordinatorView, MemberPod, Observation
 from staticfleet_operator.rollout.orchestrator import decide
 from staticfleet_operator.rollout.plan import (
@@ -60,6 +60,9 @@ class FleetObservation:
     # A Kafka cluster's consumer-protocol facts (ApiVersions, DescribeConfigs), when read:
     # the broker's half of a consumer-protocol migration's pre-checks.
     broker: BrokerFacts | None = None
+    # A classic Kafka group's member metadata (DescribeGroups), the group's half of the
+    # pre-checks: custom assignor data the broker's conversion would drop.
+    classic_metadata: ClassicMetadata | None = None
     # The count to scale to this pass (scaling.py: a scale-down held by its stabilization
     # window or a rebalance in flight keeps it above spec.replicas); None: spec.replicas.
     replicas: int | None = None
@@ -124,7 +127,10 @@ def plan(observation: FleetObservation) -> Step:
     if retiring:
         return Leave(tuple(retiring), "scale-down")
     refusal = unsafe_protocol_change(spec, pods, observation.template_hash) or migration_refusal(
-        spec, (p.protocol for p in pods if not p.deleting), observation.broker
+        spec,
+        (p.protocol for p in pods if not p.deleting),
+        observation.broker,
+        observation.classic_metadata,
     )
     if refusal is None and switch_slots(spec, pods):
         running = tuple(m for m in pods if not m.deleting)

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.messages import DescribedGroup
+from coordinator.protocol import ProtocolError, decode_subscription
 from staticfleet_operator.crd import ClientFamily, ConsumerGroupSpec
 
 CONSUMER = RebalanceProtocolSetting.CONSUMER
@@ -21,6 +23,14 @@ CONSUMER = RebalanceProtocolSetting.CONSUMER
 # Our own assignor: its member metadata means nothing to the broker's assignors, which
 # assign a converted group (Kafka's `uniform` or `range`); the others are Kafka's own.
 CUSTOM_METADATA_ASSIGNORS = frozenset({"static-sticky"})
+# Kafka's own classic assignors (librdkafka's carry the same names and formats). Their user
+# data (sticky: owned partitions and a generation; cooperative-sticky: a generation) is what
+# the subscription's owned partitions and the broker's sticky assignors carry anyway, so the
+# broker dropping it at conversion loses nothing. Any other assignor's user data is its own.
+KAFKA_ASSIGNORS = frozenset({"range", "roundrobin", "sticky", "cooperative-sticky"})
+# The embedded protocol's type: only such a group can convert (ClassicGroup's
+# usesConsumerGroupProtocol in Kafka's group coordinator).
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class Direction(StrEnum):
@@ -70,6 +80,88 @@ def broker_facts(
         migration_policy=MigrationPolicy(policy),
         max_size=int(size) if size else 0,
         unreadable=unreadable,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMetadata:
+    """What a classic group's members embed in their subscriptions (DescribeGroups' member
+    metadata, Kafka's ConsumerProtocolSubscription), as the broker's conversion reads it."""
+
+    assignor: str  # the group's chosen protocol (DescribeGroups' protocol_data)
+    # Members (instance id, else member id) whose subscription carries non-empty user data.
+    with_user_data: tuple[str, ...] = ()
+    # Members whose metadata is no ConsumerProtocolSubscription at all.
+    unreadable: tuple[str, ...] = ()
+
+
+def classic_metadata(described: DescribedGroup | None) -> ClassicMetadata | None:
+    """The metadata facts of a classic group on Kafka's embedded consumer protocol, or None
+    when there is nothing to read (no group, no members, between generations: no protocol
+    chosen yet, or another protocol type, which the broker does not convert anyway)."""
+    if described is None or described.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return None
+    if not described.protocol_data or not described.members:
+        return None
+    with_user_data: list[str] = []
+    unreadable: list[str] = []
+    for member in described.members:
+        name = member.group_instance_id or member.member_id
+        if not member.member_metadata:
+            continue  # not sent (a describe between generations): nothing to judge
+        try:
+            subscription = decode_subscription(member.member_metadata)
+        except ProtocolError:
+            unreadable.append(name)
+            continue
+        if subscription.user_data:
+            with_user_data.append(name)
+    return ClassicMetadata(described.protocol_data, tuple(with_user_data), tuple(unreadable))
+
+
+def metadata_refusal(metadata: ClassicMetadata) -> str | None:
+    """Member metadata a conversion would drop or refuse. Kafka's group coordinator reads
+    only the topics, owned partitions and rack of each classic member's subscription when
+    it converts the group (ConsumerGroup.fromClassicGroup) and hands classic members
+    assignments without user data (Utils.toConsumerProtocolAssignment); a subscription it
+    cannot parse makes it refuse the conversion (GROUP_ID_NOT_FOUND to the joining member;
+    the group stays classic). docs/kafka.md, "Migrating a fleet"."""
+    if metadata.unreadable:
+        return (
+            f"the group's member metadata is not Kafka's consumer protocol subscription "
+            f"(unreadable for {', '.join(sorted(metadata.unreadable)[:3])}): the broker "
+            "refuses to convert such a group (GROUP_ID_NOT_FOUND to the first member "
+            "joining with group.protocol=consumer)"
+        )
+    if metadata.with_user_data and metadata.assignor not in KAFKA_ASSIGNORS:
+        count = len(metadata.with_user_data)
+        return (
+            f"the group's classic assignor {metadata.assignor} embeds custom metadata "
+            f"(user data in {count} member subscription{'s' if count != 1 else ''}, e.g. "
+            f"{sorted(metadata.with_user_data)[0]}): the broker drops it when it converts the "
+            "group and its assignors (uniform, range) cannot use it; move the fleet to a "
+            "Kafka assignor (range, roundrobin, sticky, cooperative-sticky) first"
+        )
+    return None
+
+
+def adopted_refusal(
+    spec: ConsumerGroupSpec, pod_protocols: Iterable[RebalanceProtocolSetting]
+) -> str | None:
+    """An adopted group (spec.selector) is never bounced by the operator: its pods belong to
+    someone else (a Spark driver, a Deployment). A migration there would only happen pod
+    by pod as their owner replaces them, with none of the rollout's pre-checks or gates."""
+    if spec.selector is None:
+        return None
+    desired = RebalanceProtocolSetting(spec.rebalance.protocol.value)
+    way = direction(pod_protocols, desired)
+    if way is None:
+        return None
+    return (
+        f"an adopted group's pods are made by someone else, so the operator cannot bounce "
+        f"them for a consumer-protocol {way.value}; new pods keep the fleet's protocol. "
+        "Restart the fleet from its owner with the new group.protocol (for a Spark job: "
+        "the next job), or set spec.rebalance.protocol back"
     )
 
 
@@ -156,16 +248,22 @@ def migration_refusal(
     spec: ConsumerGroupSpec,
     pod_protocols: Iterable[RebalanceProtocolSetting],
     facts: BrokerFacts | None,
+    metadata: ClassicMetadata | None = None,
 ) -> str | None:
     """Why the fleet's migration must not start (or go on), or None. The client family and
-    the assignor are read from the spec; the broker's facts, when the pass read them."""
+    the assignor are read from the spec; the broker's facts and the classic group's member
+    metadata, when the pass read them."""
     desired = RebalanceProtocolSetting(spec.rebalance.protocol.value)
     protocols = list(pod_protocols)
     way = direction(protocols, desired)
     if way is None:
         return None
     if way is Direction.UPGRADE:
-        refusal = family_refusal(spec.coordinator.client_family) or assignor_refusal(spec)
+        refusal = (
+            family_refusal(spec.coordinator.client_family)
+            or assignor_refusal(spec)
+            or (metadata_refusal(metadata) if metadata is not None else None)
+        )
         if refusal is not None:
             return refusal
     if facts is None:
