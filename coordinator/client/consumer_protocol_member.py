@@ -27,6 +27,7 @@ from coordinator.client.consumer_protocol_state import (
     JOIN_EPOCH,
     UNRELEASED_INSTANCE_ID,
     HeartbeatAnswer,
+    InstanceIdWait,
     Outcome,
     Partitions,
     StepKind,
@@ -95,6 +96,7 @@ class ConsumerProtocolMember:
         *,
         remote_assignor: str | None = None,
         clock: Clock | None = None,
+        standby: InstanceIdWait | None = None,
     ) -> None:
         self._transport = transport
         self._config = config
@@ -115,6 +117,9 @@ class ConsumerProtocolMember:
         self._reconciling = False
         self._closing = False
         self._last_contact_ms: int | None = None
+        self._standby = standby
+        # When a standby's join was first refused for its held instance id (its wait's start).
+        self._waiting_since_ms: int | None = None
         self.reconciliations = 0
 
     # ------------------------------------------------------------------ what callers read
@@ -276,7 +281,10 @@ class ConsumerProtocolMember:
                 if answer is None:  # not sent (transport): back off, then again
                     await self._sleep(self._config.retry_backoff_ms)
                     continue
-                decision = decide(answer)
+                decision = decide(answer, self._wait_left_ms())
+                if decision.outcome is Outcome.WAIT:
+                    await self._wait_for_instance_id(decision.detail)
+                    continue
                 if decision.outcome is Outcome.FATAL:
                     self._error = ConsumerProtocolError(
                         answer.error_code, f"{self._label()}: {decision.detail}"
@@ -290,6 +298,14 @@ class ConsumerProtocolMember:
                     logger.info("%s: heartbeat: %s", self._label(), decision.detail)
                     await self._sleep(self._config.retry_backoff_ms)
                     continue
+                if self._waiting_since_ms is not None:
+                    logger.warning(
+                        "%s: joined after waiting %d ms for the instance id",
+                        self._label(),
+                        self._clock.now_ms() - self._waiting_since_ms,
+                    )
+                    self._waiting_since_ms = None
+                    self._standby = None  # a member now: a later refusal is fatal again
                 self._epoch = answer.member_epoch
                 self._interval_ms = answer.heartbeat_interval_ms
                 if answer.assignment is not None and await self._reconcile(answer.assignment):
@@ -300,6 +316,30 @@ class ConsumerProtocolMember:
         except Exception as error:  # a bug here: fatal, with its cause, not a silent end
             logger.exception("%s: the heartbeat task failed", self._label())
             self._error = MemberFailure(f"the consumer-protocol heartbeat task failed: {error!r}")
+
+    def _wait_left_ms(self) -> int | None:
+        """A standby's time left to wait for its instance id (None: not a standby)."""
+        if self._standby is None:
+            return None
+        if self._waiting_since_ms is None:
+            return self._standby.limit_ms
+        return self._standby.limit_ms - (self._clock.now_ms() - self._waiting_since_ms)
+
+    async def _wait_for_instance_id(self, reason: str) -> None:
+        """A standby's join refused (UNRELEASED_INSTANCE_ID): join again after `retry_ms`.
+        Logged once: the retries are the standby's normal state until its member leaves."""
+        assert self._standby is not None
+        if self._waiting_since_ms is None:
+            self._waiting_since_ms = self._clock.now_ms()
+            logger.warning(
+                "%s: standby: the instance id is held (%s); joining again every %d ms for up "
+                "to %d ms",
+                self._label(),
+                reason,
+                self._standby.retry_ms,
+                self._standby.limit_ms,
+            )
+        await self._sleep(self._standby.retry_ms)
 
     async def _heartbeat(self) -> HeartbeatAnswer | None:
         topics = list(self._config.topics)

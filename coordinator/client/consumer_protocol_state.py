@@ -62,7 +62,22 @@ class Outcome(enum.Enum):
     OK = "ok"
     REJOIN = "rejoin"  # lose the partitions, join again with epoch 0
     RETRY = "retry"  # send the same heartbeat again after a backoff
+    # A standby's join refused while the instance id is still held: join again shortly.
+    WAIT = "wait"
     FATAL = "fatal"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceIdWait:
+    """A standby for a static member on the consumer protocol: started beside the member it
+    may replace, it joins with that member's instance id and, while the broker still holds
+    it (UNRELEASED_INSTANCE_ID), joins again every `retry_ms` for up to `limit_ms`. So it is
+    in the group within one retry of the old member's removal (a LeaveGroup by instance id),
+    before a survivor's heartbeat can have the assignor hand its partitions to others
+    (docs/kafka.md, "Hot standby")."""
+
+    limit_ms: int
+    retry_ms: int = 150
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +99,22 @@ class Decision:
     detail: str = ""
 
 
-def decide(answer: HeartbeatAnswer) -> Decision:
-    """What one heartbeat answer means for the member."""
+def decide(answer: HeartbeatAnswer, wait_left_ms: int | None = None) -> Decision:
+    """What one heartbeat answer means for the member. `wait_left_ms`: a standby's
+    (InstanceIdWait) time left to wait for its instance id; None: not a standby."""
     code = answer.error_code
     if code == NONE:
         return Decision(Outcome.OK)
     reason = answer.error_message or f"Kafka error {code}"
     if code in REJOIN_CODES:
         return Decision(Outcome.REJOIN, reason)
+    if code == UNRELEASED_INSTANCE_ID and wait_left_ms is not None and wait_left_ms > 0:
+        return Decision(Outcome.WAIT, reason)
     if code == UNRELEASED_INSTANCE_ID:
+        waited = " (a standby that waited its limit for it)" if wait_left_ms is not None else ""
         return Decision(
             Outcome.FATAL,
-            f"the broker still holds this group.instance.id for another member ({reason}): "
+            f"the broker still holds this group.instance.id for another member ({reason}){waited}: "
             "two processes with one identity, or a restart of a member that did not leave "
             "(it is released when that member leaves or its session times out)",
         )

@@ -37,6 +37,10 @@ COORDINATOR_CA_FILE: Final = "STATICFLEET_COORDINATOR_CA_FILE"
 # The broker's assignor (group.remote.assignor) for a member on the consumer protocol
 # (REBALANCE_PROTOCOL=consumer); unset: the broker's default. Not in ALL: set only then.
 REMOTE_ASSIGNOR: Final = "STATICFLEET_REMOTE_ASSIGNOR"
+# Set (milliseconds): a standby for its INSTANCE_ID on Kafka's consumer protocol, joining
+# again while the broker still holds the id, for up to this long (docs/kafka.md, "Hot
+# standby"). Not in ALL: set only on such a standby.
+STANDBY_WAIT_MS: Final = "STATICFLEET_STANDBY_WAIT_MS"
 # A file holding the bearer token, read again when it changes: the pod's projected
 # ServiceAccount token (docs/server.md, "Members known by their pod"). Instead of TOKEN. Not
 # in ALL: the operator sets it only for groups whose members are known by their pod.

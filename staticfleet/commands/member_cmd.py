@@ -76,6 +76,21 @@ def register(subparsers: Any) -> None:
             f"it into a missing member's instance id (our coordinator only) [{env.STANDBY_ID}]"
         ),
     )
+    run.add_argument(
+        "--standby-wait-ms",
+        type=int,
+        help=(
+            "with --group-protocol consumer and an instance id: a standby for that instance id, "
+            "joining again every --standby-retry-ms while the broker still holds it, for up to "
+            f"this long (then exit 3) [{env.STANDBY_WAIT_MS}]"
+        ),
+    )
+    run.add_argument(
+        "--standby-retry-ms",
+        type=int,
+        default=DEFAULTS.standby_retry_ms,
+        help="a waiting standby's join interval (default: %(default)s)",
+    )
     run.add_argument("--topics", help=f"comma-separated topics [{env.TOPICS}]")
     run.add_argument(
         "--rebalance-protocol",

@@ -139,7 +139,11 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
             if not isinstance(kafka_transport, KafkaTransport):  # settings_from refuses it
                 raise ConfigurationError("the consumer protocol needs a kafka:// coordinator")
             member = ConsumerProtocolMember(
-                kafka_transport, config, consumer, remote_assignor=settings.remote_assignor
+                kafka_transport,
+                config,
+                consumer,
+                remote_assignor=settings.remote_assignor,
+                standby=settings.standby_wait,
             )
         else:
             member = GroupMember(transport, config, consumer)

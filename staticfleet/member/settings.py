@@ -16,6 +16,7 @@ from pathlib import Path
 
 from coordinator.client import env
 from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
+from coordinator.client.consumer_protocol_state import InstanceIdWait
 from coordinator.client.coordinator_tls import CoordinatorTlsConfigError, client_context
 from coordinator.client.kafka_security import tls_context
 from coordinator.client.kafka_settings import (
@@ -42,6 +43,8 @@ class Overrides:
     group_id: str | None = None
     instance_id: str | None = None
     standby_id: str | None = None
+    standby_wait_ms: int | None = None
+    standby_retry_ms: int = 150
     topics: str | None = None  # comma-separated
     rebalance_protocol: str | None = None
     remote_assignor: str | None = None
@@ -90,6 +93,7 @@ class Settings:
         kafka_settings_file: KafkaSettingsFile | None = None,
         coordinator_ssl: ssl.SSLContext | None = None,
         remote_assignor: str | None = None,
+        standby_wait: InstanceIdWait | None = None,
     ) -> None:
         self.url = url
         # How an https:// coordinator's certificate is verified (None: plain http://).
@@ -112,6 +116,9 @@ class Settings:
         self.kafka_settings_file = kafka_settings_file
         # The broker's assignor on the consumer protocol (None: the broker's default).
         self.remote_assignor = remote_assignor
+        # Set: a standby for config.group_instance_id on the consumer protocol (it joins
+        # again while the broker still holds the id).
+        self.standby_wait = standby_wait
 
 
 def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
@@ -172,6 +179,18 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
             f"{env.STANDBY_ID} needs our coordinator (not kafka://) and no {env.INSTANCE_ID}: "
             "a standby is given its instance id when it is promoted"
         )
+    standby_wait: InstanceIdWait | None = None
+    wait_ms = number(given.standby_wait_ms, env.STANDBY_WAIT_MS, 0)
+    if wait_ms < 0 or given.standby_retry_ms <= 0:
+        raise ValueError("--standby-wait-ms and --standby-retry-ms must be positive")
+    if wait_ms:
+        if setting is not RebalanceProtocolSetting.CONSUMER or instance_id is None:
+            raise ValueError(
+                f"--standby-wait-ms/{env.STANDBY_WAIT_MS} is for a static member on the consumer "
+                f"protocol ({env.REBALANCE_PROTOCOL}=consumer and {env.INSTANCE_ID}): it waits "
+                "for the broker to release that instance id"
+            )
+        standby_wait = InstanceIdWait(limit_ms=wait_ms, retry_ms=given.standby_retry_ms)
     config = MemberConfig(
         group_id=group_id,
         topics=topics,
@@ -245,6 +264,7 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         kafka_settings=kafka_settings,
         kafka_settings_file=kafka_settings_file,
         remote_assignor=remote_assignor,
+        standby_wait=standby_wait,
     )
 
 

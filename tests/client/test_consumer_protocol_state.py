@@ -26,6 +26,7 @@ from coordinator.client.consumer_protocol_state import (
     UNKNOWN_MEMBER_ID,
     UNRELEASED_INSTANCE_ID,
     HeartbeatAnswer,
+    InstanceIdWait,
     Outcome,
     StepKind,
     assigned_partitions,
@@ -141,6 +142,11 @@ def test_decisions_on_each_answer() -> None:
     assert decide(answer(UNKNOWN_MEMBER_ID)).outcome is Outcome.REJOIN
     refused = decide(answer(UNRELEASED_INSTANCE_ID))
     assert refused.outcome is Outcome.FATAL and "group.instance.id" in refused.detail
+    # A standby (InstanceIdWait) waits while it has time left, then gives up the same way.
+    assert decide(answer(UNRELEASED_INSTANCE_ID), wait_left_ms=1).outcome is Outcome.WAIT
+    gave_up = decide(answer(UNRELEASED_INSTANCE_ID), wait_left_ms=0)
+    assert gave_up.outcome is Outcome.FATAL and "standby" in gave_up.detail
+    assert decide(answer(FENCED_MEMBER_EPOCH), wait_left_ms=1).outcome is Outcome.REJOIN
     assert decide(answer(15)).outcome is Outcome.RETRY  # COORDINATOR_NOT_AVAILABLE
 
 
@@ -323,6 +329,77 @@ def test_an_unreleased_instance_id_is_a_fatal_error_naming_it() -> None:
     assert member.error.unreleased_instance_id
     assert "group.instance.id" in str(member.error)
     assert journal == [("heartbeat", (0, []))]  # nothing owned, no leave sent
+
+
+async def until(condition: Any) -> None:
+    """Let the member's task run until `condition()` (no wall clock: the loop's turns)."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the member did not get there")
+
+
+async def test_a_standby_joins_again_every_retry_while_the_id_is_held_then_takes_it() -> None:
+    journal: list[tuple[str, Any]] = []
+    clock = ManualClock()
+    held = [answer(UNRELEASED_INSTANCE_ID)] * 3
+    broker = ScriptedBroker([*held, answer(epoch=4, assignment=assignment(0, 1))], journal)
+    config = MemberConfig("g", ("orders",), group_instance_id="i")
+    listener = Recorder(journal)
+    wait = InstanceIdWait(limit_ms=1_000, retry_ms=150)
+    member = ConsumerProtocolMember(broker, config, listener, clock=clock, standby=wait)
+    listener.member = member
+    await member.start()
+    for joins in (1, 2, 3):
+        # Refused, and asleep until the retry (its timer set).
+        await until(lambda n=joins: len(journal) == n and clock.pending_timers() > 0)
+        await clock.advance(149)
+        assert len(journal) == joins  # not before the retry interval
+        await clock.advance(1)
+    await asyncio.wait_for(member.wait_for_assignment(), 5)
+    assert journal[:5] == [("heartbeat", (0, []))] * 4 + [("assigned", [0, 1])]
+    assert member.error is None and member.generation_id == 4
+    await member.close()
+
+
+async def test_a_standby_whose_id_stays_held_past_its_limit_exits_as_before() -> None:
+    journal: list[tuple[str, Any]] = []
+    clock = ManualClock()
+    broker = ScriptedBroker([answer(UNRELEASED_INSTANCE_ID)] * 5, journal)
+    config = MemberConfig("g", ("orders",), group_instance_id="i")
+    wait = InstanceIdWait(limit_ms=300, retry_ms=150)
+    member = ConsumerProtocolMember(broker, config, Recorder(journal), clock=clock, standby=wait)
+    await member.start()
+    for joins in (1, 2):
+        await until(lambda n=joins: len(journal) == n and clock.pending_timers() > 0)
+        await clock.advance(150)
+    with pytest.raises(ConsumerProtocolError) as refused:
+        await asyncio.wait_for(member.run(), 5)
+    assert refused.value.unreleased_instance_id and "standby" in str(refused.value)
+    assert len(journal) == 3  # joined at 0, 150 and 300 ms: out of time at the third refusal
+    await member.close()
+
+
+def test_the_standby_wait_is_for_a_static_consumer_protocol_member() -> None:
+    base = {
+        env.GROUP_ID: "g",
+        env.TOPICS: "orders",
+        env.COORDINATOR_URL: "kafka://b:9092",
+        env.REBALANCE_PROTOCOL: "consumer",
+        env.INSTANCE_ID: "orders-2",
+    }
+    standby = settings_from(Overrides(standby_wait_ms=60_000), base)
+    assert standby.standby_wait == InstanceIdWait(limit_ms=60_000, retry_ms=150)
+    assert settings_from(Overrides(), {**base, env.STANDBY_WAIT_MS: "5000"}).standby_wait == (
+        InstanceIdWait(limit_ms=5_000)
+    )
+    assert settings_from(Overrides(), base).standby_wait is None
+    for wrong in ({env.INSTANCE_ID: ""}, {env.REBALANCE_PROTOCOL: "cooperative"}):
+        with pytest.raises(ValueError, match="static member on the consumer protocol"):
+            settings_from(Overrides(standby_wait_ms=1_000), {**base, **wrong})
+    with pytest.raises(ValueError, match="must be positive"):
+        settings_from(Overrides(standby_wait_ms=1_000, standby_retry_ms=0), base)
 
 
 class SilentBroker(ScriptedBroker):

@@ -11,6 +11,7 @@ docs/kafka.md, "The consumer protocol", "Hot standby", quotes them.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,7 +23,7 @@ from staticfleet.kafka.broker import KafkaBroker
 from staticfleet.member.events import read_events
 from staticfleet_operator.backends import KafkaBackend, leave_errors
 
-from .helpers import MemberProcess, member_logs, owned_now
+from .helpers import MemberProcess, member_command, member_logs, owned_now
 from .test_member_consumer_protocol import consumer_member, converged, logs_show
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
@@ -144,5 +145,94 @@ async def test_leave_by_instance_id_then_a_standby_under_it_takes_over(
     finally:
         for member in members.values():
             member.kill()
+        await backend.close()
+        await transport.close()
+
+
+ROUNDS = 5
+HELD_LOG = "standby: the instance id is held"
+
+
+def waiting_standby(bootstrap: str, group_id: str, topic: str, log: Path) -> MemberProcess:
+    """Our member as a standby for `c` (`--standby-wait-ms`): started beside the active `c`,
+    it is refused (UNRELEASED_INSTANCE_ID) and joins again every 150 ms (the default)."""
+    command = member_command(
+        bootstrap, group_id, topic, "c", log, "--group-protocol", "consumer",
+        "--standby-wait-ms", "180000",
+    )  # fmt: skip
+    return MemberProcess(command, {}, log, stdout=False)
+
+
+def owned_in(paths: dict[str, Path]) -> Callable[[], dict[str, set[Partition]]]:
+    """What the event logs at `paths` (instance id -> path) say is owned now."""
+    return lambda: owned_now(member_logs(paths.items()))
+
+
+async def refused_once(standby: MemberProcess, limit_s: float = 60.0) -> None:
+    """Until the standby's one log line says it waits (it is up and its join was refused)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        assert standby.process.poll() is None, standby.stderr_path.read_text()
+        if HELD_LOG in standby.stderr_path.read_text():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the standby did not start waiting: {standby.stderr_path.read_text()}")
+
+
+async def test_a_waiting_standby_takes_over_within_a_retry_of_the_leave(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    """(c) A standby already running and waiting (`--standby-wait-ms`): kill the active `c`,
+    LeaveGroup by its instance id; the standby joins at its next retry. ROUNDS takeovers in
+    one group, each standby becoming the `c` the next round kills."""
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    transport = KafkaTransport(kafka_broker.bootstrap)
+    backend = KafkaBackend(kafka_broker.bootstrap)
+    members, logs, held = await three_members(kafka_broker.bootstrap, topic, tmp_path, transport)
+    processes = list(members.values())
+    in_place = 0
+    try:
+        for round_ in range(ROUNDS):
+            standby_log = tmp_path / f"standby-{round_}.jsonl"
+            standby = waiting_standby(kafka_broker.bootstrap, group_id, topic, standby_log)
+            processes.append(standby)
+            await refused_once(standby)
+            assert not any(r["event"] == "assigned" for r in read_events(standby_log))
+            killed_ms = int(time.time() * 1000)
+            members["c"].kill()
+            started = time.perf_counter()
+            assert leave_errors(await backend.leave(group_id, ["c"])) == []
+            leave_ms = (time.perf_counter() - started) * 1000
+            final = await converged(transport, group_id, 3, limit_s=90)
+            now = {str(m.instance_id): set(m.assignment) for m in final.members}
+            paths = {"a": logs["a"], "b": logs["b"], "c": standby_log}
+            await logs_show(owned_in(paths), now)
+            settled_ms = int(time.time() * 1000)
+            back_ms = back_at_ms(paths.values(), held["c"], killed_ms)
+            first = next(
+                int(r["ts_ms"])
+                for r in read_events(standby_log)
+                if r["event"] == "assigned" and r["partitions"]
+            )
+            moved = {n: moves_since(logs[n], killed_ms) for n in ("a", "b")}
+            stayed = now == held and not any(moved.values())
+            in_place += stayed
+            print(
+                f"(c) round {round_ + 1}: leave {leave_ms:.0f} ms; the standby's first "
+                f"partitions {first - killed_ms} ms after kill -9; c's partitions consumed "
+                f"again {back_ms - killed_ms} ms after it; converged and logged "
+                f"{settled_ms - killed_ms} ms after it; in place: {stayed}"
+                + ("" if stayed else f"; before {held}, after {now}, moves {moved}")
+            )
+            # Far inside the session (45 s) that (a) waits out, and the standby holds
+            # partitions; every partition owned once.
+            assert back_ms - killed_ms < 30_000
+            assert now["c"] and set().union(*now.values()) == set().union(*held.values())
+            members["c"], logs["c"], held = standby, standby_log, now
+        print(f"(c) partitions kept in place in {in_place} of {ROUNDS} takeovers")
+    finally:
+        for process in processes:
+            process.kill()
         await backend.close()
         await transport.close()
