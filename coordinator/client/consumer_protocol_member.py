@@ -34,6 +34,7 @@ from coordinator.client.consumer_protocol_state import (
     assigned_partitions,
     close_epoch,
     decide,
+    leave_fields,
     new_member_id,
     owned_by_id,
     reconcile,
@@ -187,17 +188,7 @@ class ConsumerProtocolMember:
         epoch = close_epoch(self._config.group_instance_id is not None, should_leave)
         if epoch is None or self._epoch <= JOIN_EPOCH or self._error is not None:
             return
-        fields = {
-            "member_id": self._member_id,
-            "member_epoch": epoch,
-            "instance_id": self._config.group_instance_id,
-            "rack_id": None,
-            "rebalance_timeout_ms": -1,
-            "subscribed_topic_names": None,
-            "subscribed_topic_regex": None,
-            "server_assignor": None,
-            "topic_partitions": None,
-        }
+        fields = leave_fields(self._member_id, self._config.group_instance_id, epoch)
         try:
             answer = await self._transport.consumer_group_heartbeat(self._config.group_id, fields)
             if answer.error_code:

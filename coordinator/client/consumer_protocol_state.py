@@ -185,6 +185,25 @@ def close_epoch(static: bool, leave: bool | None) -> int | None:
     return None if leave is False else LEAVE_EPOCH
 
 
+def leave_fields(member_id: str, instance_id: str | None, epoch: int) -> dict[str, object]:
+    """A closing ConsumerGroupHeartbeat's fields: `epoch` -1 (leave) or -2 (a static
+    member's leave that keeps its instance id and partitions for its return). The broker
+    checks only that `member_id` holds `instance_id`, so the operator sends -2 for a member
+    whose process died (docs/kafka.md, "Hot standby"): a waiting standby then rejoins under
+    the id as a static restart."""
+    return {
+        "member_id": member_id,
+        "member_epoch": epoch,
+        "instance_id": instance_id,
+        "rack_id": None,
+        "rebalance_timeout_ms": -1,
+        "subscribed_topic_names": None,
+        "subscribed_topic_regex": None,
+        "server_assignor": None,
+        "topic_partitions": None,
+    }
+
+
 def new_member_id() -> str:
     """A member id as KIP-1082 wants it, made by the client and kept for the process's
     life: a random Uuid in Kafka's text form (url-safe base64, no padding), as Java's."""

@@ -47,6 +47,7 @@ from coordinator import (
     LeaveGroupResponse,
     MemberIdentity,
 )
+from coordinator.client.consumer_protocol_state import STATIC_LEAVE_EPOCH, leave_fields
 from coordinator.client.kafka_connection import KafkaConnection
 from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
@@ -178,6 +179,19 @@ class KafkaBackend:
             return await self.transport.leave_group(leave_request(group_id, instance_ids))
         except TransportError as error:
             raise CoordinatorUnreachable(str(error)) from error
+
+    async def static_leave(self, group_id: str, member_id: str, instance_id: str) -> int:
+        """A consumer-protocol static member's leave (epoch -2) on behalf of its dead
+        process: the broker keeps the instance id and its partitions for a static rejoin
+        (no group epoch bump, no reassignment), which a waiting standby then makes. Kafka's
+        error code (0: done; UNKNOWN_MEMBER_ID or FENCED_INSTANCE_ID: `member_id` no longer
+        holds `instance_id`). docs/kafka.md, "Hot standby"."""
+        fields = leave_fields(member_id, instance_id, STATIC_LEAVE_EPOCH)
+        try:
+            answer = await self.transport.consumer_group_heartbeat(group_id, fields)
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
+        return int(answer.error_code)
 
     async def topic_partitions(self, wanted: dict[str, int | None]) -> dict[str, int]:
         try:

@@ -179,12 +179,16 @@ async def refused_once(standby: MemberProcess, limit_s: float = 60.0) -> None:
     raise AssertionError(f"the standby did not start waiting: {standby.stderr_path.read_text()}")
 
 
-async def test_a_waiting_standby_takes_over_within_a_retry_of_the_leave(
-    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+@pytest.mark.parametrize("removal", ["leave", "static_leave"])
+async def test_a_waiting_standby_takes_over_within_a_retry_of_the_removal(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path, removal: str
 ) -> None:
-    """(c) A standby already running and waiting (`--standby-wait-ms`): kill the active `c`,
-    LeaveGroup by its instance id; the standby joins at its next retry. ROUNDS takeovers in
-    one group, each standby becoming the `c` the next round kills."""
+    """A standby already running and waiting (`--standby-wait-ms`); the active `c` killed,
+    then removed: (c) `leave`, one LeaveGroup by its instance id (the group epoch bumps, the
+    orphans go to whoever heartbeats first); (e) `static_leave`, a ConsumerGroupHeartbeat
+    with epoch -2 for its member id (the broker keeps the id and partitions for a static
+    rejoin). The standby joins at its next retry. ROUNDS takeovers in one group, each
+    standby becoming the `c` the next round kills."""
     topic = kafka_topic(PARTITIONS)
     group_id = f"{topic}-group"
     transport = KafkaTransport(kafka_broker.bootstrap)
@@ -192,6 +196,7 @@ async def test_a_waiting_standby_takes_over_within_a_retry_of_the_leave(
     members, logs, held = await three_members(kafka_broker.bootstrap, topic, tmp_path, transport)
     processes = list(members.values())
     in_place = 0
+    epochs: list[int] = []
     try:
         for round_ in range(ROUNDS):
             standby_log = tmp_path / f"standby-{round_}.jsonl"
@@ -199,12 +204,18 @@ async def test_a_waiting_standby_takes_over_within_a_retry_of_the_leave(
             processes.append(standby)
             await refused_once(standby)
             assert not any(r["event"] == "assigned" for r in read_events(standby_log))
+            before = await transport.describe_consumer_group(group_id)
+            member_id = next(m.member_id for m in before.members if m.instance_id == "c")
             killed_ms = int(time.time() * 1000)
             members["c"].kill()
             started = time.perf_counter()
-            assert leave_errors(await backend.leave(group_id, ["c"])) == []
+            if removal == "leave":
+                assert leave_errors(await backend.leave(group_id, ["c"])) == []
+            else:
+                assert await backend.static_leave(group_id, member_id, "c") == 0
             leave_ms = (time.perf_counter() - started) * 1000
             final = await converged(transport, group_id, 3, limit_s=90)
+            epochs.append(final.group_epoch - before.group_epoch)
             now = {str(m.instance_id): set(m.assignment) for m in final.members}
             paths = {"a": logs["a"], "b": logs["b"], "c": standby_log}
             await logs_show(owned_in(paths), now)
@@ -219,10 +230,11 @@ async def test_a_waiting_standby_takes_over_within_a_retry_of_the_leave(
             stayed = now == held and not any(moved.values())
             in_place += stayed
             print(
-                f"(c) round {round_ + 1}: leave {leave_ms:.0f} ms; the standby's first "
+                f"({removal}) round {round_ + 1}: removal {leave_ms:.0f} ms; the standby's first "
                 f"partitions {first - killed_ms} ms after kill -9; c's partitions consumed "
                 f"again {back_ms - killed_ms} ms after it; converged and logged "
-                f"{settled_ms - killed_ms} ms after it; in place: {stayed}"
+                f"{settled_ms - killed_ms} ms after it; group epoch +{epochs[-1]}; "
+                f"in place: {stayed}"
                 + ("" if stayed else f"; before {held}, after {now}, moves {moved}")
             )
             # Far inside the session (45 s) that (a) waits out, and the standby holds
@@ -230,9 +242,54 @@ async def test_a_waiting_standby_takes_over_within_a_retry_of_the_leave(
             assert back_ms - killed_ms < 30_000
             assert now["c"] and set().union(*now.values()) == set().union(*held.values())
             members["c"], logs["c"], held = standby, standby_log, now
-        print(f"(c) partitions kept in place in {in_place} of {ROUNDS} takeovers")
+        print(f"({removal}) partitions kept in place in {in_place} of {ROUNDS} takeovers")
+        if removal == "static_leave":
+            # A static replacement each time: no epoch bump, so no survivor is told anything.
+            assert epochs == [0] * ROUNDS and in_place == ROUNDS
     finally:
         for process in processes:
             process.kill()
         await backend.close()
+        await transport.close()
+
+
+async def test_a_waiting_standby_takes_a_gracefully_stopped_member_s_id_with_no_leave(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    """(d) The active `c` stopped with SIGTERM: it revokes, commits and sends epoch -2, so
+    the broker keeps its id and partitions for a static restart; a waiting standby's next
+    join is that restart (no LeaveGroup needed). What an operator wiring this in must know:
+    a standby beside a slot's pod takes the id at any graceful stop of that pod."""
+    topic = kafka_topic(PARTITIONS)
+    group_id = f"{topic}-group"
+    transport = KafkaTransport(kafka_broker.bootstrap)
+    members, logs, held = await three_members(kafka_broker.bootstrap, topic, tmp_path, transport)
+    standby_log = tmp_path / "standby.jsonl"
+    standby = waiting_standby(kafka_broker.bootstrap, group_id, topic, standby_log)
+    try:
+        await refused_once(standby)
+        epoch = (await transport.describe_consumer_group(group_id)).group_epoch
+        stopped_ms = int(time.time() * 1000)
+        assert members["c"].stop() == 0
+        revoked = max(int(r["ts_ms"]) for r in read_events(logs["c"]) if r["event"] == "revoked")
+        final = await converged(transport, group_id, 3, limit_s=90)
+        now = {str(m.instance_id): set(m.assignment) for m in final.members}
+        paths = {"a": logs["a"], "b": logs["b"], "c": standby_log}
+        await logs_show(owned_in(paths), now)
+        first = next(
+            int(r["ts_ms"])
+            for r in read_events(standby_log)
+            if r["event"] == "assigned" and r["partitions"]
+        )
+        moved = {n: moves_since(logs[n], stopped_ms) for n in ("a", "b")}
+        print(
+            f"(d) SIGTERM: c revoked {revoked - stopped_ms} ms after it; the standby's first "
+            f"partitions {first - revoked} ms after the revocation; group epoch "
+            f"{epoch} -> {final.group_epoch}; moves {moved}"
+        )
+        # A static replacement: the same partitions, the group epoch unchanged, nobody moved.
+        assert now == held and final.group_epoch == epoch and not any(moved.values())
+    finally:
+        for process in (*members.values(), standby):
+            process.kill()
         await transport.close()
