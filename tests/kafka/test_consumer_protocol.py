@@ -25,6 +25,7 @@ from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet.member.events import read_events
 from staticfleet_operator.backends import CoordinatorUnreachable, KafkaBackend, leave_errors
 from staticfleet_operator.rollout import CoordinatorView, GroupProtocol
+from staticfleet_operator.rollout.migration import classic_metadata, metadata_refusal
 
 from .helpers import MemberProcess
 
@@ -379,6 +380,13 @@ async def test_a_classic_java_group_converts_when_a_member_joins_on_the_consumer
             assert time.monotonic() < deadline, classic
             await asyncio.sleep(0.2)
         assert none is None  # a classic group: DescribeGroups answered
+        # What the migration's pre-check reads of it: Java's cooperative-sticky embeds a
+        # generation in each subscription's user data, which the conversion drops and the
+        # broker's sticky assignors make up for, so it is no refusal.
+        metadata = classic_metadata(classic)
+        assert metadata is not None and metadata.assignor == "cooperative-sticky", classic
+        assert len(metadata.with_user_data) == 3 and not metadata.unreadable
+        assert metadata_refusal(metadata) is None
 
         timeline: list[str] = []
         epochs: list[int] = []
