@@ -424,9 +424,11 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
             rollout=state,
             now=observation.now,
             broker=observation.broker,
+            # Read only when the broker's facts were (a migration ahead, the spec's checks
+            # passed), and of a classic group: a consumer group carries no such metadata.
             classic_metadata=(
                 classic_metadata(observation.described)
-                if observation.consumer_group is None
+                if observation.broker is not None and observation.consumer_group is None
                 else None
             ),
             replicas=replicas,

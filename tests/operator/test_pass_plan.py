@@ -25,6 +25,7 @@ from coordinator.client.kafka_groups import (
     MemberType,
 )
 from coordinator.client.kafka_settings import KafkaClientSettings
+from coordinator.protocol import Subscription, encode_subscription
 from staticfleet_operator.actions import (
     ClearExpectedMembers,
     CreatePod,
@@ -59,6 +60,7 @@ from staticfleet_operator.hot_standby import ROLE_LABEL, STANDBY_ROLE, standby_p
 from staticfleet_operator.members import MemberSettings, managed_pod
 from staticfleet_operator.pass_plan import plan_pass
 from staticfleet_operator.rollout import CoordinatorView
+from staticfleet_operator.rollout.migration import BrokerFacts, MigrationPolicy
 from staticfleet_operator.rollout.observation import consumer_group_state
 
 REF = GroupRef("default", "orders")
@@ -440,6 +442,35 @@ def test_a_protocol_change_a_client_cannot_make_is_refused_once_and_nothing_move
     memory = GroupMemory(REF)
     memory.reported.update({k: v for k, v in result.remember.reported.items() if v})
     assert plan(observation, memory).events == ()
+
+
+def test_a_custom_assignor_s_metadata_in_the_group_refuses_its_migration() -> None:
+    """The pass reads the classic group's member metadata once the broker's facts are read
+    (a migration ahead), and refuses the upgrade a custom assignor's user data would lose."""
+    to_consumer = {**kafka_spec(), "rebalance": {"protocol": "consumer"}}
+    pods = tuple(member(slot, to_consumer) for slot in range(3))
+    metadata = encode_subscription(Subscription(topics=("orders",), user_data=b"mine"))
+    seen = replace(
+        described(0, 1, 2),
+        protocol_data="my-assignor",
+        members=[
+            DescribedGroupMember(f"m-{slot}", f"orders-{slot}", "c", "h", metadata, b"")
+            for slot in range(3)
+        ],
+    )
+    facts = BrokerFacts(True, MigrationPolicy.BIDIRECTIONAL, 200)
+    result = plan(group(to_consumer, pods=pods, seen=seen, broker=facts))
+    assert reasons(result) == ["ProtocolChangeRefused"]
+    assert not any(isinstance(a, DeletePod | CreatePod) for a in result.actions)
+    assert result.status is not None
+    degraded = {c.type: c for c in result.status.conditions}["Degraded"]
+    assert "my-assignor" in (degraded.message or "")
+    # Kafka's own assignor's user data: not refused (the rollout decides: here it waits).
+    kafka_own = replace(seen, protocol_data="cooperative-sticky")
+    ahead = plan(group(to_consumer, pods=pods, seen=kafka_own, broker=facts))
+    assert "ProtocolChangeRefused" not in reasons(ahead)
+    assert ahead.status is not None
+    assert {c.type: c for c in ahead.status.conditions}["Degraded"].status == "False"
 
 
 # --- hot standby ---------------------------------------------------------------------------
