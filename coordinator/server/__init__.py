@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from coordinator.server.app import add_readiness_gate, authenticator_of, create_app
+from coordinator.server.app import (
+    add_readiness_gate,
+    authenticator_of,
+    create_app,
+    serve_group_lag,
+)
 from coordinator.server.auth import (
     ENV_ADMIN_TOKEN,
     ENV_GROUP_ID,
@@ -33,6 +38,7 @@ __all__ = [
     "build_openapi",
     "create_app",
     "render_openapi",
+    "serve_group_lag",
     "serving",
     "start_server",
 ]

@@ -12,7 +12,7 @@ from coordinator.errors import ErrorCode
 from coordinator.identifiers import valid_id
 from coordinator.server.bodies import query_int, query_text, read_message
 from coordinator.server.context import context_of
-from coordinator.server.http_errors import bad_request
+from coordinator.server.http_errors import ApiError, bad_request
 from coordinator.server.limits import INT_MAX, JOURNAL_DEFAULT_LIMIT, JOURNAL_MAX_LIMIT
 from coordinator.server.models import (
     INT32_MAX,
@@ -38,6 +38,22 @@ async def describe_group(request: web.Request) -> web.Response:
     (described,) = await context.coordinator.describe_groups([group_id])
     context.metrics.observe_error("describeGroup", described.error_code)
     return reply(described)
+
+
+async def group_lag(request: web.Request) -> web.Response:
+    """The group's lag as the embedding operator last read it; 404 while there is none (no
+    such group, no spec.source, not read yet, or a server that embeds no operator)."""
+    context = context_of(request)
+    group_id = request.match_info["group_id"]
+    figure = context.group_lag(group_id) if context.group_lag is not None else None
+    if figure is None:
+        raise ApiError(
+            404,
+            ErrorCode.GROUP_ID_NOT_FOUND,
+            f"no lag figure for group {group_id!r}: the operator reads lag for embedded "
+            "groups with spec.source.kafka",
+        )
+    return reply(figure)
 
 
 async def delete_group(request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ from coordinator.server.fast_path import FastPath
 from coordinator.server.limits import DEFAULT_MAX_BODY_BYTES, MAX_DERIVED_BODY_BYTES
 from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
+from coordinator.server.models import LagFigure
 from coordinator.server.pod_identity import PodAuth
 from coordinator.server.routes import OPERATIONS
 
@@ -111,6 +112,12 @@ def add_readiness_gate(app: web.Application, gate: Callable[[], bool]) -> None:
     """Make /readyz (and request admission) also depend on `gate()`: an embedding process
     uses it to keep a standby replica out of its Service's endpoints."""
     app[CONTEXT].readiness_gates.append(gate)
+
+
+def serve_group_lag(app: web.Application, lag_of: Callable[[str], LagFigure | None]) -> None:
+    """Serve `lag_of(group_id)` at GET /v1/groups/{group_id}/lag (an autoscaler's source):
+    the embedding process (the operator) knows the figures."""
+    app[CONTEXT].group_lag = lag_of
 
 
 def authenticator_of(app: web.Application) -> Authenticator:

@@ -13,6 +13,7 @@ from coordinator.server.auth import ADMIN, Authenticator, Principal, Role, beare
 from coordinator.server.connections import ConnectionGuard
 from coordinator.server.member_keys import MemberKeys
 from coordinator.server.metrics import ServerMetrics
+from coordinator.server.models import LagFigure
 from coordinator.server.pod_identity import PodAuth, Refused, group_problem, looks_like_jwt
 
 if TYPE_CHECKING:
@@ -36,6 +37,9 @@ class ServerContext:
     readiness_gates: list[Callable[[], bool]] = field(default_factory=list)
     # Members known by their pod's ServiceAccount token (docs/server.md); None: group tokens only.
     pod_auth: PodAuth | None = None
+    # A group's lag figure, set by whoever embeds the server (the operator reads it from the
+    # group's source cluster: the server alone knows no log ends); None: none served.
+    group_lag: Callable[[str], LagFigure | None] | None = None
 
     @property
     def ready(self) -> bool:

@@ -112,5 +112,18 @@ class JournalPage:
 
 
 @dataclass(frozen=True, slots=True)
+class LagFigure:
+    """A group's lag as the embedding operator last read it (spec.source.kafka: log end
+    offsets on the source cluster minus the commits here), for an autoscaler (KEDA's
+    metrics-api scaler reads `lag`). `read_at_ms`: when the figure was read as it stands
+    (ms since the epoch); it does not move while the source cluster does not answer."""
+
+    group_id: str
+    lag: int
+    partitions_without_commit: int
+    read_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Status:
     status: str

@@ -24,6 +24,7 @@ from coordinator.messages import (
     SyncGroupResponse,
 )
 from coordinator.server import admin_api, member_api, standby_api, system_api
+from coordinator.server.http_errors import ErrorBody
 from coordinator.server.limits import INT_MAX, JOURNAL_DEFAULT_LIMIT, JOURNAL_MAX_LIMIT
 from coordinator.server.models import (
     DeleteGroupResult,
@@ -31,6 +32,7 @@ from coordinator.server.models import (
     ExpectedMembersRequest,
     GroupList,
     JournalPage,
+    LagFigure,
     Status,
     TopicMetadata,
 )
@@ -48,6 +50,7 @@ GROUP_PATH: Final = "/v1/groups/{group_id}"
 _MEMBER = "member protocol"
 _ADMIN = "admin"
 _SYSTEM = "operations"
+_AUTOSCALING = "autoscaling"
 
 OPERATIONS: Final[tuple[Operation, ...]] = (
     Operation(
@@ -169,6 +172,24 @@ OPERATIONS: Final[tuple[Operation, ...]] = (
         "DescribeGroups for one group (an unknown group is answered with its error code)",
         _ADMIN,
         response_body=DescribedGroup,
+    ),
+    Operation(
+        "getGroupLag",
+        "GET",
+        GROUP_PATH + "/lag",
+        admin_api.group_lag,
+        Access.GROUP,
+        "The group's lag (an autoscaler's source; KEDA's metrics-api scaler reads `lag`)",
+        _AUTOSCALING,
+        description=(
+            "Served when the server is embedded in the operator, for embedded groups with "
+            "spec.source.kafka: log end offsets on that cluster minus the commits here, summed "
+            "over the spec's topics, as the operator last read it (at most every 15 s). A "
+            "partition with no commit counts 0. 404 while there is no figure."
+        ),
+        response_body=LagFigure,
+        uses_coordinator=False,
+        extra_responses=((404, ErrorBody),),
     ),
     Operation(
         "deleteGroup",

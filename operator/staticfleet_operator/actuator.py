@@ -45,6 +45,7 @@ from staticfleet_operator.group_memory import GroupMemory
 from staticfleet_operator.group_observation import GroupObservation
 from staticfleet_operator.hot_standby import Outcome, promoted_patch, promotion_outcome
 from staticfleet_operator.kube import Conflict, NotFound
+from staticfleet_operator.lag import lag_figure
 from staticfleet_operator.members import budget_key, members_budget_spec
 from staticfleet_operator.observed import pod_identity
 from staticfleet_operator.pass_plan import TOKEN_UNAVAILABLE
@@ -106,7 +107,24 @@ class Actuator:
                 lag=gauges.lag,
                 lag_partitions=gauges.lag_partitions,
             )
+        self._serve_lag(result.status or self.observation.status)
         return summary
+
+    def _serve_lag(self, status: ConsumerGroupStatus) -> None:
+        """An embedded group's lag with spec.source, as status shows it, for the coordinator
+        server's lag route; a Kafka group's is on its cluster (KEDA's Kafka scaler)."""
+        spec = self.observation.spec
+        if spec is None or spec.coordinator.is_kafka:
+            return
+        figure = None
+        if spec.source is not None:
+            figure = lag_figure(
+                spec.group_id, status.lag, status.lag_partitions_without_commit, status.lag_time
+            )
+        if figure is None:
+            self.op.lag_figures.pop(spec.group_id, None)
+        else:
+            self.op.lag_figures[spec.group_id] = figure
 
     async def _report(self, result: PassResult) -> None:
         """The status, then the Events."""

@@ -34,6 +34,7 @@ from coordinator.server import (
     add_readiness_gate,
     authenticator_of,
     create_app,
+    serve_group_lag,
     start_server,
 )
 from coordinator.server.context import CONTEXT
@@ -214,6 +215,8 @@ async def run_operator(
         journal=RebalanceJournal(options.kafka_journal_dir) if options.kafka_journal_dir else None,
         kafka_settings=options.kafka_settings,
     )
+    # The lag route answers from the operator's figures (embedded groups with spec.source).
+    serve_group_lag(app, operator.lag_figures.get)
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,

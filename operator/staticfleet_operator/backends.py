@@ -53,9 +53,14 @@ from coordinator.client.kafka_groups import ConsumerGroupDescription, GroupType
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.client.kafka_transport import KafkaTransport, parse_bootstrap
 from coordinator.client.transport import TransportError
-from coordinator.messages import NO_GENERATION, DescribedGroupMember, OffsetFetchRequest
+from coordinator.messages import (
+    NO_GENERATION,
+    DescribedGroupMember,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from coordinator.protocol import ProtocolError, decode_subscription
-from staticfleet_operator.lag import LagReading
+from staticfleet_operator.lag import LagReading, TopicPartition
 from staticfleet_operator.rollout import Assignors, CoordinatorView, GroupProtocol, MemberPod
 from staticfleet_operator.rollout.migration import BROKER_CONFIGS, BrokerFacts, broker_facts
 from staticfleet_operator.rollout.observation import consumer_group_state
@@ -206,15 +211,18 @@ class KafkaBackend:
         input."""
         try:
             fetched = await self.transport.fetch_offsets(OffsetFetchRequest(group_id))
-            log_ends = await self.transport.log_end_offsets(topics)
         except TransportError as error:
             raise CoordinatorUnreachable(str(error)) from error
-        committed = {
-            (p.topic, p.partition): p.committed_offset
-            for p in fetched.partitions
-            if p.error_code is ErrorCode.NONE
-        }
-        return LagReading(log_ends=log_ends, committed=committed)
+        return LagReading(log_ends=await self.log_ends(topics), committed=committed_of(fetched))
+
+    async def log_ends(self, topics: Sequence[str]) -> dict[TopicPartition, int]:
+        """The log end offsets of `topics`' partitions (ListOffsets latest, from each
+        leader): an embedded group's lag reads these here (its source cluster) and its
+        commits from the embedded coordinator."""
+        try:
+            return await self.transport.log_end_offsets(topics)
+        except TransportError as error:
+            raise CoordinatorUnreachable(str(error)) from error
 
     async def forget(self, group_id: str) -> ErrorCode:
         # The group's committed offsets are the user's data on their cluster: a deleted
@@ -401,6 +409,16 @@ def widen_offers(
     return replace(view, members=tuple(members))
 
 
+def committed_of(fetched: OffsetFetchResponse) -> dict[TopicPartition, int]:
+    """An OffsetFetch answer's committed offsets (Kafka's or the embedded coordinator's),
+    as lag.py reads them: partitions answered with an error are left out."""
+    return {
+        (p.topic, p.partition): p.committed_offset
+        for p in fetched.partitions
+        if p.error_code is ErrorCode.NONE
+    }
+
+
 def leave_errors(response: LeaveGroupResponse) -> list[str]:
     """Per-member problems of a batch LeaveGroup, as `instance-id: ERROR` lines."""
     problems = [
@@ -419,6 +437,7 @@ __all__ = [
     "GroupBackend",
     "KafkaBackend",
     "KafkaBackends",
+    "committed_of",
     "described_from_consumer",
     "from_kafka",
     "leave_errors",

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from coordinator import GroupCoordinator
 from coordinator.client.kafka_settings import PLAINTEXT_SETTINGS, KafkaClientSettings
 from coordinator.server import Authenticator
+from coordinator.server.models import LagFigure
 from staticfleet_operator.backends import EmbeddedBackend, GroupBackend, KafkaBackends
 from staticfleet_operator.crd import ConsumerGroupSpec, KafkaClientSpec
 from staticfleet_operator.group_memory import Memories
@@ -59,6 +60,10 @@ class Operator:
     memories: Memories = field(default_factory=Memories)
     # Status patches written (with `kube.writes`: whether a pass acted).
     status_writes: int = 0
+    # Embedded groups' lag with spec.source, by group id, as status shows it: the
+    # coordinator server answers GET /v1/groups/{group_id}/lag from it (an autoscaler's
+    # source, docs/operator.md "Autoscaling").
+    lag_figures: dict[str, LagFigure] = field(default_factory=dict)
     # Runs the passes events ask for (passes.py); made by the handlers on first use.
     passes: Passes | None = None
 
@@ -89,6 +94,7 @@ async def read_client_settings(
     namespace: str,
     kafka: KafkaClientSpec | None,
     default: KafkaClientSettings,
+    where: str = "spec.coordinator.kafka",
 ) -> KafkaClientSettings:
     """`client_settings` with the Secrets read: the index first (Opaque Secrets), then the
     API (a kubernetes.io/tls Secret is not indexed)."""
@@ -98,4 +104,4 @@ async def read_client_settings(
         if body is None:
             body = await kube.get_secret(namespace, name)
         secrets[name] = decoded(body)
-    return client_settings(kafka, secrets, default, namespace=namespace)
+    return client_settings(kafka, secrets, default, namespace=namespace, where=where)

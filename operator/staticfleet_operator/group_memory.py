@@ -47,8 +47,8 @@ class GroupMemory:
     disruption_budget: str | None = None
     # The last pass waits on a clock (an adopted slot's grace period, an admission's).
     timed: bool = False
-    # Kafka groups: when this process last read the group's lag (status.lagTime moves only
-    # when the figure does, so it cannot say when the next read is due).
+    # When this process last read (or tried to read) the group's lag (status.lagTime moves
+    # only when the figure does, so it cannot say when the next read is due).
     lag_read: datetime | None = None
     # Managed mode (scaling.py): the count the last pass scaled to, and the counts asked for
     # within the scale-down stabilization window (None: no pass of this process yet).
@@ -69,7 +69,7 @@ class MemoryUpdate:
     secrets: frozenset[str] = frozenset()
     # The members' PodDisruptionBudget was found as wanted (members.budget_key).
     disruption_budget: str | None = None
-    # The pass read the group's lag (at this time).
+    # The pass read, or tried to read, the group's lag (at this time).
     lag_read: datetime | None = None
     # Managed mode: this pass's scale target (remembered as a whole).
     scale: ScaleTarget | None = None

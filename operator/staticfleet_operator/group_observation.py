@@ -99,6 +99,10 @@ class GroupObservation:
     # Kafka groups: committed and log end offsets, when this pass read them (lag.lag_due);
     # None: not due, or the read failed (status keeps the last figure and its time).
     lag: LagReading | None = None
+    # A lag read was due and tried, whatever came of it: the next try is an interval later,
+    # so a cluster that does not answer costs a request timeout per interval, not per pass
+    # (an embedded group's passes do not otherwise wait on its source cluster).
+    lag_tried: bool = False
     # Kafka groups with a consumer-protocol migration ahead: the broker's facts for its
     # pre-checks (rollout/migration.py); None otherwise.
     broker: BrokerFacts | None = None

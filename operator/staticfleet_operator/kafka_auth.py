@@ -72,10 +72,12 @@ def client_settings(
     default: KafkaClientSettings,
     *,
     namespace: str = "",
+    where: str = "spec.coordinator.kafka",
 ) -> KafkaClientSettings:
     """The operator's settings for a group with `spec.coordinator.kafka` = `kafka`, given
     each referenced Secret's data (`secrets`, by name); `default` when `kafka` is None.
-    Raises `KafkaCredentialsMissing` naming the Secret and key (never a value)."""
+    Raises `KafkaCredentialsMissing` naming the Secret and key (never a value); `where`:
+    the spec's block, for the messages (spec.source.kafka takes the same shape)."""
     if kafka is None:
         return default
 
@@ -136,7 +138,7 @@ def client_settings(
     try:
         return KafkaClientSettings(**fields)
     except (KafkaSettingsError, ValueError) as error:
-        raise KafkaSettingsInvalid(f"spec.coordinator.kafka: {error}") from None
+        raise KafkaSettingsInvalid(f"{where}: {error}") from None
 
 
 def _pem(text: str) -> str:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
+from coordinator.server.models import LagFigure
+
 LAG_INTERVAL_SECONDS: Final = 15.0
 
 TopicPartition = tuple[str, int]
@@ -63,6 +65,21 @@ def group_lag(reading: LagReading) -> GroupLag:
         total=sum(row.lag for row in rows),
         without_commit=sum(1 for row in rows if row.committed is None),
         partitions=tuple(rows),
+    )
+
+
+def lag_figure(
+    group_id: str, total: int | None, without_commit: int | None, read_at: datetime | None
+) -> LagFigure | None:
+    """What the coordinator server answers for the group's lag (status.lag,
+    lagPartitionsWithoutCommit, lagTime); None until a figure was read."""
+    if total is None or read_at is None:
+        return None
+    return LagFigure(
+        group_id=group_id,
+        lag=total,
+        partitions_without_commit=without_commit or 0,
+        read_at_ms=int(read_at.timestamp() * 1000),
     )
 
 

@@ -17,9 +17,21 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator.client.kafka_errors import KafkaAccessError
-from staticfleet_operator.backends import CoordinatorUnreachable, GroupBackend, KafkaBackend
-from staticfleet_operator.context import Operator
-from staticfleet_operator.crd import ConsumerGroupSpec, Mode, parse_spec, validate_spec
+from coordinator.messages import OffsetFetchRequest
+from staticfleet_operator.backends import (
+    CoordinatorUnreachable,
+    GroupBackend,
+    KafkaBackend,
+    committed_of,
+)
+from staticfleet_operator.context import Operator, read_client_settings
+from staticfleet_operator.crd import (
+    ConsumerGroupSpec,
+    KafkaSourceSpec,
+    Mode,
+    parse_spec,
+    validate_spec,
+)
 from staticfleet_operator.group_observation import (
     UNREACHABLE,
     DisruptionBudget,
@@ -98,8 +110,13 @@ async def observe(
         return replace(base, **found), None
     found["described"] = described
     last_read = memory.lag_read if memory is not None and memory.lag_read else base.status.lag_time
-    if isinstance(backend, KafkaBackend) and lag_due(last_read, base.now):
-        found["lag"] = await _lag(backend, spec)
+    if lag_due(last_read, base.now):
+        if isinstance(backend, KafkaBackend):
+            found["lag"] = await _lag(backend, spec)
+            found["lag_tried"] = True
+        elif spec.source is not None:
+            found["lag"] = await _embedded_lag(op, ref, spec, spec.source.kafka)
+            found["lag_tried"] = True
     if spec.coordinator.is_kafka:
         if op.journal is not None and found.get("consumer_group") is None:
             # Classic groups only: a consumer group's reassignments are not in DescribeGroups'
@@ -148,3 +165,25 @@ async def _lag(backend: KafkaBackend, spec: ConsumerGroupSpec) -> LagReading | N
     except (CoordinatorUnreachable, KafkaAccessError) as error:
         logger.warning("lag of group %s not read: %s", spec.group_id, error)
         return None
+
+
+async def _embedded_lag(
+    op: Operator, ref: GroupRef, spec: ConsumerGroupSpec, source: KafkaSourceSpec
+) -> LagReading | None:
+    """An embedded group's offsets for lag: log ends from its source cluster (with the
+    operator's connection of spec.source.kafka), commits from the embedded coordinator.
+    None when the cluster does not answer or refuses, or its Secrets are missing: the
+    group's own work does not depend on that cluster, so this is a warning, not Degraded."""
+    try:
+        settings = await read_client_settings(
+            op.kube, op.observed, ref.namespace, source, op.kafka_settings, "spec.source.kafka"
+        )
+        cluster = await op.kafka.for_group(str(ref), source.bootstrap_servers, settings)
+        log_ends = await cluster.log_ends([topic.name for topic in spec.topics])
+    except (CoordinatorUnreachable, KafkaAccessError) as error:
+        logger.warning(
+            "lag of group %s not read from %s: %s", spec.group_id, source.bootstrap_servers, error
+        )
+        return None
+    fetched = await op.coordinator.fetch_offsets(OffsetFetchRequest(spec.group_id))
+    return LagReading(log_ends=log_ends, committed=committed_of(fetched))

@@ -170,7 +170,9 @@ class _Pass:
                 reported=self.reported,
                 secrets=secrets_read(spec, ref.name) if spec is not None else frozenset(),
                 disruption_budget=self.budget_found,
-                lag_read=self.observation.now if self.observation.lag is not None else None,
+                lag_read=self.observation.now
+                if self.observation.lag is not None or self.observation.lag_tried
+                else None,
                 scale=self.scale,
             ),
         )

@@ -167,4 +167,6 @@ def _forget(op: Operator, ref: GroupRef) -> None:
     memory = op.memories.drop(ref)
     if memory is not None and memory.token_group_id is not None and op.authenticator is not None:
         op.authenticator.remove_group(memory.token_group_id)
+    if memory is not None and memory.group_id is not None:
+        op.lag_figures.pop(memory.group_id, None)
     op.metrics.forget_group(ref.namespace, ref.name)

@@ -54,7 +54,14 @@ from coordinator.client import env as member_env
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.standby import wait_for_promotion
-from coordinator.server import AuthConfig, RunningServer, authenticator_of, create_app, start_server
+from coordinator.server import (
+    AuthConfig,
+    RunningServer,
+    authenticator_of,
+    create_app,
+    serve_group_lag,
+    start_server,
+)
 from e2e.kube_api import admission_review
 from staticfleet.kafka.broker import (
     free_port,  # below the ephemeral range: not reused by the kernel meanwhile
@@ -802,6 +809,7 @@ async def running_cluster(
             )
             coordinator_server = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
             operator.authenticator = authenticator_of(app)
+            serve_group_lag(app, operator.lag_figures.get)
             kubelet.server_url = coordinator_server.url
 
         # register() mends Kopf as in run_operator, whichever test ran first in this process.

@@ -61,6 +61,7 @@ from staticfleet_operator.crd.models import (
     RULE_PREFIX_IMMUTABLE,
     RULE_REQUIREMENT_VALUES,
     RULE_SELECTOR_NOT_EMPTY,
+    RULE_SOURCE_ONLY_EMBEDDED,
     RULE_TEMPLATE_WITH_REPLICAS,
     kafka_name_problem,
 )
@@ -452,6 +453,7 @@ def test_cel_rules_are_present(spec_schema: Json) -> None:
         RULE_PARTITIONS_UNLESS_KAFKA.rule,
         RULE_COORDINATOR_TYPE_IMMUTABLE.rule,
         RULE_CONSUMER_NEEDS_KAFKA.rule,
+        RULE_SOURCE_ONLY_EMBEDDED.rule,
     ]
     for entry in spec_schema["x-kubernetes-validations"]:
         assert set(entry) == {"rule", "message"} and entry["message"]

@@ -16,7 +16,7 @@ from staticfleet_operator.lag import (
     lag_due,
 )
 from staticfleet_operator.metrics import OperatorMetrics
-from tests.operator.test_pass_plan import NOW, group, kafka_spec, plan
+from tests.operator.test_pass_plan import NOW, group, kafka_spec, plan, spec_body
 
 T = "orders"
 
@@ -107,10 +107,31 @@ def test_an_unchanged_reading_leaves_status_alone_and_is_remembered() -> None:
     assert unread.remember.lag_read is None
 
 
-def test_an_embedded_group_has_no_lag() -> None:
+def test_a_failed_read_keeps_the_figure_and_waits_an_interval_to_try_again() -> None:
+    """A cluster that does not answer costs one request timeout per interval, not one per
+    pass (an embedded group's passes would otherwise each wait on its source cluster)."""
+    earlier = (NOW - timedelta(seconds=40)).isoformat()
+    status = {"lag": 12, "lagPartitionsWithoutCommit": 1, "lagTime": earlier}
+    result = plan(group(kafka_spec(), status=status, lag_tried=True))
+    assert result.status is not None and result.status.lag == 12
+    assert result.status.lag_time == NOW - timedelta(seconds=40)
+    assert result.remember.lag_read == NOW
+
+
+def test_an_embedded_group_without_a_reading_has_no_lag() -> None:
     result = plan(group())
     assert result.status is not None and result.gauges is not None
     assert (result.status.lag, result.gauges.lag) == (None, None)
+
+
+def test_an_embedded_groups_reading_goes_into_status_and_the_gauges() -> None:
+    spec = spec_body(
+        topics=[{"name": T, "partitions": 3}], source={"kafka": {"bootstrapServers": "k:9092"}}
+    )
+    result = plan(group(spec, lag=READING))
+    assert result.status is not None and result.gauges is not None
+    assert (result.status.lag, result.status.lag_partitions_without_commit) == (6, 2)
+    assert result.gauges.lag == 6 and result.remember.lag_read == NOW
 
 
 # --- metrics ---------------------------------------------------------------------------------

@@ -241,6 +241,12 @@ RULE_CONSUMER_NEEDS_KAFKA: Final = CelRule(
     message="rebalance.protocol consumer is Kafka's consumer group protocol (KIP-848): it "
     "needs coordinator type kafka (the embedded coordinator speaks the classic protocol only)",
 )
+RULE_SOURCE_ONLY_EMBEDDED: Final = CelRule(
+    rule="!has(self.source) || !has(self.coordinator) || !has(self.coordinator.type) || "
+    "self.coordinator.type != 'kafka'",
+    message="source applies to the embedded coordinator only (a Kafka-coordinated group's "
+    "lag is read from coordinator.bootstrapServers, where its commits are)",
+)
 SPEC_RULES: Final = (
     RULE_ONE_MODE,
     RULE_TEMPLATE_WITH_REPLICAS,
@@ -251,6 +257,7 @@ SPEC_RULES: Final = (
     RULE_PARTITIONS_UNLESS_KAFKA,
     RULE_COORDINATOR_TYPE_IMMUTABLE,
     RULE_CONSUMER_NEEDS_KAFKA,
+    RULE_SOURCE_ONLY_EMBEDDED,
 )
 RULE_KAFKA_NEEDS_BOOTSTRAP: Final = CelRule(
     rule="has(self.type) && self.type == 'kafka' ? has(self.bootstrapServers) : "
@@ -992,6 +999,34 @@ class CoordinatorSpec(SpecModel):
         return self.type is CoordinatorType.KAFKA
 
 
+class KafkaSourceSpec(KafkaClientSpec):
+    """The Kafka cluster an embedded group's members read their topics from, for the
+    operator's own connection (TLS and authentication as `coordinator.kafka`): it reads the
+    topics' log end offsets there; the commits are in the embedded coordinator. The members'
+    own source settings stay in their pod template (the operator does not interpret them)."""
+
+    bootstrap_servers: str = Field(
+        max_length=4096, json_schema_extra={"pattern": BOOTSTRAP_SERVERS_PATTERN}
+    )
+    """host:port[,host:port...] of the cluster."""
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap(cls, value: str) -> str:
+        # Not Field(pattern=): pydantic's regex engine and the API server's differ on the
+        # escapes (as coordinator.bootstrapServers, checked in coordinator_rule_problems).
+        if not re.fullmatch(BOOTSTRAP_SERVERS_PATTERN, value):
+            raise ValueError(f"bootstrapServers {value!r} is not host:port[,host:port...]")
+        return value
+
+
+class SourceSpec(SpecModel):
+    """Where an embedded group's members read their records (for lag)."""
+
+    kafka: KafkaSourceSpec
+    """A Kafka cluster."""
+
+
 def coordinator_rule_problems(coordinator: CoordinatorSpec) -> list[str]:
     problems: list[str] = []
     if coordinator.kafka is not None and not coordinator.is_kafka:
@@ -1067,6 +1102,10 @@ class ConsumerGroupSpec(SpecModel):
         default_factory=CoordinatorSpec, json_schema_extra={"default": {}}
     )
     """The group's coordinator: embedded (default) or a Kafka cluster."""
+    source: SourceSpec | None = None
+    """Embedded coordinator: the Kafka cluster the members read the topics from, so the
+    operator reads the group's lag (log end offsets there, commits in the embedded
+    coordinator). docs/operator.md, "Autoscaling"."""
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> Self:
@@ -1120,6 +1159,8 @@ def spec_rule_problems(spec: ConsumerGroupSpec) -> list[str]:
         problems.append(RULE_PARTITIONS_UNLESS_KAFKA.message)
     if spec.rebalance.protocol is FleetProtocol.CONSUMER and not spec.coordinator.is_kafka:
         problems.append(RULE_CONSUMER_NEEDS_KAFKA.message)
+    if spec.source is not None and spec.coordinator.is_kafka:
+        problems.append(RULE_SOURCE_ONLY_EMBEDDED.message)
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         problems.append(f"topics must be unique, repeated: {', '.join(duplicates)}")
@@ -1443,12 +1484,14 @@ class ConsumerGroupStatus(StatusModel):
     """The member pods' label selector, serialized (the scale subresource's labelSelector,
     which an HorizontalPodAutoscaler reads); standby pods do not match it. Managed mode only."""
     lag: int | None = Field(default=None, ge=0)
-    """Kafka-coordinated groups: records behind, summed over the spec's topics' partitions
-    (log end offset - committed offset; a partition with no commit counts 0). Read at most
-    every 15 seconds; kept as last read while the cluster does not answer (see lagTime)."""
+    """Kafka-coordinated groups, and embedded groups with spec.source: records behind, summed
+    over the spec's topics' partitions (log end offset - committed offset; a partition with
+    no commit counts 0). Read at most every 15 seconds; kept as last read while the cluster
+    does not answer (see lagTime)."""
     lag_partitions_without_commit: int | None = Field(default=None, ge=0)
-    """Kafka-coordinated groups: partitions of the spec's topics the group has no commit for
-    (their lag is not counted: where they start is the members' auto.offset.reset)."""
+    """Kafka-coordinated groups, and embedded groups with spec.source: partitions of the
+    spec's topics the group has no commit for (their lag is not counted: where they start
+    is the members' auto.offset.reset)."""
     lag_time: datetime | None = None
     """When lag was read as it stands (a reading that finds the same figures does not move
     it, so a fleet at rest costs no status write per read)."""
