@@ -146,6 +146,20 @@ class ConsumerProtocolMember:
     def error(self) -> CoordinatorError | None:
         return self._error
 
+    @property
+    def last_contact_ms(self) -> int | None:
+        """When (this member's clock) the broker last answered a heartbeat; None: never."""
+        return self._last_contact_ms
+
+    @property
+    def reconciling(self) -> bool:
+        """Moving towards a new assignment (revoking, assigning, acknowledging)."""
+        return self._reconciling
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, promoted: Promoted | None = None) -> None:

@@ -45,6 +45,10 @@ STANDBY_WAIT_MS: Final = "STATICFLEET_STANDBY_WAIT_MS"
 # ServiceAccount token (docs/server.md, "Members known by their pod"). Instead of TOKEN. Not
 # in ALL: the operator sets it only for groups whose members are known by their pod.
 TOKEN_FILE: Final = "STATICFLEET_TOKEN_FILE"
+# The port of the member's health endpoints (/livez, /readyz; staticfleet.member.health);
+# unset or 0: none. Not in ALL: the operator sets it only on the containers that run `member
+# run` and gives them httpGet probes on it (docs/client.md, "Health endpoints").
+HEALTH_PORT: Final = "STATICFLEET_HEALTH_PORT"
 
 ALL: Final = (
     COORDINATOR_URL,

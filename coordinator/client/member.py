@@ -221,6 +221,11 @@ class GroupMember:
         return self._error
 
     @property
+    def last_contact_ms(self) -> int:
+        """When (this member's clock) the coordinator last answered: a session counts from it."""
+        return self._last_contact_ms
+
+    @property
     def rebalances(self) -> int:
         """Completed join+sync rounds (for tests and metrics)."""
         return self._rebalances

@@ -9,6 +9,7 @@ assignment, no rebalance (docs/operator.md, "Hot standby").
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from coordinator.client.backoff import Backoff
@@ -46,12 +47,14 @@ async def wait_for_promotion(
     retry_backoff_ms: int = 100,
     retry_backoff_max_ms: int = 1000,
     clock: Clock | None = None,
+    on_answer: Callable[[], None] | None = None,
 ) -> Promoted:
     """Heartbeat until promoted; returns the promotion. A standby heartbeats
     `STANDBY_BEATS_PER_INTERVAL` times per heartbeat interval (a tiny request, and the
     takeover is then a fraction of an interval after the promotion). An unreachable
     coordinator is retried (a standby has nothing to lose); a refused request raises
-    `CoordinatorError`. Waits go through `clock` (default: the real one)."""
+    `CoordinatorError`. Waits go through `clock` (default: the real one). `on_answer` is
+    called for every answer that is not a refusal (a health endpoint's "heartbeating")."""
     clock = clock if clock is not None else MonotonicClock()
     request = StandbyHeartbeatRequest(group_id, standby_id, session_timeout_ms)
     backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
@@ -85,4 +88,6 @@ async def wait_for_promotion(
             raise CoordinatorError(answer.error_code, f"standby heartbeat by {standby_id}")
         if answer.error_code is not ErrorCode.NONE:
             logger.info("standby %s: heartbeat returned %s", standby_id, answer.error_code.name)
+        elif on_answer is not None:
+            on_answer()
         await sleep(clock, interval_ms)

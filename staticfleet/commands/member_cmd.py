@@ -142,6 +142,14 @@ def register(subparsers: Any) -> None:
         help="how long a refused token (HTTP 401/403, e.g. while the operator restarts) is "
         "retried before the member exits (default: %(default)s; 0: exit at once)",
     )
+    run.add_argument(
+        "--health-port",
+        type=int,
+        help=(
+            "serve /livez (the run loop makes progress) and /readyz (stable in its generation, "
+            f"or a standby heartbeating) on this port; 0: off [{env.HEALTH_PORT}] (0)"
+        ),
+    )
     run.add_argument("--client-id", default=None, help="client id reported to the coordinator")
     run.add_argument("--commit-interval-ms", type=int, default=DEFAULTS.commit_interval_ms)
     run.add_argument("--poll-interval-ms", type=int, default=DEFAULTS.poll_interval_ms)

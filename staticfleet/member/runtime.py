@@ -34,10 +34,14 @@ from coordinator.client.kafka_settings import (
     KafkaClientSettings,
     KafkaSettingsFile,
 )
+from coordinator.client.kafka_transport import (
+    DEFAULT_REQUEST_TIMEOUT_MS as KAFKA_REQUEST_TIMEOUT_MS,
+)
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.member import GroupMember, MemberAccessDenied
 from coordinator.client.standby import wait_for_promotion
 from coordinator.client.strategy import ConfigurationError
+from coordinator.client.timing import MonotonicClock
 from coordinator.client.token_file import TokenFile
 from coordinator.client.transport import Transport
 from coordinator.errors import CoordinatorError, ErrorCode
@@ -52,6 +56,8 @@ from staticfleet.member.events import (
     EventLog,
     Member,
 )
+from staticfleet.member.health import HealthState, stall_limit_ms
+from staticfleet.member.health_server import HealthServer
 from staticfleet.member.settings import Settings
 from staticfleet.member.source_consumer import SourceConsumer
 from staticfleet.source import PartitionReader, SyntheticReader
@@ -81,6 +87,37 @@ def open_transport(
 
 
 async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -> int:
+    config = settings.config
+    consumer_protocol = config.rebalance_protocol is RebalanceProtocolSetting.CONSUMER
+    health = HealthState(
+        MonotonicClock(),  # the members' own clock: their contact times compare with it
+        stall_limit_ms=stall_limit_ms(
+            config.session_timeout_ms,
+            settings.poll_interval_ms,
+            # The consumer protocol's commit waits for its request timeout, not the session.
+            KAFKA_REQUEST_TIMEOUT_MS if consumer_protocol else None,
+        ),
+        session_timeout_ms=config.session_timeout_ms,
+    )
+    server: HealthServer | None = None
+    if settings.health_port:
+        server = HealthServer(health, settings.health_port)
+        try:
+            server.start()
+        except OSError as error:
+            print(
+                f"staticfleet member run: --health-port {settings.health_port}: {error}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+    try:
+        return await _run_member(settings, health, stop)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+async def _run_member(settings: Settings, health: HealthState, stop: asyncio.Event | None) -> int:
     config = settings.config
     events = EventLog.open(
         settings.event_log, group_id=config.group_id, instance_id=config.group_instance_id
@@ -121,7 +158,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
     if settings.standby_id is not None:
         exit_code = EXIT_OK
         try:
-            promoted = await _wait_as_standby(settings, transport, events, stop)
+            promoted = await _wait_as_standby(settings, transport, events, stop, health)
         except CoordinatorError as error:
             print(f"staticfleet member run: standby refused: {error}", file=sys.stderr)
             exit_code = EXIT_FATAL
@@ -155,6 +192,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         return EXIT_USAGE
     consumer.member = member
     events.member = member
+    health.member = member
     events.write(
         STARTED,
         rebalance_protocol=config.rebalance_protocol.value,
@@ -170,7 +208,7 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
         events.write(PROMOTED, standby_id=settings.standby_id, member_id=promoted.member_id)
     await member.start(promoted=promoted)
     try:
-        code = await _consume_until_stopped(member, consumer, settings, stop)
+        code = await _consume_until_stopped(member, consumer, settings, stop, health)
     finally:
         # Also after a fatal error: close then skips what a fenced member must not send.
         await member.close(leave=settings.leave_on_close)
@@ -182,13 +220,19 @@ async def run_member(settings: Settings, *, stop: asyncio.Event | None = None) -
 
 
 async def _wait_as_standby(
-    settings: Settings, transport: Transport, events: EventLog, stop: asyncio.Event
+    settings: Settings,
+    transport: Transport,
+    events: EventLog,
+    stop: asyncio.Event,
+    health: HealthState,
 ) -> Promoted | None:
-    """Heartbeat as a standby until promoted (the promotion) or stopped (None)."""
+    """Heartbeat as a standby until promoted (the promotion) or stopped (None); the wait
+    ticks `health` every poll interval, as the run loop does."""
     if not isinstance(transport, HttpTransport):
         raise CoordinatorError(ErrorCode.INVALID_REQUEST, "a standby needs our coordinator")
     config = settings.config
     events.write(STANDBY, standby_id=settings.standby_id, pid=os.getpid())
+    health.standby = True
     waiting = asyncio.ensure_future(
         wait_for_promotion(
             transport,
@@ -196,13 +240,21 @@ async def _wait_as_standby(
             str(settings.standby_id),
             session_timeout_ms=config.session_timeout_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
+            on_answer=health.standby_answered,
         )
     )
     stopped = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        while not (waiting.done() or stopped.done()):
+            health.tick()
+            await asyncio.wait(
+                {waiting, stopped},
+                timeout=settings.poll_interval_ms / 1000,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
     finally:
         stopped.cancel()
+        health.standby = False
     if not waiting.done():
         waiting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -212,7 +264,11 @@ async def _wait_as_standby(
 
 
 async def _consume_until_stopped(
-    member: Member, consumer: SourceConsumer, settings: Settings, stop: asyncio.Event
+    member: Member,
+    consumer: SourceConsumer,
+    settings: Settings,
+    stop: asyncio.Event,
+    health: HealthState,
 ) -> int:
     fatal = asyncio.ensure_future(member.run())
     stopped = asyncio.ensure_future(stop.wait())
@@ -220,6 +276,7 @@ async def _consume_until_stopped(
     next_commit = asyncio.get_running_loop().time() + settings.commit_interval_ms / 1000
     try:
         while not stop.is_set() and not fatal.done():
+            health.tick()
             try:
                 # A session that lapsed while this loop could not run (a stop, a stall) may
                 # have given the partitions away: lose them before touching another record.

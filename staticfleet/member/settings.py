@@ -60,6 +60,7 @@ class Overrides:
     leave_on_close: bool | None = None
     source: str | None = None
     client_id: str | None = None
+    health_port: int | None = None  # 0: no health endpoints
     authorization_retry_ms: int = 120_000
     commit_interval_ms: int = 1000
     poll_interval_ms: int = 100
@@ -94,6 +95,7 @@ class Settings:
         coordinator_ssl: ssl.SSLContext | None = None,
         remote_assignor: str | None = None,
         standby_wait: InstanceIdWait | None = None,
+        health_port: int = 0,
     ) -> None:
         self.url = url
         # How an https:// coordinator's certificate is verified (None: plain http://).
@@ -119,6 +121,8 @@ class Settings:
         # Set: a standby for config.group_instance_id on the consumer protocol (it joins
         # again while the broker still holds the id).
         self.standby_wait = standby_wait
+        # /livez and /readyz on this port (staticfleet.member.health); 0: none.
+        self.health_port = health_port
 
 
 def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
@@ -211,6 +215,11 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         raise ValueError(
             "--commit-interval-ms, --poll-interval-ms and --max-poll-records must be positive"
         )
+    health_port = number(given.health_port, env.HEALTH_PORT, 0)
+    if not 0 <= health_port <= 65535:
+        raise ValueError(
+            f"--health-port/{env.HEALTH_PORT} must be 0 (off) to 65535, not {health_port}"
+        )
     source_url = pick(given.source, env.SOURCE) or "synthetic"
     kafka_bootstrap = None
     if source_url != "synthetic":
@@ -265,6 +274,7 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         kafka_settings_file=kafka_settings_file,
         remote_assignor=remote_assignor,
         standby_wait=standby_wait,
+        health_port=health_port,
     )
 
 
