@@ -22,6 +22,7 @@ from staticfleet_operator.kafka_clients import (
     client_env_from,
     kafka_member_env,
 )
+from staticfleet_operator.member_probes import with_health_probes
 from staticfleet_operator.owned import GROUP_LABEL, MANAGED_BY, MANAGED_BY_LABEL, group_owner
 from staticfleet_operator.rollout import MemberPod
 from staticfleet_operator.tokens import token_secret_ref
@@ -310,8 +311,11 @@ def with_member_env(
 ) -> dict[str, Any]:
     """A copy of `pod_spec` whose every container carries `entries` (replacing same names)
     and `env_from` (the Kafka client Secret, appended once), and, with `mount`, the client
-    configuration Secret's volume mounted read-only in every container."""
+    configuration Secret's volume mounted read-only in every container. A container that
+    runs `member run` also gets httpGet probes on its health endpoints (member_probes)."""
     result = copy.deepcopy(dict(pod_spec))
+    if "containers" in result:
+        result["containers"] = [with_health_probes(c) for c in result["containers"] or []]
     owned = MEMBER_ENV_NAMES | {str(e["name"]) for e in entries}
     for container in result.get("containers") or []:
         kept = [e for e in container.get("env") or [] if e.get("name") not in owned]
