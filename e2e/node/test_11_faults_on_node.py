@@ -1,11 +1,18 @@
 """Scenario 11: what only a real node does to a member (issues 28 and 24).
 
 On scenario 10's node and chart release (e2e/node/conftest.py), a managed ConsumerGroup of 3
-whose pod template has an exec liveness probe and a memory limit:
+whose members serve their health endpoints (`STATICFLEET_HEALTH_PORT`: the operator gives
+them httpGet liveness and readiness probes on /livez and /readyz), with a memory limit, and
+whose event log goes through a FIFO to a sidecar that prints it (`cat`):
 
-- **liveness**: the test makes one member's probe fail (`kubectl exec ... touch
-  /tmp/unhealthy`); the kubelet kills the container (SIGTERM: a static member does not leave)
-  and restarts it in the same pod; it rejoins under the same instance id, generation unchanged;
+- **liveness**: the test stops one pod's sidecar (SIGSTOP of its `cat`, from the host) and
+  fills the FIFO, so that member's run loop blocks writing its next event line, for real.
+  Its health thread still answers: /livez turns 503 "stuck" once the stall limit (session +
+  poll + 5 s) is past, the kubelet kills the container for the failed liveness probe and
+  restarts it in the same pod, and the member rejoins under the same instance id. A stuck
+  loop sends no heartbeats either, so the coordinator expired the member first (its session
+  is shorter than the stall limit): one rebalance out and one back in, not a static rejoin.
+  Readiness: the pod goes NotReady ("lost") within the session plus the probe's period;
 - **OOM**: inside one member's container a process allocates past the limit; the kernel's
   memory-cgroup OOM killer kills the member (the allocator shields itself, see
   `test_oom_kill_restarts_in_place`), the pod status says `OOMKilled`, the container
@@ -26,17 +33,22 @@ whose pod template has an exec liveness probe and a memory limit:
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.cluster import pod_ready
-from e2e.fleet import INSTANCE_ANNOTATION, static_rejoins, wait_for
+from e2e.fleet import INSTANCE_ANNOTATION, rows_of, static_rejoins, wait_for
 from e2e.groups import (
     apply,
     managed_group,
@@ -58,7 +70,29 @@ SESSION_TIMEOUT_MS = 45_000
 DRAIN_TIMEOUT_S = 15
 ROLLOUT_DRAIN_TIMEOUT_S = 8
 BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget"
-UNHEALTHY = "/tmp/unhealthy"  # in the container's own writable layer: a restart starts clean
+HEALTH_PORT = 8081
+EVENTS_DIR = "/events"
+EVENTS_FIFO = f"{EVENTS_DIR}/log"
+EVENTS_CONTAINER = "events"
+# Fill a FIFO without blocking: the writer stops when the pipe's buffer is full.
+FILL_FIFO = (
+    "import os\n"
+    f"fd = os.open({EVENTS_FIFO!r}, os.O_WRONLY | os.O_NONBLOCK)\n"
+    "n = 0\n"
+    "try:\n"
+    "    while True:\n"
+    "        n += os.write(fd, b'#' * 4096)\n"
+    "except BlockingIOError:\n"
+    "    print(n)\n"
+)
+GET_LIVEZ = (
+    "import urllib.request, urllib.error\n"
+    "try:\n"
+    f"    r = urllib.request.urlopen('http://127.0.0.1:{HEALTH_PORT}/livez', timeout=3)\n"
+    "    print(r.status, r.read().decode())\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    print(e.code, e.read().decode())\n"
+)
 MEMORY_LIMIT = "256Mi"
 ALLOCATE_MIB = 512
 
@@ -74,18 +108,38 @@ class Fleet:
 
 def faulty_group(image: str) -> dict[str, Any]:
     group = managed_group(GROUP, replicas=MEMBERS, session_timeout_ms=SESSION_TIMEOUT_MS)
-    container = group["spec"]["template"]["spec"]["containers"][0]
+    pod_spec = group["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
     container["image"] = image
     container["imagePullPolicy"] = "Never"
-    # The member has no health endpoint; an exec probe the test can make fail for one
-    # member. One failure restarts it (the kubelet's own decision, as for any probe).
-    container["livenessProbe"] = {
-        "exec": {"command": ["sh", "-c", f"test ! -e {UNHEALTHY}"]},
-        "periodSeconds": 1,
-        "failureThreshold": 1,
-        "timeoutSeconds": 2,
-    }
+    # No probes written here: the operator adds httpGet ones on the member's health port.
+    container["env"] = [{"name": "STATICFLEET_HEALTH_PORT", "value": str(HEALTH_PORT)}]
+    # The flag: the operator owns STATICFLEET_EVENT_LOG.
+    container["args"] = [*container["args"], "--event-log", EVENTS_FIFO]
     container["resources"] = {"limits": {"memory": MEMORY_LIMIT}}
+    mount = {"name": "events", "mountPath": EVENTS_DIR}
+    container["volumeMounts"] = [mount]
+    pod_spec["volumes"] = [{"name": "events", "emptyDir": {}}]
+    pod_spec["initContainers"] = [
+        {
+            "name": "fifo",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "command": ["mkfifo", EVENTS_FIFO],
+            "volumeMounts": [mount],
+        }
+    ]
+    # `cat` holds the FIFO open read-write too, so a member's restart (its write end closed)
+    # is no end of file for it: one reader for every incarnation.
+    pod_spec["containers"].append(
+        {
+            "name": EVENTS_CONTAINER,
+            "image": image,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", f"exec cat <>{EVENTS_FIFO}"],
+            "volumeMounts": [mount],
+        }
+    )
     return group
 
 
@@ -116,49 +170,110 @@ def _pod(fleet: Fleet, slot: int) -> dict[str, Any]:
     raise AssertionError(f"no pod for slot {slot}")
 
 
+def _member_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """The member container's status (the kubelet lists them by name: the sidecar first)."""
+    return next(c for c in pod["status"]["containerStatuses"] if c["name"] == "member")
+
+
 def _restarted_in_place(
     fleet: Fleet,
     victim: dict[str, Any],
     fault: Callable[[], None],
     record: Callable[[str, Any], None],
     prefix: str,
+    *,
+    static: bool = True,
+    on_restart: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Run `fault` on `victim`'s member; it restarts in the same pod, rejoins under the same
-    instance id, and the group is Stable again with no new generation. Returns the pod."""
+    instance id, and the group is Stable again: with no new generation when `static` (a
+    restart within the session), else after the coordinator expired it and it joined again.
+    `on_restart` runs once the restart is seen (before the member is Ready). Returns the pod."""
     cluster, ns = fleet.cluster, fleet.ns
     before = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
     name = victim["metadata"]["name"]
-    restarts = victim["status"]["containerStatuses"][0]["restartCount"]
+    restarts = _member_status(victim)["restartCount"]
     instance_id = victim["metadata"]["annotations"][INSTANCE_ANNOTATION]
     admin = cluster.admin()
     since_ms = int(time.time() * 1000)
     started = time.monotonic()
     fault()
+    seen_restart: list[float] = []
 
     def restarted() -> dict[str, Any] | None:
         pod: dict[str, Any] = cluster.get_json("-n", ns, "get", "pod", name)
-        current = pod["status"]["containerStatuses"][0]
-        return pod if current["restartCount"] > restarts and pod_ready(pod) else None
+        if _member_status(pod)["restartCount"] > restarts and not seen_restart:
+            seen_restart.append(time.monotonic() - started)
+            if on_restart is not None:
+                on_restart()
+        return pod if seen_restart and pod_ready(pod) else None
 
-    pod = wait_for(f"{name}'s container restarted and Ready", restarted, timeout_s=120)
+    pod = wait_for(f"{name}'s container restarted and Ready", restarted, timeout_s=180)
+    record(f"{prefix}_to_restart_s", round(seen_restart[0], 1))
     record(f"{prefix}_to_ready_s", round(time.monotonic() - started, 1))
-    wait_for(
-        f"{instance_id}'s static rejoin in the journal",
-        lambda: static_rejoins(admin.journal(GROUP), instance_id, since_ms),
-        timeout_s=60,
-    )
-    record(f"{prefix}_to_static_rejoin_s", round(time.monotonic() - started, 1))
+    if static:
+        wait_for(
+            f"{instance_id}'s static rejoin in the journal",
+            lambda: static_rejoins(admin.journal(GROUP), instance_id, since_ms),
+            timeout_s=60,
+        )
+        record(f"{prefix}_to_static_rejoin_s", round(time.monotonic() - started, 1))
+    else:
+        journal = admin.journal(GROUP)
+        removed = [
+            r
+            for r in rows_of(journal, "member_removed", since_ms)
+            if r.get("group_instance_id") == instance_id
+        ]
+        joined = [
+            r
+            for r in rows_of(journal, "member_joined", since_ms)
+            if r.get("group_instance_id") == instance_id
+        ]
+        record(f"{prefix}_journal", {"removed": removed, "joined": len(joined)})
+        assert removed and joined, journal[-20:]
     after = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
     record(f"{prefix}_to_stable_s", round(time.monotonic() - started, 1))
     assert pod["metadata"]["uid"] == victim["metadata"]["uid"]  # the same pod, in place
-    assert pod["status"]["containerStatuses"][0]["restartCount"] == restarts + 1
+    assert _member_status(pod)["restartCount"] == restarts + 1
     record(f"{prefix}_restart_count", [restarts, restarts + 1])
-    assert after["generation_id"] == before["generation_id"]
     record(f"{prefix}_generation", [before["generation_id"], after["generation_id"]])
+    if static:
+        assert after["generation_id"] == before["generation_id"]
+    else:
+        assert after["generation_id"] > before["generation_id"]
     assert {m["group_instance_id"] for m in after["members"]} == {
         m["group_instance_id"] for m in before["members"]
     }
     return pod
+
+
+def _sidecar_reader_pid(pod: dict[str, Any]) -> int:
+    """The host pid of `pod`'s event reader (`cat`): the kubelet's cgroups name the pod's uid
+    (cgroupfs driver), and this test runs as root on the node."""
+    uid = pod["metadata"]["uid"]
+    marks = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "cmdline").read_bytes().split(b"\0")[0] != b"cat":
+                continue
+            cgroups = (entry / "cgroup").read_text()
+        except OSError:
+            continue
+        if any(mark in cgroups for mark in marks):
+            found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _exec_python(fleet: Fleet, name: str, script: str) -> str:
+    result = fleet.cluster.kubectl(
+        "-n", fleet.ns, "exec", name, "-c", "member", "--", "python3", "-c", script, timeout=30
+    )
+    return result.stdout.strip()
 
 
 def test_liveness_probe_failure_restarts_in_place(
@@ -167,14 +282,58 @@ def test_liveness_probe_failure_restarts_in_place(
     fleet = diagnosed
     victim = _pod(fleet, 0)
     name = victim["metadata"]["name"]
+    probes = victim["spec"]["containers"][0]
+    # The operator's probes, from the port the template set.
+    for key, path in (
+        ("startupProbe", "/livez"),
+        ("livenessProbe", "/livez"),
+        ("readinessProbe", "/readyz"),
+    ):
+        get = probes[key]["httpGet"]  # the API server adds scheme: HTTP
+        assert (get["path"], get["port"]) == (path, HEALTH_PORT), probes
+    reader = _sidecar_reader_pid(victim)
+    stuck: dict[str, Any] = {}
+    started: list[float] = []
 
-    def fail_probe() -> None:
-        fleet.cluster.kubectl(
-            "-n", fleet.ns, "exec", name, "-c", "member", "--", "touch", UNHEALTHY
+    def stall_the_loop() -> None:
+        os.kill(reader, signal.SIGSTOP)
+        stuck["filled_bytes"] = int(_exec_python(fleet, name, FILL_FIFO))
+        started.append(time.monotonic())
+        # Until the kubelet acts: when the pod goes NotReady, and /livez from inside.
+        while time.monotonic() - started[0] < 150:
+            pod = fleet.cluster.get_json("-n", fleet.ns, "get", "pod", name)
+            if _member_status(pod)["restartCount"] > _member_status(victim)["restartCount"]:
+                return
+            elapsed = round(time.monotonic() - started[0], 1)
+            if not pod_ready(pod):
+                stuck.setdefault("not_ready_after_s", elapsed)
+            if "livez" not in stuck:
+                answer = _exec_python(fleet, name, GET_LIVEZ)
+                status, _, body = answer.partition(" ")
+                if status == "503":
+                    stuck["livez_503_after_s"] = elapsed
+                    stuck["livez"] = json.loads(body)
+            time.sleep(1)
+
+    try:
+        pod = _restarted_in_place(
+            fleet,
+            victim,
+            stall_the_loop,
+            record,
+            "liveness",
+            static=False,
+            on_restart=lambda: os.kill(reader, signal.SIGCONT),
         )
-
-    pod = _restarted_in_place(fleet, victim, fail_probe, record, "liveness")
-    # The kubelet's own account: the probe failed and it killed the container for it.
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(reader, signal.SIGCONT)
+    record("liveness_stuck", stuck)
+    assert stuck["filled_bytes"] >= 4096, stuck
+    assert stuck["livez"]["reason"] == "stuck", stuck
+    assert "has not ticked" in stuck["livez"]["detail"], stuck
+    assert "not_ready_after_s" in stuck, stuck  # readiness: "lost" once the session is past
+    # The kubelet's own account: the httpGet probe got 503 and it killed the container.
     events = fleet.cluster.get_json(
         "-n", fleet.ns, "get", "events", "--field-selector", f"involvedObject.name={name}"
     )["items"]
@@ -182,9 +341,15 @@ def test_liveness_probe_failure_restarts_in_place(
     assert any(
         e["reason"] == "Killing" and "failed liveness probe" in e["message"] for e in events
     ), messages
-    record("liveness_kubelet_events", sorted({m for m in messages if "iveness" in m}))
-    last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
-    # SIGTERM from the kubelet: the member closes cleanly (exit 0) without leaving.
+    assert any(
+        "Liveness probe failed: HTTP probe failed with statuscode: 503" in m for m in messages
+    ), messages
+    record(
+        "liveness_kubelet_events",
+        sorted({m for m in messages if "iveness" in m or "eadiness" in m}),
+    )
+    last = _member_status(pod)["lastState"]["terminated"]
+    # Blocked in write(2), the member cannot run its SIGTERM handler: SIGKILL after the grace.
     record("liveness_last_state", {"reason": last["reason"], "exitCode": last["exitCode"]})
 
 
@@ -217,7 +382,7 @@ def test_oom_kill_restarts_in_place(diagnosed: Fleet, record: Callable[[str, Any
         )
 
     pod = _restarted_in_place(fleet, victim, allocate, record, "oom")
-    last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    last = _member_status(pod)["lastState"]["terminated"]
     record("oom_last_state", {"reason": last["reason"], "exitCode": last["exitCode"]})
     record("oom_exec", exec_result)
     assert last["reason"] == "OOMKilled", last

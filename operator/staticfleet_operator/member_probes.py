@@ -22,6 +22,13 @@ HEALTH_PORT_NAME: Final = "member-health"
 LIVENESS_PATH: Final = "/livez"
 READINESS_PATH: Final = "/readyz"
 
+# Until /livez first answers (the process imports and binds within a few seconds): the
+# other probes wait for it, so a slow start is neither killed nor reported refused.
+STARTUP_PROBE: Final[Mapping[str, Any]] = {
+    "periodSeconds": 1,
+    "timeoutSeconds": 3,
+    "failureThreshold": 60,
+}
 # The endpoint already waits for its stall limit (session + poll + 5 s) before it says
 # "stuck": three failed checks 5 s apart then restart the container.
 LIVENESS_PROBE: Final[Mapping[str, Any]] = {
@@ -83,6 +90,7 @@ def with_health_probes(container: Mapping[str, Any]) -> dict[str, Any]:
             {"name": HEALTH_PORT_NAME, "containerPort": port, "protocol": "TCP"},
         ]
     for key, path, timing in (
+        ("startupProbe", LIVENESS_PATH, STARTUP_PROBE),
         ("livenessProbe", LIVENESS_PATH, LIVENESS_PROBE),
         ("readinessProbe", READINESS_PATH, READINESS_PROBE),
     ):

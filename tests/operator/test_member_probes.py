@@ -24,6 +24,7 @@ def health_env(port: str) -> list[dict[str, str]]:
 
 def test_a_member_serving_its_endpoints_gets_both_probes_and_a_port() -> None:
     container = with_health_probes({**MEMBER, "env": health_env("8081")})
+    assert container["startupProbe"]["httpGet"] == {"path": "/livez", "port": 8081}
     assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": 8081}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8081}
     assert container["ports"] == [
