@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from coordinator.protocol import TopicPartition
+from staticfleet.kafka.broker import free_port
 from staticfleet.member.events import read_events
 from staticfleet.member.runtime import EXIT_OK
 from tests.client import test_member_process as processes
+from tests.client.test_member_health_process import get
 from tests.client.test_member_process import (
     GROUP,
     TOKEN,
@@ -43,7 +45,7 @@ def admin(url: str, method: str, path: str, body: object | None = None) -> dict[
     return answer
 
 
-def start_standby(fleet: Fleet, name: str, standby_id: str) -> Path:
+def start_standby(fleet: Fleet, name: str, standby_id: str, health_port: int = 0) -> Path:
     log = fleet.directory / f"{name}.jsonl"
     environment = {
         **os.environ,
@@ -57,6 +59,7 @@ def start_standby(fleet: Fleet, name: str, standby_id: str) -> Path:
         "STATICFLEET_HEARTBEAT_INTERVAL_MS": "200",
         "STATICFLEET_TOKEN": TOKEN,
         "STATICFLEET_EVENT_LOG": str(log),
+        "STATICFLEET_HEALTH_PORT": str(health_port),
     }
     environment.pop("STATICFLEET_INSTANCE_ID", None)
     fleet.processes[name] = subprocess.Popen(
@@ -80,13 +83,18 @@ def test_a_standby_process_takes_over_a_killed_member_without_a_rebalance(
         fleet.start("a", "s-0")
         fleet.start("b", "s-1")
         wait_for(lambda: complete_and_disjoint(fleet, 2))
-        start_standby(fleet, "spare", "spare-0")
+        health_port = free_port()
+        start_standby(fleet, "spare", "spare-0", health_port)
         wait_for(
             lambda: (
                 admin(coordinator_url, "GET", f"/v1/groups/{GROUP}/standbys")["standby_ids"]
                 == ["spare-0"]
             )
         )
+        # A standby heartbeating is ready (it can take over at once) and holds nothing.
+        wait_for(lambda: get(health_port, "/readyz")[1]["reason"] == "standby")
+        status, body = get(health_port, "/readyz")
+        assert (status, body["phase"], body["partitions"]) == (200, "standby", 0), body
         held_by_a = fleet.owned_now()["a"]
         before = generation(coordinator_url)
         fleet.processes["a"].send_signal(signal.SIGKILL)
@@ -109,6 +117,11 @@ def test_a_standby_process_takes_over_a_killed_member_without_a_rebalance(
         wait_for(lambda: spare_owns() == held_by_a, timeout=10)
         wait_for(lambda: any(e["event"] == "commit" for e in read_events(tmp_path / "spare.jsonl")))
         assert generation(coordinator_url) == before
+        # Promoted: ready as the member it took over, in the same generation.
+        wait_for(lambda: get(health_port, "/readyz")[1]["reason"] == "stable")
+        status, body = get(health_port, "/readyz")
+        assert (status, body["generation_id"]) == (200, before), body
+        assert body["partitions"] == len(held_by_a), body
         events = read_events(tmp_path / "spare.jsonl")
         kinds = [e["event"] for e in events]
         assert kinds[:4] == ["standby", "started", "promoted", "assigned"]
