@@ -62,6 +62,7 @@ from bench.coordinator_bench import (
 )
 from coordinator.client.http import HttpTransport
 from coordinator.wire import to_json
+from staticfleet.processes import NotReady, wait_ready_port
 
 TARGET_SECONDS = 2.0
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -169,18 +170,11 @@ class Server:
                 stderr=subprocess.STDOUT,
                 preexec_fn=pin if cpu is not None else None,
             )
-        deadline = started + READY_TIMEOUT_S
-        while time.perf_counter() < deadline:
-            if self.process.poll() is not None:
-                raise BenchError(f"server exited with {self.process.returncode}: {self.log_tail()}")
-            if self.ready_file.exists():
-                text = self.ready_file.read_text().strip()
-                if text:
-                    self.port = int(text)
-                    self.start_seconds = time.perf_counter() - started
-                    return
-            time.sleep(0.02)
-        raise BenchError(f"server not ready within {READY_TIMEOUT_S} s: {self.log_tail()}")
+        try:
+            self.port = wait_ready_port(self.ready_file, self.process, READY_TIMEOUT_S, "server")
+        except NotReady as error:
+            raise BenchError(f"{error}: {self.log_tail()}") from None
+        self.start_seconds = time.perf_counter() - started
 
     def cpu_seconds(self) -> float:
         """utime + stime of the server process (all its threads), from /proc."""

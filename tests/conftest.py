@@ -11,9 +11,12 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -93,6 +96,49 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield broker
     finally:
         broker.stop()
+
+
+@dataclass(frozen=True)
+class QuickDemo:
+    """One finished `staticfleet demo --quick` run: its output directory and what it printed."""
+
+    output: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def failure(self) -> str:
+        return self.stdout[-4000:] + self.stderr[-4000:]
+
+
+QUICK_DEMO_TIMEOUT_S = 480  # about 170 s on a quiet machine; a guard against a hang
+
+
+@pytest.fixture(scope="session")
+def quick_demo(tmp_path_factory: pytest.TempPathFactory) -> QuickDemo:
+    """`staticfleet demo --quick` on the embedded coordinator with its default engine (Spark's
+    analytics over the journals, in a child), run once for the tests that read its report:
+    the end-to-end check and Spark's cross-check (about 170 s a run)."""
+    output = tmp_path_factory.mktemp("quick-demo") / "demo"
+    command = [sys.executable, "-m", "staticfleet.cli", "demo", "--quick", "--output-dir"]
+    try:
+        done = subprocess.run(
+            [*command, str(output)], capture_output=True, text=True, timeout=QUICK_DEMO_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired as error:
+        # Each user fails with what the run printed, rather than with the fixture's error.
+        return QuickDemo(
+            output,
+            -1,
+            _text(error.stdout),
+            f"{_text(error.stderr)}\ntimed out after {error.timeout} s",
+        )
+    return QuickDemo(output, done.returncode, done.stdout, done.stderr)
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
 
 
 _topic_numbers = itertools.count()

@@ -22,6 +22,7 @@ from typing import IO, Any
 from coordinator.client import env as member_env
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.demo.settings import DemoSettings
+from staticfleet.processes import NotReady, wait_ready_port
 
 
 class FleetError(RuntimeError):
@@ -147,16 +148,12 @@ class CoordinatorProcess:
             stderr=self._log,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout_s
-        while not self._ready_file.exists():
-            if self._process.poll() is not None:
-                raise FleetError(
-                    f"the coordinator exited with {self._process.returncode}; see {self._log_path}"
-                )
-            if time.monotonic() > deadline:
-                raise FleetError(f"the coordinator did not start in {timeout_s:.0f} s")
-            time.sleep(0.02)
-        self.port = int(self._ready_file.read_text().strip())
+        try:
+            self.port = wait_ready_port(
+                self._ready_file, self._process, timeout_s, "the coordinator"
+            )
+        except NotReady as error:
+            raise FleetError(f"{error}; see {self._log_path}") from None
 
     def kill(self) -> None:
         """SIGKILL: no flush, no goodbye — the crash scenario."""

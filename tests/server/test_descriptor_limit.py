@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from coordinator import HeartbeatRequest, SyncGroupRequest
 from coordinator.wire import to_json
+from staticfleet.processes import NotReady, await_ready_port
 from tests.serve import staticfleet
 
 from .messages import join_body
@@ -73,12 +74,10 @@ async def serve(tmp_path: Path, soft: int, hard: int) -> AsyncIterator[Serve]:
         )
     running = Serve(process, 0, log)
     try:
-        deadline = time.monotonic() + BOUND_S * 2
-        while not ready.exists():
-            assert process.returncode is None, log.read_text()
-            assert time.monotonic() < deadline, "serve did not start"
-            await asyncio.sleep(0.05)
-        running.port = int(ready.read_text())
+        try:
+            running.port = await await_ready_port(ready, process, BOUND_S * 2, "serve")
+        except NotReady as error:
+            pytest.fail(f"{error}:\n{log.read_text()}")
         yield running
     finally:
         if process.returncode is None:

@@ -24,6 +24,7 @@ from coordinator import (
     SyncGroupRequestAssignment,
 )
 from coordinator.wire import from_json, to_json
+from staticfleet.processes import NotReady, await_ready_port
 
 from .messages import join_body
 
@@ -69,19 +70,14 @@ def _env() -> dict[str, str]:
     }
 
 
-def _read_port(ready: Path) -> int | None:
-    # The server writes the file atomically (rename), so it is complete once it exists.
-    return int(ready.read_text()) if ready.exists() else None
-
-
 async def wait_ready(process: asyncio.subprocess.Process, ready: Path) -> str:
-    deadline = time.monotonic() + 30
-    while (port := _read_port(ready)) is None:
-        if process.returncode is not None or time.monotonic() > deadline:
+    try:
+        port = await await_ready_port(ready, process, 30, "the server")
+    except NotReady as error:
+        if process.returncode is None:
             process.kill()
-            _, stderr = await process.communicate()
-            pytest.fail(f"server never became ready:\n{stderr.decode()}")
-        await asyncio.sleep(0.05)
+        _, stderr = await process.communicate()
+        pytest.fail(f"{error}:\n{stderr.decode()}")
     return f"http://127.0.0.1:{port}"
 
 

@@ -25,6 +25,7 @@ from pipeline.executor_members import EXECUTOR_BACKEND
 from staticfleet.demo import ownership as om
 from staticfleet.demo.admin import AdminClient
 from staticfleet.demo.fleet import read_rows
+from staticfleet.processes import wait_ready_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -119,8 +120,7 @@ def test_killed_executor_rejoins_as_the_same_static_member(tmp_path: Path) -> No
     job: subprocess.Popen[bytes] | None = None
     slot_dir = tmp_path / "slots"
     try:
-        _wait(ready.exists, 30, "the coordinator")
-        url = f"http://127.0.0.1:{int(ready.read_text().strip())}"
+        url = f"http://127.0.0.1:{wait_ready_port(ready, coordinator, 30, 'the coordinator')}"
         admin = AdminClient(url, admin_token)
         admin.set_topics({TOPIC: PARTITIONS})
 
