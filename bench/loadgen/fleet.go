@@ -13,8 +13,8 @@
 //     after FindCoordinator v4), encoded and decoded with franz-go's kmsg: the raw requests,
 //     one per connection at a time, as a consumer's group connection does.
 //
-// The run: all members start at once (formation: until every group has a generation that
-// all its members have synced), -settle, a -window of heartbeats (latency from each one's due
+// The run: the members start at -start-rate a second (formation: from the first start until
+// every group has a generation that all its members have synced), -settle, a -window of heartbeats (latency from each one's due
 // time), then the full rebalance of the last group (-rebalance-members members): a new
 // static member joins it, the others learn it from their next heartbeat and rejoin; the
 // rebalance time runs from the new member's JoinGroup until every member, the new one too,
@@ -56,6 +56,22 @@ const (
 )
 
 const fleetTopic = "fleet"
+
+const (
+	joinGroupKey     = 11
+	rebalanceTimeout = 60 * time.Second
+)
+
+// requestTimeout is how long a member waits for an answer before it drops the connection and
+// starts over, as a client library does (a JoinGroup may be held for the rebalance timeout):
+// without it a connection the server never accepted (a full listen queue drops it after the
+// client's handshake completed) would hold its member forever.
+func requestTimeout(join bool) time.Duration {
+	if join {
+		return rebalanceTimeout + 5*time.Second
+	}
+	return 30 * time.Second
+}
 
 type joinResult struct {
 	code       int
@@ -133,6 +149,8 @@ type fleetReport struct {
 	SourceAddresses  int            `json:"source_addresses"`
 	IntervalMs       int            `json:"interval_ms"`
 	SessionMs        int            `json:"session_timeout_ms"`
+	StartRate        float64        `json:"start_rate"`
+	StartSeconds     float64        `json:"start_seconds"`
 	FormationSeconds float64        `json:"formation_seconds"`
 	Window           windowReport   `json:"window"`
 	RebalanceSeconds *float64       `json:"rebalance_seconds"`
@@ -231,12 +249,22 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rep := &fleetReport{
 		Protocol: cfg.protocol, Groups: len(groups), Members: len(members), RebalanceMembers: cfg.rebalanceMembers,
 		SourceAddresses: cfg.burstAddrs, IntervalMs: cfg.intervalMs, SessionMs: cfg.sessionMs,
+		StartRate: cfg.startRate,
 	}
 	started := time.Now()
-	for _, m := range members {
+	for i, m := range members {
+		if cfg.startRate > 0 {
+			// Members start at -start-rate a second: all at once, a fleet's connections
+			// overflow a server's listen queue (docs/performance.md, "A fleet reconnecting
+			// at once"), and that is another measurement.
+			if wait := time.Until(started.Add(time.Duration(float64(i) / cfg.startRate * float64(time.Second)))); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
 		f.wg.Add(1)
 		go f.runMember(m)
 	}
+	rep.StartSeconds = round(time.Since(started).Seconds(), 3)
 	deadline := time.After(cfg.formationTimeout)
 	for _, g := range groups {
 		select {
@@ -544,6 +572,7 @@ var formatter = kmsg.NewRequestFormatter(kmsg.FormatterClientID("loadgen"))
 func (c *kafkaConn) close() { c.nc.Close() }
 
 func (c *kafkaConn) roundTrip(req kmsg.Request) (kmsg.Response, error) {
+	_ = c.nc.SetDeadline(time.Now().Add(requestTimeout(req.Key() == joinGroupKey)))
 	c.correlation++
 	c.buf = formatter.AppendRequest(c.buf[:0], req, c.correlation)
 	if _, err := c.nc.Write(c.buf); err != nil {
@@ -595,7 +624,7 @@ func (c *kafkaConn) join(m *fleetMember) (joinResult, error) {
 	req.Version = 9
 	req.Group = m.group.id
 	req.SessionTimeoutMillis = int32(m.sessionMs())
-	req.RebalanceTimeoutMillis = 60000
+	req.RebalanceTimeoutMillis = int32(rebalanceTimeout.Milliseconds())
 	req.MemberID = m.memberID
 	if m.instanceID != "" {
 		req.InstanceID = kmsg.StringPtr(m.instanceID)
@@ -675,7 +704,8 @@ func (c *httpConn) encode(m *fleetMember, verb string, body any) []byte {
 	return b.Bytes()
 }
 
-func (c *httpConn) roundTrip(request []byte, out any) error {
+func (c *httpConn) roundTrip(request []byte, out any, join bool) error {
+	_ = c.nc.SetDeadline(time.Now().Add(requestTimeout(join)))
 	if _, err := c.nc.Write(request); err != nil {
 		return err
 	}
@@ -700,10 +730,10 @@ func (c *httpConn) roundTrip(request []byte, out any) error {
 func (c *httpConn) join(m *fleetMember) (joinResult, error) {
 	var r joinResponse
 	err := c.roundTrip(c.encode(m, "join", map[string]any{
-		"group_id": m.group.id, "session_timeout_ms": m.sessionMs(), "rebalance_timeout_ms": 60000,
+		"group_id": m.group.id, "session_timeout_ms": m.sessionMs(), "rebalance_timeout_ms": rebalanceTimeout.Milliseconds(),
 		"member_id": m.memberID, "group_instance_id": m.instanceID, "protocol_type": "consumer",
 		"protocols": []map[string]any{{"name": "range", "metadata": subscription()}},
-	}), &r)
+	}), &r, true)
 	if err != nil {
 		return joinResult{}, err
 	}
@@ -727,7 +757,7 @@ func (c *httpConn) sync(m *fleetMember, assignments map[string][]byte) (int, err
 		body["assignments"] = list
 	}
 	var r codeResponse
-	if err := c.roundTrip(c.encode(m, "sync", body), &r); err != nil {
+	if err := c.roundTrip(c.encode(m, "sync", body), &r, false); err != nil {
 		return 0, err
 	}
 	return r.ErrorCode, nil
@@ -742,7 +772,7 @@ func (c *httpConn) heartbeat(m *fleetMember) (int, error) {
 		c.hbOf = fmt.Sprint(m.memberID, m.generation)
 	}
 	var r codeResponse
-	if err := c.roundTrip(c.hb, &r); err != nil {
+	if err := c.roundTrip(c.hb, &r, false); err != nil {
 		return 0, err
 	}
 	return r.ErrorCode, nil

@@ -68,6 +68,7 @@ type config struct {
 	bootstrap        string
 	rebalanceMembers int
 	formationTimeout time.Duration
+	startRate        float64
 }
 
 type tokens struct {
@@ -141,6 +142,7 @@ func parseFlags() config {
 	flag.StringVar(&cfg.bootstrap, "bootstrap", "127.0.0.1:9093", "fleet mode, kafka: the broker")
 	flag.IntVar(&cfg.rebalanceMembers, "rebalance-members", 1000, "fleet mode: members of the extra group whose full rebalance is timed (0: none)")
 	flag.DurationVar(&cfg.formationTimeout, "formation-timeout", 10*time.Minute, "fleet mode: how long formation (and the rebalance) may take")
+	flag.Float64Var(&cfg.startRate, "start-rate", 1000, "fleet mode: members started per second (0: all at once)")
 	flag.StringVar(&steps, "steps", "", "comma-separated group counts to grow through (default: -groups)")
 	flag.IntVar(&cfg.setupParallel, "setup-parallel", 8, "groups joining at once during setup")
 	flag.IntVar(&cfg.serverPid, "server-pid", 0, "the server's pid, for its CPU time and RSS")
