@@ -193,6 +193,10 @@ def figures(side: dict[str, Any]) -> dict[str, Any]:
         "members": side["members"],
         "heartbeats_per_second": window["heartbeats_per_second"],
         "server_cpu": window.get("server_cpu"),
+        # Seconds per second of the window the server's threads ran, and waited runnable for
+        # a CPU: waiting well above zero means the machine, not the server, set the pace.
+        "server_threads_running": side.get("server_threads_running_per_second"),
+        "server_threads_runnable_waiting": side.get("server_threads_runnable_waiting_per_second"),
         "heartbeats_per_core_second": per_core(side),
         "p50_ms": window["p50_ms"],
         "p99_ms": window["p99_ms"],

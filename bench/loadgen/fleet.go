@@ -142,25 +142,28 @@ func (g *fleetGroup) done() <-chan struct{} {
 }
 
 type fleetReport struct {
-	Protocol         string         `json:"protocol"`
-	Groups           int            `json:"groups"`
-	Members          int            `json:"members"`
-	RebalanceMembers int            `json:"rebalance_group_members"`
-	SourceAddresses  int            `json:"source_addresses"`
-	IntervalMs       int            `json:"interval_ms"`
-	SessionMs        int            `json:"session_timeout_ms"`
-	StartRate        float64        `json:"start_rate"`
-	StartSeconds     float64        `json:"start_seconds"`
-	FormationSeconds float64        `json:"formation_seconds"`
-	Window           windowReport   `json:"window"`
-	RebalanceSeconds *float64       `json:"rebalance_seconds"`
-	RebalanceError   string         `json:"rebalance_error,omitempty"`
-	Joins            int64          `json:"joins"`
-	Rejoins          map[string]int `json:"rejoins_by_code"`
-	ConnectFailures  int64          `json:"connect_failures"`
-	Reconnects       int64          `json:"reconnects"`
-	SessionExpired   *int           `json:"session_expiries,omitempty"`
-	ServerPeakRSSMiB *float64       `json:"server_rss_mib_after_rebalance,omitempty"`
+	Protocol         string       `json:"protocol"`
+	Groups           int          `json:"groups"`
+	Members          int          `json:"members"`
+	RebalanceMembers int          `json:"rebalance_group_members"`
+	SourceAddresses  int          `json:"source_addresses"`
+	IntervalMs       int          `json:"interval_ms"`
+	SessionMs        int          `json:"session_timeout_ms"`
+	StartRate        float64      `json:"start_rate"`
+	StartSeconds     float64      `json:"start_seconds"`
+	FormationSeconds float64      `json:"formation_seconds"`
+	Window           windowReport `json:"window"`
+	// From /proc/PID/task/*/schedstat over the window, seconds per second.
+	ServerRunning         float64        `json:"server_threads_running_per_second"`
+	ServerRunnableWaiting float64        `json:"server_threads_runnable_waiting_per_second"`
+	RebalanceSeconds      *float64       `json:"rebalance_seconds"`
+	RebalanceError        string         `json:"rebalance_error,omitempty"`
+	Joins                 int64          `json:"joins"`
+	Rejoins               map[string]int `json:"rejoins_by_code"`
+	ConnectFailures       int64          `json:"connect_failures"`
+	Reconnects            int64          `json:"reconnects"`
+	SessionExpired        *int           `json:"session_expiries,omitempty"`
+	ServerPeakRSSMiB      *float64       `json:"server_rss_mib_after_rebalance,omitempty"`
 }
 
 type fleet struct {
@@ -292,7 +295,15 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rep.FormationSeconds = round(formedAt.Sub(started).Seconds(), 3)
 	fmt.Fprintf(os.Stderr, "loadgen: %s fleet of %d formed in %.2f s\n", cfg.protocol, len(members), rep.FormationSeconds)
 	time.Sleep(cfg.settle)
+	run0, wait0, haveSched := schedSeconds(cfg.serverPid)
 	w, _ := measure(cfg, f.stats)
+	if run1, wait1, ok := schedSeconds(cfg.serverPid); ok && haveSched {
+		// What the server's threads ran and waited runnable per second of the window: a
+		// server that waits on a shared core more than it runs is measured short of its own
+		// capacity.
+		rep.ServerRunning = round((run1-run0)/w.Seconds, 3)
+		rep.ServerRunnableWaiting = round((wait1-wait0)/w.Seconds, 3)
+	}
 	w.Groups, w.Members, w.Connections = len(groups), len(members), len(members)
 	w.ExpectedPerSec = round(float64(w.Members)*1000/float64(cfg.intervalMs), 1)
 	rep.Window = w
@@ -343,6 +354,28 @@ func runFleet(cfg config) (*fleetReport, error) {
 		rep.SessionExpired = &n
 	}
 	return rep, nil
+}
+
+// schedSeconds sums a process's threads' time on a CPU and time runnable but waiting for
+// one (the first two fields of /proc/PID/task/TID/schedstat, in nanoseconds).
+func schedSeconds(pid int) (running, waiting float64, ok bool) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || pid == 0 {
+		return 0, 0, false
+	}
+	for _, task := range tasks {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, task.Name()))
+		if err != nil {
+			continue // a thread that has exited
+		}
+		var run, wait float64
+		if _, err := fmt.Sscan(string(raw), &run, &wait); err != nil {
+			continue
+		}
+		running += run / 1e9
+		waiting += wait / 1e9
+	}
+	return running, waiting, true
 }
 
 func (f *fleet) warmUp(group string) error {

@@ -95,11 +95,21 @@ def test_fleet_over_our_http_api(loadgen: Path, tmp_path: Path) -> None:
         report = fleet(
             loadgen,
             "http",
-            ["-url", f"http://127.0.0.1:{server.port}", "-tokens", str(server.tokens_file)],
+            [
+                "-url",
+                f"http://127.0.0.1:{server.port}",
+                "-tokens",
+                str(server.tokens_file),
+                "-server-pid",
+                str(server.process.pid),
+            ],
             "cap-",
         )
     assert report["protocol"] == "http"
     assert_formed_held_and_rebalanced(report)
+    # The server's threads' time over the window, from its schedstat: it ran.
+    assert report["server_threads_running_per_second"] > 0
+    assert report["server_threads_runnable_waiting_per_second"] >= 0
 
 
 def test_broker_command_runs_under_the_launcher_with_later_jvm_options(tmp_path: Path) -> None:
