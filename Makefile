@@ -64,12 +64,13 @@ crds: install ## regenerate crds/ (and the chart's copy) from the pydantic model
 bench: install java-assignors kafka loadgen ## benchmarks -> bench/results/*.json (docs/performance.md)
 	$(PY) -m bench.run
 
-# The capacity benchmark's load generator (bench/loadgen, Go standard library only), built
-# with the machine's Go into build/bin/loadgen.
+# The capacity benchmark's load generator (bench/loadgen: the Go standard library, and
+# franz-go's kmsg for its Kafka-protocol fleet mode, pinned in go.mod/go.sum and fetched by
+# `go build` from the Go module proxy), built with the machine's Go into build/bin/loadgen.
 .PHONY: loadgen
 loadgen: build/bin/loadgen ## the Go load generator of the capacity benchmark (bench/capacity.py)
 
-build/bin/loadgen: bench/loadgen/main.go bench/loadgen/go.mod
+build/bin/loadgen: $(wildcard bench/loadgen/*.go) bench/loadgen/go.mod bench/loadgen/go.sum
 	@mkdir -p build/bin
 	cd bench/loadgen && go build -o ../../build/bin/loadgen .
 

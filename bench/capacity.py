@@ -90,7 +90,7 @@ def load_average() -> list[float]:
 
 def build_loadgen() -> Path:
     """`go build` (the machine's Go); the Makefile's `loadgen` target does the same."""
-    sources = [LOADGEN_DIR / "main.go", LOADGEN_DIR / "go.mod"]
+    sources = [*LOADGEN_DIR.glob("*.go"), LOADGEN_DIR / "go.mod", LOADGEN_DIR / "go.sum"]
     if LOADGEN.exists() and all(
         LOADGEN.stat().st_mtime >= source.stat().st_mtime for source in sources
     ):

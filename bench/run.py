@@ -36,6 +36,7 @@ BENCHMARKS: tuple[str, ...] = (
     "operator_scale",
     "scale_flap",
     "reconnect_burst",
+    "broker_side_by_side",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {

@@ -63,6 +63,12 @@ type config struct {
 	requestsFile   string
 	requestsOut    string
 	samples        bool
+	// fleet mode (fleet.go)
+	protocol         string
+	bootstrap        string
+	rebalanceMembers int
+	formationTimeout time.Duration
+	startRate        float64
 }
 
 type tokens struct {
@@ -85,6 +91,16 @@ var epoch = time.Now()
 
 func main() {
 	cfg := parseFlags()
+	if cfg.mode == "fleet" {
+		f, err := runFleet(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(1)
+		}
+		out, _ := json.MarshalIndent(f, "", "  ")
+		fmt.Println(string(out))
+		return
+	}
 	if cfg.mode == "burst" {
 		b, err := burstFromFile(cfg)
 		if err != nil {
@@ -116,12 +132,17 @@ func parseFlags() config {
 	flag.IntVar(&cfg.sessionMs, "session-ms", 45000, "session timeout the members join with")
 	flag.DurationVar(&cfg.window, "window", 30*time.Second, "measurement window per step")
 	flag.DurationVar(&cfg.settle, "settle", 6*time.Second, "unmeasured time after each step's setup")
-	flag.StringVar(&cfg.mode, "mode", "steady", "steady, full or burst (-burst connections opened at once, no setup)")
+	flag.StringVar(&cfg.mode, "mode", "steady", "steady, full, burst (-burst connections opened at once, no setup) or fleet (fleet.go)")
 	flag.IntVar(&cfg.burst, "burst", 5000, "burst mode: connections opened at once, each sending one member's heartbeat")
 	flag.IntVar(&cfg.burstAddrs, "burst-addrs", 250, "burst mode: source addresses 127.0.0.2.. the burst spreads over (the server caps connections per address)")
 	flag.StringVar(&cfg.requestsFile, "requests", "", "burst mode: the members' heartbeat requests, as written by -requests-out")
 	flag.StringVar(&cfg.requestsOut, "requests-out", "", "steady mode: write the members' heartbeat requests here once they are formed")
 	flag.BoolVar(&cfg.samples, "samples", false, "report every heartbeat of the window as [due unix ms, latency ms]")
+	flag.StringVar(&cfg.protocol, "protocol", "http", "fleet mode: http (our coordinator at -url) or kafka (a broker at -bootstrap)")
+	flag.StringVar(&cfg.bootstrap, "bootstrap", "127.0.0.1:9093", "fleet mode, kafka: the broker")
+	flag.IntVar(&cfg.rebalanceMembers, "rebalance-members", 1000, "fleet mode: members of the extra group whose full rebalance is timed (0: none)")
+	flag.DurationVar(&cfg.formationTimeout, "formation-timeout", 10*time.Minute, "fleet mode: how long formation (and the rebalance) may take")
+	flag.Float64Var(&cfg.startRate, "start-rate", 1000, "fleet mode: members started per second (0: all at once)")
 	flag.StringVar(&steps, "steps", "", "comma-separated group counts to grow through (default: -groups)")
 	flag.IntVar(&cfg.setupParallel, "setup-parallel", 8, "groups joining at once during setup")
 	flag.IntVar(&cfg.serverPid, "server-pid", 0, "the server's pid, for its CPU time and RSS")

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -220,8 +220,14 @@ class KafkaBroker:
         libs_dir: Path = LIBS_DIR,
         secured: bool = False,
         users: Mapping[str, str] = DEFAULT_USERS,
+        jvm_options: Sequence[str] = (),
+        launcher: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir)
+        # After the defaults (a later -Xmx wins), and what the java command runs under
+        # (e.g. `taskset -c 0`): the benchmarks hold the broker to a heap and a core.
+        self.jvm_options = tuple(jvm_options)
+        self.launcher = tuple(launcher)
         # A log directory started before keeps its ports (its bootstrap addresses stay valid)
         # while they are free; otherwise free ones are picked.
         previous = previous_listener_ports(self.workdir)
@@ -752,6 +758,7 @@ class KafkaBroker:
             else []
         )
         return [
+            *self.launcher,
             "java",
             *allowed_urls,
             HEAP,
@@ -762,6 +769,7 @@ class KafkaBroker:
             "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
+            *self.jvm_options,
             "-cp",
             f"{self.libs_dir}/*",
             main_class,
