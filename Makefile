@@ -41,7 +41,7 @@ test: install java-assignors kafka java-peer ## the whole test suite on TEST_WOR
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The fault soak (docs/soak.md): not in CI (30 minutes); its 35 s smoke is in make test, as is
-# the Kafka variant's (about 80 s; staticfleet soak --coordinator kafka).
+# the Kafka variant's (45-80 s; staticfleet soak --coordinator kafka).
 SOAK_SEED ?= 25
 SOAK_DURATION ?= 30m
 .PHONY: soak

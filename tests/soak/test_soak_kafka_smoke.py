@@ -2,7 +2,7 @@
 shared broker would break other tests), eight real member processes in three groups on it,
 one round of the variant's deck (broker kill -9 and restart, broker SIGSTOP below and past
 the session timeout, member kill -9, a member zombie), judged by the checker from the
-members' logs and the broker's public API. About 60-90 s on two busy cores."""
+members' logs and the broker's public API. 45-80 s on two cores (more when busy)."""
 
 from __future__ import annotations
 
