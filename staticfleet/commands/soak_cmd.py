@@ -12,7 +12,8 @@ def register(subparsers: Any) -> None:
         description=(
             "Start a coordinator and member processes of three groups on loopback, inject "
             "faults drawn from --seed for --duration, then check the run from its logs, "
-            "journal and API samples (docs/soak.md). Exit 1 on a violation."
+            "journal and API samples (docs/soak.md). Exit 1 on a violation. With "
+            "--coordinator kafka the groups live on a Kafka broker the soak starts."
         ),
     )
     # Imported here: `staticfleet --help` imports every command module.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from staticfleet.demo.fleet import FleetError
+from staticfleet.kafka.broker import BrokerError
 from staticfleet.soak.arguments import add_arguments
 from staticfleet.soak.checker import check, load_run
 from staticfleet.soak.driver import Soak, SoakConfig, SoakError
@@ -36,10 +37,14 @@ def run(args: Any) -> int:
         # store's mount: docs/soak.md).
         signal.signal(signal.SIGTERM, _interrupted)
         try:
-            Soak(SoakConfig(seed=args.seed, duration_s=args.duration, run_dir=run_dir)).run(
-                progress=lambda line: print(line, flush=True)
+            config = SoakConfig(
+                seed=args.seed,
+                duration_s=args.duration,
+                run_dir=run_dir,
+                coordinator=args.coordinator,
             )
-        except (SoakError, FleetError) as error:
+            Soak(config).run(progress=lambda line: print(line, flush=True))
+        except (SoakError, FleetError, BrokerError, RuntimeError) as error:
             print(f"soak: {error}", file=sys.stderr)
             return 2
     report = check(load_run(run_dir))

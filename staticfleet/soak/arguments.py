@@ -25,3 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--check-only", action="store_true", help="judge an existing --run-dir, inject nothing"
     )
+    parser.add_argument(
+        "--coordinator",
+        choices=("embedded", "kafka"),
+        default="embedded",
+        help="what holds the groups: our coordinator (embedded) or a Kafka broker from "
+        "build/kafka, with the broker's fault kinds (docs/soak.md) [embedded]",
+    )

@@ -3,6 +3,11 @@ test: the members' event logs, the driver's record of processes and faults, samp
 coordinator's public HTTP API, and the coordinator's SQLite file read with `sqlite3` (its
 `journal` and `offsets` tables). Nothing here imports the coordinator or the member.
 
+In the Kafka variant the samples are of the broker's public API (DescribeGroups, OffsetFetch
+through librdkafka), and the stored offsets are the ones the driver read from it once the
+members had stopped (`final_offsets.json`); a broker keeps no journal, so the journal's
+check is not made (the describe's is).
+
 Definitions (docs/soak.md):
 - A process *holds* a partition from its `assigned` line until its `revoked` or `lost`
   line for it, or its `stopped`/`fatal` line, or its death (the driver's `ended` row).
@@ -320,6 +325,12 @@ class Run:
     samples: list[dict[str, Any]]
     db_path: Path
     end_ms: int = field(default=0)
+    # The Kafka variant's final committed offsets (records.FINAL_OFFSETS); None on ours.
+    final_offsets: dict[str, Any] | None = None
+
+    @property
+    def on_kafka(self) -> bool:
+        return self.settings.get("coordinator") == "kafka"
 
 
 def load_run(run_dir: Path) -> Run:
@@ -357,7 +368,70 @@ def load_run(run_dir: Path) -> Run:
     samples = read_rows(run_dir / records.SAMPLES)
     faults = read_rows(run_dir / records.FAULTS)
     end_ms = max([p.end_ms or 0 for p in processes] + [int(s["ts_ms"]) for s in samples] + [0])
-    return Run(settings, specs, processes, faults, samples, run_dir / records.STORE, end_ms)
+    final = run_dir / records.FINAL_OFFSETS
+    return Run(
+        settings,
+        specs,
+        processes,
+        faults,
+        samples,
+        run_dir / records.STORE,
+        end_ms,
+        json.loads(final.read_text()) if final.exists() else None,
+    )
+
+
+def offsets_of(sample: Row) -> dict[PartitionKey, int]:
+    """A sample's committed offsets (or the final read's), by partition."""
+    return {
+        _key(group, item): int(item[2])
+        for group, items in (sample.get("offsets") or {}).items()
+        for item in items
+    }
+
+
+# Faults after which the process holding the groups is a new one, on the same store or log.
+_RESTARTS = frozenset({"coordinator_kill", "broker_kill"})
+
+
+def lost_at_restart(run: Run, commits: Sequence[Ack]) -> list[dict[str, Any]]:
+    """After each kill -9 and restart of what holds the groups, the first sample of a
+    group's committed offsets holds, for every partition, at least the highest offset
+    acknowledged before the kill: an acknowledged commit survives the crash at once, not
+    only once a member commits again."""
+    found = []
+    for fault in run.faults:
+        if fault.get("kind") not in _RESTARTS or "end_ms" not in fault:
+            continue
+        killed, back = int(fault["start_ms"]), int(fault["end_ms"])
+        before: dict[PartitionKey, Ack] = {}
+        for ack in commits:
+            if ack.ts_ms < killed and ack.offset > getattr(before.get(ack.key), "offset", -1):
+                before[ack.key] = ack
+        for spec in run.specs:
+            sample = next(
+                (
+                    s
+                    for s in run.samples
+                    if int(s["ts_ms"]) >= back and spec.group_id in (s.get("offsets") or {})
+                ),
+                None,
+            )
+            if sample is None:
+                continue
+            read = offsets_of({"offsets": {spec.group_id: sample["offsets"][spec.group_id]}})
+            for key, ack in sorted(before.items()):
+                if key[0] == spec.group_id and read.get(key, -1) < ack.offset:
+                    found.append(
+                        {
+                            "partition": list(key),
+                            "fault": {"kind": fault["kind"], "start_ms": killed, "end_ms": back},
+                            "acknowledged": {"ts_ms": ack.ts_ms, "offset": ack.offset},
+                            "by": ack.process,
+                            "read": {"ts_ms": sample["ts_ms"], "offset": read.get(key)},
+                        }
+                    )
+    return found
 
 
 def resumed_at(rows: Iterable[Row], continued_ms: int) -> int:
@@ -468,7 +542,15 @@ def check(run: Run) -> dict[str, Any]:
     commits = acknowledged_commits(run.processes)
     violations["acknowledged_commit_regressed"] = commit_regressions(commits)
     violations["sampled_offset_regressed"] = sampled_regressions(run.samples)
-    stored = stored_offsets(run.db_path)
+    violations["acknowledged_commit_lost_at_restart"] = lost_at_restart(run, commits)
+    not_checked: dict[str, str] = {}
+    if run.on_kafka:
+        final = run.final_offsets or {}
+        if run.final_offsets is None or final.get("error"):
+            violations["final_offsets_unread"] = [{"error": final.get("error", "no file")}]
+        stored = offsets_of(final)
+    else:
+        stored = stored_offsets(run.db_path)
     highest: dict[PartitionKey, tuple[int, str]] = {}
     for ack in commits:
         if ack.offset > highest.get(ack.key, (-1, ""))[0]:
@@ -494,13 +576,19 @@ def check(run: Run) -> dict[str, Any]:
         is not None
         and spec.instance_ids() - present
     ]
-    journal = journal_rows(run.db_path)
-    # Up to the last sample, the end state judged: once the driver stops the fleet, static
-    # members (which do not leave, KIP-345) are expired while the others stop.
-    end_state_ms = max((int(s["ts_ms"]) for s in run.samples), default=0)
-    violations["static_member_not_back_in_journal"] = static_members_not_back(
-        run.specs, [row for row in journal if int(row["ts_ms"]) <= end_state_ms]
-    )
+    journal = [] if run.on_kafka else journal_rows(run.db_path)
+    if run.on_kafka:
+        not_checked["static_member_not_back_in_journal"] = (
+            "a Kafka broker keeps no journal; the last describe's members are checked "
+            "(static_member_missing)"
+        )
+    else:
+        # Up to the last sample, the end state judged: once the driver stops the fleet,
+        # static members (which do not leave, KIP-345) are expired while the others stop.
+        end_state_ms = max((int(s["ts_ms"]) for s in run.samples), default=0)
+        violations["static_member_not_back_in_journal"] = static_members_not_back(
+            run.specs, [row for row in journal if int(row["ts_ms"]) <= end_state_ms]
+        )
     violations["final_assignment"] = final_assignment(run)
     by_kind, unrecovered = recovery_times(run)
     violations["not_recovered_within_bound"] = unrecovered
@@ -530,6 +618,8 @@ def check(run: Run) -> dict[str, Any]:
     all_recoveries = [ms for values in by_kind.values() for ms in values]
     return {
         "seed": run.settings["seed"],
+        "coordinator": run.settings.get("coordinator", "embedded"),
+        "not_checked": not_checked,
         "started_at": datetime.fromtimestamp(
             min((p.start_ms for p in run.processes), default=0) / 1000, UTC
         ).isoformat(timespec="seconds"),
@@ -549,6 +639,11 @@ def check(run: Run) -> dict[str, Any]:
         # Which kinds the plan drew from, and which it left out and why (not root).
         "fault_kinds": run.settings.get("fault_kinds", sorted(faults)),
         "fault_kinds_left_out": run.settings.get("fault_kinds_left_out", {}),
+        # Kill -9 to serving again, by kind (what holds the groups restarting).
+        "restart_ms_by_kind": {
+            kind: percentiles([int(f["restart_ms"]) for f in run.faults if f.get("kind") == kind])
+            for kind in sorted({str(f["kind"]) for f in run.faults if "restart_ms" in f})
+        },
         "network": run.settings.get("network"),
         "faults_by_kind": dict(sorted(faults.items())),
         "faults_total": sum(faults.values()),

@@ -1,5 +1,6 @@
-"""Runs a soak: a real `coordinator serve` on its SQLite store, real member processes of a
-few groups, and the seeded faults, one after another; then hands the run to the checker.
+"""Runs a soak: a real `coordinator serve` on its SQLite store (or, in the Kafka variant, a
+real Kafka broker), real member processes of a few groups, and the seeded faults, one after
+another; then hands the run to the checker.
 
 Faults are sequential: each one ends (the process is continued or restarted), then the
 driver waits for every group to converge again (up to `recovery_bound_s`) before the next,
@@ -18,16 +19,26 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from staticfleet.demo.admin import AdminClient, AdminError
 from staticfleet.demo.fleet import CoordinatorProcess, Fleet, MemberProcess, now_ms, slot_name
+from staticfleet.demo.kafka_mode import KafkaCoordinator
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.soak import records
 from staticfleet.soak.checker import GroupSpec, converged, latest_member_id
 from staticfleet.soak.disk import StoreDisk, remove_leftover_mounts
+from staticfleet.soak.kafka_api import BrokerGroupsApi
 from staticfleet.soak.network import SoakNetwork, missing_privileges, remove_leftovers
-from staticfleet.soak.plan import DECK, NETWORK_KINDS, Fault, FaultKind, fault_plan
+from staticfleet.soak.plan import (
+    BROKER_KINDS,
+    DECK,
+    KAFKA_DECK,
+    NETWORK_KINDS,
+    Fault,
+    FaultKind,
+    fault_plan,
+)
 from staticfleet.soak.relay import Delay, DelayRelay
 
 TOPIC = "events"
@@ -39,6 +50,38 @@ NETWORK_MECHANISM = (
     "a namespace and veth per member on a bridge; loss and partitions: iptables DROP in the "
     "member's namespace; delay: the soak's relay (no sch_netem in this kernel)"
 )
+
+
+# What holds the groups: our coordinator (`coordinator serve`) or a Kafka broker; named as
+# `staticfleet demo --coordinator` names them.
+Coordinator = Literal["embedded", "kafka"]
+# Within this of a fault's end every group must be converged again. Ours: a rejoin round and
+# a session (3 s) with a wide margin. On the broker a fault ends once it answers metadata
+# again, but its group coordinator still loads __consumer_offsets, and an eager round waits
+# up to the rebalance timeout (6 s) for every member, a dynamic member's old id its session
+# (3 s) first: docs/soak.md, "The Kafka variant".
+RECOVERY_BOUND_S: dict[Coordinator, float] = {"embedded": 30.0, "kafka": 60.0}
+# Not in the Kafka variant's deck, and why (run.json and the report say it).
+KAFKA_LEFT_OUT = {
+    **{
+        kind: "the Kafka variant: the broker listens on loopback, not on the soak's bridge "
+        "(docs/soak.md)"
+        for kind in NETWORK_KINDS
+    },
+    FaultKind.DISK_FULL: "the Kafka variant: no store of ours to fill",
+}
+
+
+PAUSES = frozenset(
+    {
+        FaultKind.COORDINATOR_PAUSE_SHORT,
+        FaultKind.COORDINATOR_PAUSE_LONG,
+        FaultKind.BROKER_PAUSE_SHORT,
+        FaultKind.BROKER_PAUSE_LONG,
+    }
+)
+# The kinds aimed at what holds the groups (our coordinator or the broker).
+PROCESS_OR_BROKER = PAUSES | {FaultKind.COORDINATOR_KILL, FaultKind.BROKER_KILL}
 
 
 class SoakError(RuntimeError):
@@ -53,13 +96,15 @@ class SoakConfig:
     partitions: int = 12
     session_timeout_ms: int = 3_000
     heartbeat_interval_ms: int = 500
-    # The bound within which every group must be converged after a fault ends.
-    recovery_bound_s: float = 30.0
+    # The bound within which every group must be converged after a fault ends (None: the
+    # variant's, RECOVERY_BOUND_S).
+    recovery_bound_s: float | None = None
     # Stop after this many faults even if time is left (the smoke test's short run).
     max_faults: int | None = None
-    # The kinds the plan deals, each as often as it is here (plan.DECK); the network and
-    # disk kinds are left out without root.
-    deck: tuple[FaultKind, ...] = DECK
+    # The kinds the plan deals, each as often as it is here (None: the variant's, plan.DECK
+    # or plan.KAFKA_DECK); the network and disk kinds are left out without root.
+    deck: tuple[FaultKind, ...] | None = None
+    coordinator: Coordinator = "embedded"
     # The store's tmpfs: small, so the filler is quick, yet far above a run's store.
     store_disk_mb: int = 64
     groups: tuple[GroupSpec, ...] = (
@@ -67,6 +112,16 @@ class SoakConfig:
         GroupSpec("soak-cooperative", static=True, protocol="cooperative", members=3),
         GroupSpec("soak-dynamic", static=False, protocol="cooperative", members=2),
     )
+
+    def fault_deck(self) -> tuple[FaultKind, ...]:
+        if self.deck is not None:
+            return self.deck
+        return KAFKA_DECK if self.coordinator == "kafka" else DECK
+
+    def bound_s(self) -> float:
+        if self.recovery_bound_s is not None:
+            return self.recovery_bound_s
+        return RECOVERY_BOUND_S[self.coordinator]
 
     def slot_names(self) -> list[str]:
         """The member slots faults may target, `<group>/member-<i>`, in a fixed order."""
@@ -108,10 +163,21 @@ class Soak:
             raise SoakError(f"{run_dir} is not empty: give a new --run-dir")
         run_dir.mkdir(parents=True, exist_ok=True)
         self.settings = config.demo_settings()
+        kafka = config.coordinator == "kafka"
+        deck = config.fault_deck()
+        # Our coordinator's process kinds have nothing to aim at on a broker, and back.
+        wrong = sorted(set(deck) & ((PROCESS_OR_BROKER - BROKER_KINDS) if kafka else BROKER_KINDS))
+        if wrong:
+            raise SoakError(f"not kinds of the {config.coordinator} variant: {', '.join(wrong)}")
         # The network and disk kinds need root (namespaces, iptables, mount).
-        self.left_out = missing_privileges()
+        missing = missing_privileges()
         privileged = {*NETWORK_KINDS, FaultKind.DISK_FULL}
-        self.deck = tuple(k for k in config.deck if self.left_out is None or k not in privileged)
+        self.left_out: dict[FaultKind, str] = {
+            k: f"{missing}: they need root" for k in deck if missing and k in privileged
+        }
+        if kafka:
+            self.left_out.update(KAFKA_LEFT_OUT)
+        self.deck = tuple(k for k in deck if k not in self.left_out)
         self.kinds = tuple(dict.fromkeys(self.deck))
         needs_network = any(k in NETWORK_KINDS for k in self.kinds)
         self.network = SoakNetwork(config.slot_names()) if needs_network else None
@@ -122,21 +188,29 @@ class Soak:
             else None
         )
         tokens = {g.group_id: f"soak-token-{g.group_id}" for g in config.groups}
-        self.coordinator = CoordinatorProcess(
-            settings=self.settings,
-            db_path=(self.disk.path if self.disk else run_dir) / records.STORE,
-            run_dir=run_dir,
-            log_path=run_dir / "coordinator.log",
-            admin_token=ADMIN_TOKEN,
-            member_tokens=tokens,
-        )
+        self.coordinator: CoordinatorProcess | KafkaCoordinator
+        if kafka:
+            # Its own broker (a kill -9 of a shared one would break other tests), on a log
+            # directory in the run directory, kept for a look afterwards.
+            self.coordinator = KafkaCoordinator(run_dir / records.BROKER_DIR)
+        else:
+            self.coordinator = CoordinatorProcess(
+                settings=self.settings,
+                db_path=(self.disk.path if self.disk else run_dir) / records.STORE,
+                run_dir=run_dir,
+                log_path=run_dir / "coordinator.log",
+                admin_token=ADMIN_TOKEN,
+                member_tokens=tokens,
+            )
         self.processes = records.JsonLines(run_dir / records.PROCESSES)
         self.faults = records.JsonLines(run_dir / records.FAULTS)
         self.samples = records.JsonLines(run_dir / records.SAMPLES)
         self.slots: list[_Slot] = []
         self._tokens = tokens
         self._stop_sampling = threading.Event()
-        self.admin: AdminClient | None = None
+        self.admin: AdminClient | BrokerGroupsApi | None = None
+        # The sampler's own (a broker's API client serves one thread: kafka_api.py).
+        self.sampler_admin: AdminClient | BrokerGroupsApi | None = None
 
     # --- processes -------------------------------------------------------------------------
 
@@ -197,34 +271,41 @@ class Soak:
 
     # --- the public API ----------------------------------------------------------------------
 
-    def _describe_all(self) -> dict[str, Any] | None:
-        assert self.admin is not None
+    def _describe_all(
+        self, admin: AdminClient | BrokerGroupsApi | None = None
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """Every group's describe, or None and why not (kept in the sample)."""
+        admin = admin or self.admin
+        assert admin is not None
         try:
-            return {g.group_id: self.admin.describe(g.group_id) for g in self.config.groups}
-        except AdminError:
-            return None
+            return {g.group_id: admin.describe(g.group_id) for g in self.config.groups}, None
+        except AdminError as error:
+            return None, str(error)
 
     def _sample_forever(self) -> None:
-        assert self.admin is not None
+        admin = self.sampler_admin
+        assert admin is not None
         while not self._stop_sampling.wait(0.25):
-            groups = self._describe_all()
+            groups, error = self._describe_all(admin)
             ts = now_ms()
             offsets: dict[str, list[list[Any]]] = {}
             if groups is not None:
                 try:
                     for g in self.config.groups:
-                        committed = self.admin.committed_offsets(g.group_id)
+                        committed = admin.committed_offsets(g.group_id)
                         offsets[g.group_id] = [[t, p, o] for (t, p), o in sorted(committed.items())]
-                except AdminError:
-                    offsets = {}
-            self.samples.write({"ts_ms": ts, "groups": groups, "offsets": offsets})
+                except AdminError as failed:
+                    offsets, error = {}, str(failed)
+            row = {"ts_ms": ts, "groups": groups, "offsets": offsets}
+            self.samples.write({**row, "error": error} if error else row)
 
     def all_converged(self) -> bool:
         """Every group converged, by the public describe; the describe is kept as a sample
         so the checker judges the same observation (with the logs up to its time)."""
-        groups = self._describe_all()
+        groups, error = self._describe_all()
         ts = now_ms()
-        self.samples.write({"ts_ms": ts, "groups": groups, "offsets": {}, "by": "driver"})
+        row = {"ts_ms": ts, "groups": groups, "offsets": {}, "by": "driver"}
+        self.samples.write({**row, "error": error} if error else row)
         if groups is None:
             return False
         for spec in self.config.groups:
@@ -263,11 +344,14 @@ class Soak:
                 time.sleep(seconds)
             finally:
                 self.disk.free()
-        elif fault.kind is FaultKind.COORDINATOR_KILL:
+        elif fault.kind in (FaultKind.COORDINATOR_KILL, FaultKind.BROKER_KILL):
             self.coordinator.kill()
             time.sleep(seconds)
+            restarted = now_ms()
+            # Returns once it serves again: ours listens, the broker answers metadata.
             self.coordinator.start()
-        elif fault.kind in (FaultKind.COORDINATOR_PAUSE_SHORT, FaultKind.COORDINATOR_PAUSE_LONG):
+            extra["restart_ms"] = now_ms() - restarted
+        elif fault.kind in PAUSES:
             assert coordinator_pid is not None
             os.kill(coordinator_pid, signal.SIGSTOP)
             time.sleep(seconds)
@@ -328,21 +412,24 @@ class Soak:
 
     def run(self, progress: Any = print) -> None:
         config = self.config
-        left_out = sorted(set(config.deck) - set(self.kinds))
-        if left_out:
-            progress(f"soak: left out {', '.join(left_out)} ({self.left_out}: they need root)")
+        for reason in dict.fromkeys(self.left_out.values()):
+            kinds = sorted(k for k, why in self.left_out.items() if why == reason)
+            progress(f"soak: left out {', '.join(kinds)} ({reason})")
         (config.run_dir / records.RUN).write_text(
             json.dumps(
                 {
                     "seed": config.seed,
+                    "coordinator": config.coordinator,
                     "duration_s": config.duration_s,
                     "partitions": config.partitions,
                     "topic": TOPIC,
                     "session_timeout_ms": config.session_timeout_ms,
-                    "recovery_bound_s": config.recovery_bound_s,
+                    "recovery_bound_s": config.bound_s(),
                     "groups": [asdict(g) for g in config.groups],
                     "fault_kinds": [k.value for k in self.kinds],
-                    "fault_kinds_left_out": {k.value: self.left_out for k in left_out},
+                    "fault_kinds_left_out": {
+                        k.value: why for k, why in sorted(self.left_out.items())
+                    },
                     "network": NETWORK_MECHANISM if self.network else None,
                 },
                 indent=2,
@@ -368,14 +455,14 @@ class Soak:
                 self.supervise()
                 self.inject(fault)
                 count += 1
-                recovered = self.wait_converged(config.recovery_bound_s)
+                recovered = self.wait_converged(config.bound_s())
                 progress(
                     f"fault {count}: {fault.kind.value} {fault.target} {fault.duration_ms} ms, "
                     f"converged after {recovered if recovered is not None else 'NOT'} ms"
                 )
             # The faults have stopped: the group must converge within the bound.
             stopped = now_ms()
-            final = self.wait_converged(config.recovery_bound_s)
+            final = self.wait_converged(config.bound_s())
             self.faults.write({"kind": "faults_stopped", "ts_ms": stopped, "converged": final})
             # A few quiet seconds, sampled: the groups must stay converged, and the last
             # sample is the end state the checker judges.
@@ -401,6 +488,8 @@ class Soak:
         if self.network is not None:
             network = self.network
             network.create()
+            # Not in the Kafka variant (its deck has no network kinds).
+            assert isinstance(self.coordinator, CoordinatorProcess)
             self.coordinator.host = network.host
             self.relay = DelayRelay(network.host, network.host, seed=config.seed)
             self.relay.start()
@@ -410,10 +499,21 @@ class Soak:
                     f"{group}/{slot}"
                 )
         self.coordinator.start()
-        if self.relay is not None:
-            self.relay.target_port = self.coordinator.port
-        self.admin = AdminClient(self.coordinator.url, ADMIN_TOKEN)
-        self.admin.set_topics({TOPIC: config.partitions})
+        if isinstance(self.coordinator, KafkaCoordinator):
+            broker = self.coordinator.broker
+            # The members read the synthetic source, as on ours; the topic is there for the
+            # group's leader to assign its partitions (the cluster's metadata) and for the
+            # broker to take commits for them.
+            broker.create_topic(TOPIC, config.partitions)
+            self.admin = BrokerGroupsApi(broker.bootstrap)
+            self.sampler_admin = BrokerGroupsApi(broker.bootstrap)
+            member_url = self.coordinator.url
+        else:
+            if self.relay is not None:
+                self.relay.target_port = self.coordinator.port
+            admin = AdminClient(self.coordinator.url, ADMIN_TOKEN)
+            admin.set_topics({TOPIC: config.partitions})
+            self.admin = self.sampler_admin = admin
         epoch = now_ms()
         for spec in config.groups:
             fleet = Fleet(
@@ -429,6 +529,26 @@ class Soak:
                 slot = _Slot(group=spec, fleet=fleet, index=index)
                 self.slots.append(slot)
                 self._start_member(slot)
+
+    def _write_final_offsets(self, admin: BrokerGroupsApi) -> None:
+        """The committed offsets once every member has stopped, from the broker's public
+        API: what the checker holds the acknowledged commits against (a broker has no store
+        file of ours to read)."""
+        offsets: dict[str, list[list[Any]]] = {}
+        error = None
+        for attempt in range(10):
+            try:
+                for g in self.config.groups:
+                    committed = admin.committed_offsets(g.group_id)
+                    offsets[g.group_id] = [[t, p, o] for (t, p), o in sorted(committed.items())]
+                error = None
+                break
+            except AdminError as failed:  # a broker still loading its offsets, say
+                error = str(failed)
+                time.sleep(0.5 * (attempt + 1))
+        (self.config.run_dir / records.FINAL_OFFSETS).write_text(
+            json.dumps({"ts_ms": now_ms(), "offsets": offsets, "error": error}, indent=1)
+        )
 
     def _shutdown(self) -> None:
         # Continue anything a failure left stopped, so SIGTERM can reach it.
@@ -446,6 +566,11 @@ class Soak:
             for member in slot.fleet.processes:
                 if member.slot == slot_name(slot.index):
                     self._record_end(slot, member, "terminated")
+        if isinstance(self.admin, BrokerGroupsApi):
+            self._write_final_offsets(self.admin)
+        for admin in (self.admin, self.sampler_admin):
+            if isinstance(admin, BrokerGroupsApi):
+                admin.close()
         self.coordinator.stop()
         for stream in (self.processes, self.faults, self.samples):
             stream.close()

@@ -22,6 +22,10 @@ class FaultKind(StrEnum):
     PARTITION_LONG = "partition_long"  # every packet dropped, past the session timeout
     # The coordinator's store on a full filesystem (needs root to mount it).
     DISK_FULL = "disk_full"
+    # The Kafka variant (`--coordinator kafka`): the groups on a real Kafka broker.
+    BROKER_KILL = "broker_kill"  # kill -9, restart on the same log directory and ports
+    BROKER_PAUSE_SHORT = "broker_pause_short"  # SIGSTOP below the session timeout
+    BROKER_PAUSE_LONG = "broker_pause_long"  # SIGSTOP past the session timeout
 
 
 PROCESS_KINDS = frozenset(
@@ -42,11 +46,28 @@ NETWORK_KINDS = frozenset(
         FaultKind.PARTITION_LONG,
     }
 )
+BROKER_KINDS = frozenset(
+    {FaultKind.BROKER_KILL, FaultKind.BROKER_PAUSE_SHORT, FaultKind.BROKER_PAUSE_LONG}
+)
 MEMBER_KINDS = NETWORK_KINDS | {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE}
-# The plan deals the faults from this deck, shuffled anew each round: each kind comes up at
+# The plan deals the faults from a deck, shuffled anew each round: each kind comes up at
 # a fixed rate (its copies per round), in a seeded order. The network and disk kinds three
 # times, so a 10-minute run (about 80 faults or more) injects each of them ten times.
-DECK = tuple(kind for kind in FaultKind for _ in range(1 if kind in PROCESS_KINDS else 3))
+# Our coordinator's deck (the broker's kinds do not apply to it):
+DECK = tuple(
+    kind
+    for kind in FaultKind
+    if kind not in BROKER_KINDS
+    for _ in range(1 if kind in PROCESS_KINDS else 3)
+)
+# The Kafka variant's: the broker's kinds in place of our coordinator's process and disk
+# kinds (a broker has no store of ours), the member kinds as they are. The network kinds are
+# not in it yet: docs/soak.md, "The Kafka variant", says why.
+KAFKA_DECK = (
+    *sorted(BROKER_KINDS),
+    FaultKind.MEMBER_KILL,
+    FaultKind.MEMBER_PAUSE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +106,13 @@ def draw_fault(
     target = rng.choice(slots) if kind in MEMBER_KINDS else ""
     timeout = session_timeout_ms
     delay = jitter = loss = 0
-    if kind is FaultKind.COORDINATOR_PAUSE_SHORT:
+    if kind in (FaultKind.COORDINATOR_PAUSE_SHORT, FaultKind.BROKER_PAUSE_SHORT):
         duration = rng.randint(timeout // 10, timeout // 2)
-    elif kind in (FaultKind.COORDINATOR_PAUSE_LONG, FaultKind.MEMBER_PAUSE):
+    elif kind in (
+        FaultKind.COORDINATOR_PAUSE_LONG,
+        FaultKind.BROKER_PAUSE_LONG,
+        FaultKind.MEMBER_PAUSE,
+    ):
         duration = rng.randint(timeout * 5 // 4, timeout * 2)
     elif kind is FaultKind.NETWORK_DELAY_SHORT:
         delay, jitter = rng.randint(timeout // 20, timeout // 5), rng.randint(0, timeout // 20)

@@ -14,6 +14,10 @@ SAMPLES = "samples.jsonl"  # the public API, polled: describe and committed offs
 RUN = "run.json"  # the run's settings: groups, members, partitions, seed, bounds
 MEMBERS_DIR = "members"  # <group>/<slot>.<incarnation>.jsonl: the members' event logs
 STORE = "coordinator.db"  # the coordinator's SQLite store
+# The Kafka variant: the broker's log directory, and the committed offsets read from its
+# public API once the members have stopped (it has no store file of ours).
+BROKER_DIR = "kafka"
+FINAL_OFFSETS = "final_offsets.json"
 
 
 class JsonLines:

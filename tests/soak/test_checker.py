@@ -12,9 +12,11 @@ from staticfleet.soak.checker import (
     GroupSpec,
     Interval,
     Process,
+    Run,
     commit_regressions,
     converged,
     holdings,
+    lost_at_restart,
     overlaps,
     percentiles,
     resumed_at,
@@ -117,6 +119,27 @@ def test_sampled_offsets_must_not_go_down() -> None:
         {"ts_ms": 3, "offsets": {"g": [["events", 0, 4]]}},
     ]
     assert [f["later"]["offset"] for f in sampled_regressions(samples)] == [4]
+
+
+def test_an_acknowledged_commit_must_be_served_at_once_after_a_kill_and_restart() -> None:
+    spec = GroupSpec("g", static=True, protocol="eager", members=1)
+    kill = {"kind": "broker_kill", "start_ms": 100, "end_ms": 200}
+    acked = [Ack(90, 80, KEY, 7, "a#1"), Ack(150, 95, KEY, 9, "a#1")]  # the 2nd: after the kill
+
+    def run(*samples: dict[str, object]) -> Run:
+        return Run({}, [spec], [], [kill], list(samples), db_path=None)  # type: ignore[arg-type]
+
+    # The first sample after the restart that has the group's offsets is the one judged: an
+    # earlier one without them (the broker still loading) does not count.
+    served = {"ts_ms": 210, "offsets": {"g": [["events", 0, 7]]}}
+    assert lost_at_restart(run({"ts_ms": 205, "offsets": {}}, served), acked) == []
+    lost = lost_at_restart(run({"ts_ms": 210, "offsets": {"g": [["events", 0, 5]]}}), acked)
+    assert [(v["acknowledged"]["offset"], v["read"]["offset"]) for v in lost] == [(7, 5)]
+    # A sample from before the restart ended is not one after it.
+    assert lost_at_restart(run({"ts_ms": 150, "offsets": {"g": []}}), acked) == []
+    # A partition missing from the served offsets lost its commit.
+    gone = lost_at_restart(run({"ts_ms": 210, "offsets": {"g": []}}), acked)
+    assert [v["read"]["offset"] for v in gone] == [None]
 
 
 def test_converged_needs_stable_every_instance_and_the_live_member_ids() -> None:

@@ -8,7 +8,9 @@ from collections import Counter
 
 from staticfleet.soak.network import free_subnet, stale_owners
 from staticfleet.soak.plan import (
+    BROKER_KINDS,
     DECK,
+    KAFKA_DECK,
     MEMBER_KINDS,
     NETWORK_KINDS,
     PROCESS_KINDS,
@@ -22,6 +24,7 @@ SESSION_MS = 3_000
 PAST_THE_SESSION = {
     FaultKind.MEMBER_PAUSE,
     FaultKind.COORDINATOR_PAUSE_LONG,
+    FaultKind.BROKER_PAUSE_LONG,
     FaultKind.PARTITION_LONG,
     FaultKind.DISK_FULL,
 }
@@ -43,12 +46,19 @@ def test_every_round_deals_each_kind_as_often_as_the_deck_holds_it() -> None:
     )
     counts = Counter(fault.kind for fault in faults)
     for kind in FaultKind:
-        copies = 1 if kind in PROCESS_KINDS else 3
+        copies = 0 if kind in BROKER_KINDS else 1 if kind in PROCESS_KINDS else 3
         assert counts[kind] == rounds * copies, kind
 
 
+def test_the_kafka_deck_has_the_brokers_kinds_and_the_members_not_ours() -> None:
+    kinds = {fault.kind for fault in plan(5, 10 * len(KAFKA_DECK), KAFKA_DECK)}
+    assert kinds == BROKER_KINDS | {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE}
+    assert not kinds & (PROCESS_KINDS - {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE})
+
+
 def test_durations_sit_on_the_stated_side_of_the_session_timeout() -> None:
-    for fault in itertools.islice(fault_plan(random.Random(3), SLOTS, SESSION_MS), 500):
+    deck = DECK + KAFKA_DECK
+    for fault in itertools.islice(fault_plan(random.Random(3), SLOTS, SESSION_MS, deck), 500):
         assert (fault.target in SLOTS) == (fault.kind in MEMBER_KINDS)
         if fault.kind is FaultKind.NETWORK_DELAY_SHORT:
             assert fault.delay_ms + fault.jitter_ms < SESSION_MS
@@ -57,7 +67,11 @@ def test_durations_sit_on_the_stated_side_of_the_session_timeout() -> None:
             assert fault.duration_ms > fault.delay_ms
         elif fault.kind is FaultKind.NETWORK_LOSS:
             assert 10 <= fault.loss_percent <= 50
-        elif fault.kind in (FaultKind.PARTITION_SHORT, FaultKind.COORDINATOR_PAUSE_SHORT):
+        elif fault.kind in (
+            FaultKind.PARTITION_SHORT,
+            FaultKind.COORDINATOR_PAUSE_SHORT,
+            FaultKind.BROKER_PAUSE_SHORT,
+        ):
             assert fault.duration_ms < SESSION_MS
         elif fault.kind in PAST_THE_SESSION:
             assert fault.duration_ms > SESSION_MS
