@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -22,6 +23,7 @@ from staticfleet.soak.checker import (
     resumed_at,
     running,
     sampled_regressions,
+    stale_fences,
     static_members_not_back,
 )
 
@@ -177,3 +179,23 @@ def test_the_journal_must_end_with_every_static_member_in_the_group() -> None:
     assert static_members_not_back([spec], journal) == [
         {"group_id": "g", "instance_id": "member-1", "last": "member_removed"}
     ]
+
+
+def test_a_broker_that_fences_a_sole_holder_after_its_restart_is_the_brokers_finding() -> None:
+    kill = {"kind": "broker_kill", "start_ms": 100, "end_ms": 200}
+    fenced = row(250, "fatal", error="FENCED_INSTANCE_ID", member_id="m-old")
+
+    def run(*processes: Process, kafka: bool = True) -> Run:
+        settings = {"recovery_bound_s": 60, **({"coordinator": "kafka"} if kafka else {})}
+        return Run(settings, [], list(processes), [kill], [], db_path=None, end_ms=999)  # type: ignore[arg-type]
+
+    exited = process("g/member-0", [fenced], incarnation=1, end_ms=251, how="exited", exit_code=3)
+    assert [f["process"] for f in stale_fences(run(exited))] == ["g/member-0#1"]
+    # Another process of the slot running then: the fence may be right; it stays a violation.
+    twin = process("g/member-0", [], incarnation=2, start_ms=240)
+    assert stale_fences(run(exited, twin)) == []
+    # Outside a broker kill's window (its end + the recovery bound), or another error.
+    late = process("g/member-0", [row(60_201, "fatal", error="FENCED_INSTANCE_ID")], how="exited")
+    assert stale_fences(run(late)) == []
+    other = process("g/member-0", [row(250, "fatal", error="GROUP_AUTHORIZATION_FAILED")])
+    assert stale_fences(run(dataclasses.replace(other, how="exited"))) == []
