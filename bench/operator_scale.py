@@ -20,8 +20,9 @@ Figures:
   timed creates of unlabelled pods (the webhook not called);
 - the webhook alone: AdmissionReviews POSTed straight to it, as the API server sends them
   (the API server's histogram has no bucket between 25 and 100 ms);
-- the operator's RSS, and the time from its restart until /readyz answers 200 (every
-  group's member token registered again, i.e. every group reconciled once).
+- the operator's RSS (and its peak, VmHWM, before and after a restart), and the time from its
+  restart until /readyz answers 200 (every group's member token registered again, i.e. every
+  group reconciled once).
 
 The harness holds the 6 N pods too: it freezes its own collector as the operator does
 (coordinator/server/gc_policy.py), or its own full collections (0.4-0.6 s) would be timed
@@ -340,10 +341,11 @@ class OperatorProcess:
             await asyncio.sleep(0.2)
         return time.monotonic() - self.started
 
-    def rss_mib(self) -> float:
+    def rss_mib(self, field: str = "VmRSS") -> float:
+        """The process's resident memory now (VmHWM: its peak so far)."""
         assert self.process is not None
         for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return round(int(line.split()[1]) / 1024, 1)
         return 0.0
 
@@ -663,6 +665,7 @@ async def _scenario(
 
     # Restart: from the new process's start until /readyz (every group reconciled once).
     rss = operator.rss_mib()
+    peak = operator.rss_mib("VmHWM")
     print(
         json.dumps({"before_restart": {"idle_per_minute": by_key, "rss_mib": rss}}),
         file=sys.stderr,
@@ -674,6 +677,9 @@ async def _scenario(
         restart_ready_s: float | None = await operator.wait_ready(sizes.restart_wait_seconds)
     except TimeoutError:
         restart_ready_s = None
+    # The restarted process as it becomes ready: a restart lists and reconciles everything at
+    # once, which is what the memory limit must leave room for.
+    restart_peak = operator.rss_mib("VmHWM")
 
     return {
         "groups": n,
@@ -696,6 +702,8 @@ async def _scenario(
         "webhook_direct": summary_ms(direct_s),
         "operator_rss_mib_idle": rss_before_idle,
         "operator_rss_mib": rss,
+        "operator_peak_rss_mib": peak,
+        "restarted_operator_peak_rss_mib_at_ready": restart_peak,
         "restart_to_ready_seconds": (
             round(restart_ready_s, 1) if restart_ready_s is not None else None
         ),

@@ -224,20 +224,40 @@ class Authenticator:
         }
         self._runtime: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
-        self._entries: dict[bytes, Principal] = self._build()
-
-    def _build(self) -> dict[bytes, Principal]:
-        entries: dict[bytes, Principal] = {
+        # Member token -> the groups it is valid for (configured and runtime alike): a
+        # change touches only its own tokens' entries. Rebuilding the whole table instead
+        # made an operator's restart quadratic in its groups (each group's token registered
+        # once: 1,000 rebuilds of 1,000 digests; docs/performance.md, "Restart to ready").
+        self._groups_of: dict[str, set[str]] = {}
+        for group_id, tokens in self._configured.items():
+            for token in tokens:
+                self._groups_of.setdefault(token, set()).add(group_id)
+        self._entries: dict[bytes, Principal] = {
             _digest(token): ADMIN for token in sorted(self._admin_tokens)
         }
-        groups: dict[str, set[str]] = {}
-        for source in (self._configured, self._runtime):
-            for group_id, tokens in source.items():
-                for token in tokens:
-                    groups.setdefault(token, set()).add(group_id)
-        for token, ids in sorted(groups.items()):
-            entries[_digest(token)] = Principal(Role.MEMBER, frozenset(ids))
-        return entries
+        for token, ids in sorted(self._groups_of.items()):
+            self._entries[_digest(token)] = Principal(Role.MEMBER, frozenset(ids))
+
+    def _swap(self, group_id: str, before: frozenset[str], after: frozenset[str]) -> None:
+        """`group_id`'s runtime tokens went from `before` to `after`: update the tokens that
+        changed, in a copy of the table swapped in with one assignment (under `_lock`)."""
+        configured = self._configured.get(group_id, frozenset())
+        changed = (before ^ after) - configured
+        if not changed:
+            return
+        entries = dict(self._entries)
+        for token in changed:
+            ids = self._groups_of.setdefault(token, set())
+            if token in after:
+                ids.add(group_id)
+            else:
+                ids.discard(group_id)
+            if ids:
+                entries[_digest(token)] = Principal(Role.MEMBER, frozenset(ids))
+            else:
+                del self._groups_of[token]
+                entries.pop(_digest(token), None)
+        self._entries = entries
 
     def set_member_tokens(self, group_id: str, tokens: Iterable[str]) -> None:
         """Make `tokens` (and no other runtime tokens) valid member tokens for `group_id`.
@@ -254,17 +274,19 @@ class Authenticator:
                 "give each role its own token"
             )
         with self._lock:
+            before = self._runtime.get(group_id, frozenset())
             if wanted:
                 self._runtime[group_id] = wanted
             else:
                 self._runtime.pop(group_id, None)
-            self._entries = self._build()
+            self._swap(group_id, before, wanted)
 
     def remove_group(self, group_id: str) -> None:
         """Forget the runtime member tokens of `group_id` (its configured ones stay)."""
         with self._lock:
-            if self._runtime.pop(group_id, None) is not None:
-                self._entries = self._build()
+            before = self._runtime.pop(group_id, None)
+            if before is not None:
+                self._swap(group_id, before, frozenset())
 
     def runtime_groups(self) -> frozenset[str]:
         """The groups that have runtime member tokens."""

@@ -24,7 +24,13 @@ from coordinator import JournalEvent
 from staticfleet_operator import index_readiness
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
 from staticfleet_operator.group_ref import GroupRef
-from staticfleet_operator.informer import MEMBER_PODS, OPAQUE_SECRETS, Informer, trimmed
+from staticfleet_operator.informer import (
+    MEMBER_PODS,
+    OPAQUE_SECRETS,
+    Informer,
+    interned,
+    trimmed,
+)
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.passes import Passes
@@ -180,8 +186,10 @@ async def stamp_member_pod(
 
 
 def indexed(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What Kopf's index keeps of a ConsumerGroup: all of it but metadata.managedFields."""
-    return trimmed(body)
+    """What Kopf's index keeps of a ConsumerGroup: all of it but metadata.managedFields, its
+    strings interned (every group repeats the spec's and status's keys and most values)."""
+    kept: dict[str, Any] = interned(trimmed(body))
+    return kept
 
 
 def _operator(memo: Any) -> Operator:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,8 +126,28 @@ _POD_STATUS = frozenset({"phase", "reason"})
 _POD_ENV = frozenset({env.GROUP_ID})
 
 
+def interned(value: Any) -> Any:
+    """`value` with every string in it interned: each watch event is its own JSON document,
+    so every kept object had its own copy of the same keys, label and annotation names, phases
+    and condition types (measured in-process: 5,990 pods of 1,000 groups held 22.5 MiB, 13.6
+    MiB interned; docs/performance.md). A unique string costs only its entry in the
+    interpreter's table, which it leaves with the object."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, Mapping):
+        return {sys.intern(str(k)): interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interned(v) for v in value]
+    return value
+
+
 def pod_kept(pod: Mapping[str, Any]) -> Body:
-    """The fields of a member pod the operator reads, and nothing else."""
+    """The fields of a member pod the operator reads, and nothing else (strings interned)."""
+    kept: Body = interned(_pod_fields(pod))
+    return kept
+
+
+def _pod_fields(pod: Mapping[str, Any]) -> Body:
     metadata = {k: v for k, v in _metadata(pod).items() if k in _POD_METADATA}
     status: Mapping[str, Any] = pod.get("status") or {}
     kept_status: Body = {k: v for k, v in status.items() if k in _POD_STATUS}

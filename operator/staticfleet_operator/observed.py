@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from staticfleet_operator.group_ref import GroupRef
-from staticfleet_operator.informer import Informer
+from staticfleet_operator.informer import Informer, trimmed
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 
@@ -171,7 +171,17 @@ class Observed:
         metadata = _metadata(body)
         if self.groups is not None and metadata.get("name"):
             key = GroupRef(str(metadata.get("namespace")), str(metadata["name"]))
-            self._written_groups[key] = (dict(body), self.clock())
+            now = self.clock()
+            # Kept as the index keeps it (no managedFields), oldest first: entries whose group
+            # is not read again would otherwise stay until its next pass (the resync's, a
+            # minute later), a whole ConsumerGroup each (docs/performance.md).
+            self._written_groups.pop(key, None)
+            while self._written_groups:
+                oldest = next(iter(self._written_groups))
+                if now - self._written_groups[oldest][1] <= OVERLAY_SECONDS:
+                    break
+                del self._written_groups[oldest]
+            self._written_groups[key] = (trimmed(body), now)
 
     def pod_created(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
         if self.pods is not None:

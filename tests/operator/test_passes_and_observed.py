@@ -214,3 +214,24 @@ async def test_a_written_status_is_read_back_until_the_index_catches_up() -> Non
     later = {**written, "metadata": {**written["metadata"], "resourceVersion": "9"}, "spec": {}}
     groups[(NS, "g")] = [later]
     assert (await observed.group(KUBE, NS, "g") or {})["metadata"]["resourceVersion"] == "9"
+
+
+async def test_written_statuses_are_kept_trimmed_and_expire_unread() -> None:
+    """What a status write answered is laid over the index without its managedFields, and
+    an entry no pass reads again goes once it expired, at the next write of any group (a
+    settled fleet's groups are not read again for a minute)."""
+    observed, _ = _observed([], {})
+    assert isinstance(observed.clock, Clock)
+
+    def written(name: str) -> dict[str, Any]:
+        metadata = {"name": name, "namespace": NS, "resourceVersion": "8"}
+        return {"metadata": {**metadata, "managedFields": [{"manager": "x"}]}, "status": {}}
+
+    observed.group_written(written("a"))
+    observed.clock.now += 10
+    observed.group_written(written("b"))
+    kept = await observed.group(KUBE, NS, "a") or {}
+    assert "managedFields" not in kept["metadata"] and kept["metadata"]["name"] == "a"
+    observed.clock.now += OVERLAY_SECONDS - 5  # a expired, b not yet
+    observed.group_written(written("c"))
+    assert list(observed._written_groups) == [GroupRef(NS, "b"), GroupRef(NS, "c")]

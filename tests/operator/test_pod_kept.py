@@ -12,10 +12,12 @@ import pytest
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from staticfleet_operator.crd import parse_spec
+from staticfleet_operator.handlers import indexed
 from staticfleet_operator.hot_standby import pod_health
 from staticfleet_operator.informer import MEMBER_PODS, Informer, pod_kept
 from staticfleet_operator.members import MemberSettings, managed_pod, member_pod
 from staticfleet_operator.observed import pod_identity
+from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.pod_bindings import pod_binding
 from tests.operator.test_crd import MANAGED
 
@@ -94,3 +96,30 @@ def test_the_informer_stores_the_kept_pod() -> None:
     informer.apply("ADDED", live_pod(1, RUNNING))
     [stored] = informer.objects.values()
     assert stored == pod_kept(live_pod(1, RUNNING))
+
+
+def test_pods_decoded_apart_share_their_strings() -> None:
+    """Each watch event is its own JSON document: kept pods share one copy of each repeated
+    string (keys, label and annotation names, phases) instead of one per pod."""
+    first, second = (pod_kept(json.loads(json.dumps(live_pod(slot, RUNNING)))) for slot in (1, 2))
+    assert first == pod_kept(live_pod(1, RUNNING))
+    [key_1] = [k for k in first["metadata"] if k == "labels"]
+    [key_2] = [k for k in second["metadata"] if k == "labels"]
+    assert key_1 is key_2
+    assert first["status"]["phase"] is second["status"]["phase"]
+    labels_1, labels_2 = first["metadata"]["labels"], second["metadata"]["labels"]
+    group = GROUP_LABEL
+    assert labels_1[group] == labels_2[group] == "orders"
+    assert next(v for k, v in labels_1.items() if k == group) is next(
+        v for k, v in labels_2.items() if k == group
+    )
+
+
+def test_the_consumer_group_index_keeps_shared_strings_and_no_managed_fields() -> None:
+    metadata = {"name": "orders", "namespace": "team", "managedFields": [{}]}
+    body = {"kind": "ConsumerGroup", "metadata": metadata, "spec": MANAGED}
+    first, second = (indexed(json.loads(json.dumps(body))) for _ in range(2))
+    assert first == {**body, "metadata": {"name": "orders", "namespace": "team"}}
+    [spec_1] = [k for k in first if k == "spec"]
+    [spec_2] = [k for k in second if k == "spec"]
+    assert spec_1 is spec_2 and first["metadata"]["name"] is second["metadata"]["name"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -60,6 +61,63 @@ def test_remove_group_forgets_runtime_tokens_but_keeps_configured_ones() -> None
     configured = auth.authenticate(MEMBER_A_TOKEN)
     assert configured is not None and configured.groups == {GROUP_A}
     auth.remove_group("never-added")  # a no-op
+
+
+def test_runtime_changes_leave_the_table_a_fresh_one_would_build() -> None:
+    """The table is updated per change (not rebuilt): after any sequence of changes it maps
+    every token to the groups a table built from scratch gives it, configured ones kept."""
+    rng = random.Random(26)
+    auth = _authenticator()
+    runtime: dict[str, frozenset[str]] = {}
+    groups = [GROUP_A, "orders", "payments", "audit"]
+    tokens = [MEMBER_A_TOKEN, "token-1", "token-2", "token-3", "token-4"]
+    for _ in range(400):
+        group = rng.choice(groups)
+        if rng.random() < 0.2:
+            auth.remove_group(group)
+            runtime.pop(group, None)
+            continue
+        wanted = frozenset(rng.sample(tokens, rng.randint(0, 3)))
+        auth.set_member_tokens(group, wanted)
+        if wanted:
+            runtime[group] = wanted
+        else:
+            runtime.pop(group, None)
+        members = {GROUP_A: {MEMBER_A_TOKEN}}
+        for group_id, held in runtime.items():
+            members.setdefault(group_id, set()).update(held)
+        fresh = Authenticator(
+            AuthConfig(
+                admin_tokens=frozenset({ADMIN_TOKEN}),
+                member_tokens={g: frozenset(t) for g, t in members.items()},
+            )
+        )
+        for token in [*tokens, ADMIN_TOKEN]:
+            assert auth.authenticate(token) == fresh.authenticate(token), token
+
+
+def test_a_groups_change_digests_only_its_own_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Registering one group's token costs the same with 1,000 groups registered as with
+    none (an operator's restart registers every group's: it was quadratic)."""
+    from coordinator.server import auth as auth_module
+
+    auth = _authenticator()
+    for i in range(1000):
+        auth.set_member_tokens(f"group-{i}", [f"token-{i}"])
+    digested: list[str] = []
+    real = auth_module._digest
+
+    def counted(token: str) -> bytes:
+        digested.append(token)
+        return real(token)
+
+    monkeypatch.setattr(auth_module, "_digest", counted)
+    auth.set_member_tokens("group-1000", ["token-1000"])
+    auth.set_member_tokens("group-7", ["token-7b"])
+    auth.remove_group("group-8")
+    assert sorted(digested) == ["token-1000", "token-7", "token-7b", "token-8"]
+    assert auth.authenticate("token-7") is None and auth.authenticate("token-8") is None
+    assert auth.authenticate("token-999") is not None
 
 
 def test_runtime_tokens_are_validated() -> None:
