@@ -78,8 +78,7 @@ def node_built() -> None:
     subprocess.run([str(ROOT / "scripts" / "node" / "install-packages.sh")], check=True)
     subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
     subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
-    if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
-        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+    probe.build_image()
 
 
 # Package scope: torn down after the last test of e2e/node, not at the end of a `make e2e`

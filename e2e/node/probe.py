@@ -45,6 +45,18 @@ from e2e.node.scheduler import running_scheduler
 from staticfleet.processes import terminate
 
 ROOT = Path(__file__).resolve().parents[2]
+IMAGE_ARCHIVE = ROOT / "build" / "image" / "staticfleet.oci.tar"
+
+
+def build_image() -> Path:
+    """The chart's image from the working tree, as an OCI archive. Built every time, not only
+    when the archive is absent: an archive from older sources ran old code on the node (a
+    member without a flag its pod template set). The script reuses unchanged layers and
+    keeps the archive of an unchanged image, so a build with nothing new costs seconds."""
+    subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+    return IMAGE_ARCHIVE
+
+
 NODE_BIN = ROOT / "build" / "node" / "bin"
 NODE_NAME = "staticfleet-node"
 POD_CIDR = "10.244.0.0/24"
@@ -461,7 +473,7 @@ def running_node(probe: Probe, timeout_s: float, runtime: str, runc: Path) -> It
                 )
             with probe.stage("import the pause and staticfleet images") as entry:
                 cd.import_image(ROOT / "build" / "node" / "pause.oci.tar")
-                image = cd.import_image(ROOT / "build" / "image" / "staticfleet.oci.tar")
+                image = cd.import_image(IMAGE_ARCHIVE)
                 entry["image"] = image
             kubelet_dir = workdir / "kubelet"
             kubelet_log = kubelet_dir / "kubelet.log"

@@ -1,8 +1,8 @@
 """The chart's image, as a node runs it: loaded into a containerd from the OCI archive that
 `make image` writes, run by runc as uid 10001 on a read-only root (docs/node.md).
 
-Builds the image first when build/image/staticfleet.oci.tar is absent (scripts/build-image.sh,
-about three minutes from nothing). Needs root: it starts a containerd of its own.
+Builds the image first (scripts/build-image.sh: about three minutes from nothing, seconds when
+nothing changed). Needs root: it starts a containerd of its own.
 
     .venv/bin/pytest e2e/node/test_image.py
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from e2e.node.containerd import Containerd, running_containerd
+from e2e.node.probe import build_image
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "build" / "image" / "staticfleet.oci.tar"
@@ -31,9 +32,7 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def archive() -> Path:
-    if not ARCHIVE.exists():
-        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
-    return ARCHIVE
+    return build_image()
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,7 @@ pytestmark = pytest.mark.timeout(3600)
 def built() -> None:
     subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
     subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
-    if not (ROOT / "build" / "image" / "staticfleet.oci.tar").exists():
-        subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+    probe.build_image()
 
 
 def _host_state() -> dict[str, object]:
