@@ -183,6 +183,14 @@ class LocalCluster(Cluster):
         path = self._container_dir(namespace, pod) / f"{container}.log"
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
+    def pods_run(self, namespace: str) -> list[str]:
+        """Every pod name the node ran in `namespace`, gone ones too: its directory, with its
+        logs, stays (a Deployment's pods have names nobody can list once they are deleted)."""
+        directory = self.node_workdir / "pods" / namespace
+        return (
+            sorted(p.name for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
+        )
+
     def crash_operator(self) -> None:
         pod = self.operator_pod()
         assert pod is not None, "no operator pod"

@@ -184,20 +184,23 @@ def kafka_group(
 
 
 def describe(bootstrap: str, group: str) -> dict[str, Any]:
-    """The broker's DescribeGroups: state, selected protocol, instance id -> member id."""
+    """The broker's DescribeGroups: state, selected protocol, instance id -> member id,
+    and every member id."""
 
     async def ask() -> dict[str, Any]:
         transport = KafkaTransport(bootstrap)
         try:
             described = await transport.describe_group(group)
         except TransportError as error:  # e.g. the offsets topic still being created
-            return {"state": f"Unknown ({error})", "protocol": "", "members": {}}
+            return {"state": f"Unknown ({error})", "protocol": "", "members": {}, "member_ids": []}
         finally:
             await transport.close()
         return {
             "state": described.group_state,
             "protocol": described.protocol_data,
             "members": {m.group_instance_id: m.member_id for m in described.members},
+            # Dynamic members (no instance id) collapse in `members`; these do not.
+            "member_ids": sorted(m.member_id for m in described.members),
         }
 
     return asyncio.run(ask())

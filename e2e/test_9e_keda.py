@@ -1,4 +1,5 @@
-"""Scenario 9e: KEDA scales a Kafka-coordinated ConsumerGroup through its /scale subresource.
+"""Scenario 9e: KEDA scales a Kafka-coordinated ConsumerGroup through its /scale subresource,
+and, in the same run, the same consumers as a KEDA-scaled Deployment, side by side.
 
 KEDA v2.21 (built from its Go module, e2e/keda.py) runs beside the control plane; a
 ScaledObject's scaleTargetRef is the ConsumerGroup and its trigger is KEDA's own `kafka`
@@ -8,8 +9,20 @@ consumers (`staticfleet.kafka.rdkafka_pod --ms-per-record`: a fixed cost per rec
 burst builds lag that only more members drain. The HPA KEDA makes adds one member per step;
 each step is one rebalance (the first member's `assigned` callbacks), the burst drains, and
 the group goes back to one member: each step down one batch LeaveGroup (the operator's
-MembersLeft Event) naming exactly the removed instance ids. Recorded: the steps, rebalances
-per step, peak lag, time to drain.
+MembersLeft Event) naming exactly the removed instance ids.
+
+Then the comparison: the same consumer program, cost, partitions, burst and trigger, as a
+plain Deployment (what users run today) in a group and topic of its own, scaled by its own
+ScaledObject, twice. Dynamic members (no group.instance.id) first: what most users run, as a
+Deployment's pods get new random names on every start, so an instance id per pod survives no
+restart; a dynamic member sends a LeaveGroup when it closes. Then static members named after
+their pods (the downward API), which users set to spare a rebalance per restart: a static
+member sends no LeaveGroup, so one a scale-down removed holds its partitions until its
+session times out (what the operator's batch LeaveGroup is for). The bursts run one after
+the other (three fleets at once would share the machine's two cores and starve each other).
+All three are measured by the same code from the consumers' own assigned/revoked logs
+(staticfleet.demo.ownership): rebalances, partitions moved, unowned partition-seconds; and
+from the broker: peak lag, time to drain.
 """
 
 from __future__ import annotations
@@ -17,6 +30,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -25,28 +40,45 @@ from e2e.cluster import BUILD, Cluster, LocalCluster
 from e2e.fleet import Record, member_logs_from_text, wait_for
 from e2e.groups import IMAGE, apply, namespace
 from e2e.kafka_fleet import describe, kafka_group, operator_events, wait_settled
-from e2e.keda import running_keda
+from e2e.keda import Keda, running_keda
+from staticfleet.demo.ownership import (
+    MemberLog,
+    all_holdings,
+    assignment_rounds,
+    partitions_moved,
+    unowned_partition_seconds,
+)
 from staticfleet.kafka.broker import KafkaBroker
 
-GROUP = "kedafleet"
+GROUP = "kedafleet"  # the ConsumerGroup: its group id, topic and ScaledObject
+# The same consumers as Deployments, each with its own group and topic: dynamic members
+# (what users run), and static ones named after their pods (the issue's "removed pods wait
+# out the session timeout").
+DEPLOYMENT = "kedadeploy"
+STATIC_DEPLOYMENT = "kedastatic"
 PARTITIONS = 4  # maxReplicaCount: a member per partition at most
 MS_PER_RECORD = 20  # 50 records/s per member
 BURST = 8000
 LAG_THRESHOLD = 100
 STEP_PERIOD_S = 15  # the HPA adds at most one member per period
+CONSUMER = [
+    "python",
+    "-m",
+    "staticfleet.kafka.rdkafka_pod",
+    "--ms-per-record",
+    str(MS_PER_RECORD),
+]
+# The figures compared, each as the Deployment's over the ConsumerGroup's.
+COMPARED = ("rebalances", "partitions_moved", "unowned_partition_s", "peak_lag", "drain_s")
 
 
-def scaled_object(ns: str, bootstrap: str) -> dict[str, Any]:
+def scaled_object(ns: str, bootstrap: str, group: str, target: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "keda.sh/v1alpha1",
         "kind": "ScaledObject",
-        "metadata": {"name": GROUP, "namespace": ns},
+        "metadata": {"name": group, "namespace": ns},
         "spec": {
-            "scaleTargetRef": {
-                "apiVersion": "staticfleet.dev/v1alpha1",
-                "kind": "ConsumerGroup",
-                "name": GROUP,
-            },
+            "scaleTargetRef": target,
             "pollingInterval": 5,
             "minReplicaCount": 1,
             "maxReplicaCount": PARTITIONS,
@@ -73,8 +105,8 @@ def scaled_object(ns: str, bootstrap: str) -> dict[str, Any]:
                     "type": "kafka",
                     "metadata": {
                         "bootstrapServers": bootstrap,
-                        "consumerGroup": GROUP,
-                        "topic": GROUP,
+                        "consumerGroup": group,
+                        "topic": group,
                         "lagThreshold": str(LAG_THRESHOLD),
                         "offsetResetPolicy": "earliest",
                         # The broker is Kafka 4, which dropped the pre-2.1 protocol versions
@@ -87,11 +119,54 @@ def scaled_object(ns: str, bootstrap: str) -> dict[str, Any]:
     }
 
 
-def total_lag(bootstrap: str) -> int:
+def deployment(name: str, bootstrap: str, *, static: bool) -> dict[str, Any]:
+    """The same consumer as a Deployment: the env the operator would give a librdkafka member
+    of an eager group (`range`); KAFKA_GROUP_INSTANCE_ID only if `static`, then the pod's
+    name (the downward API), which a restarted or replaced pod does not keep."""
+    values = {
+        "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "KAFKA_GROUP_ID": name,
+        "KAFKA_TOPICS": name,
+        "KAFKA_PARTITION_ASSIGNMENT_STRATEGY": "range",
+    }
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+    if static:
+        env.append(
+            {
+                "name": "KAFKA_GROUP_INSTANCE_ID",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+            }
+        )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 20,
+                    "containers": [
+                        {
+                            "name": "consumer",
+                            "image": IMAGE,
+                            "command": CONSUMER,
+                            "env": env,
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def total_lag(bootstrap: str, group: str) -> int:
     """The group's lag as the broker sees it: end offsets minus committed offsets."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "log_level": 0})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
     try:
-        tps = [TopicPartition(GROUP, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(group, p) for p in range(PARTITIONS)]
         committed = consumer.committed(tps, timeout=10)
         lag = 0
         for tp in committed:
@@ -102,13 +177,128 @@ def total_lag(bootstrap: str) -> int:
         consumer.close()
 
 
-def produce_burst(bootstrap: str, count: int) -> None:
+def produce_burst(bootstrap: str, topic: str, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
     for i in range(count):
-        producer.produce(GROUP, value=b"x" * 100, key=str(i).encode())
+        producer.produce(topic, value=b"x" * 100, key=str(i).encode())
         if i % 1000 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
+
+
+@dataclass
+class Burst:
+    """One fleet's burst: the replica steps the HPA wrote, the lag, the time window."""
+
+    steps: list[dict[str, Any]]  # {"replicas": n, "at_s": t, "since_ms": ms}
+    peak_lag: int
+    drain_s: float
+    start_ms: int  # wall clock, as the consumers' logs
+    end_ms: int = 0  # set once the fleet is back to one member, Stable on the broker
+
+    @property
+    def sizes(self) -> list[int]:
+        return [s["replicas"] for s in self.steps]
+
+
+def burst_and_scale(
+    cluster: Cluster,
+    keda: Keda,
+    ns: str,
+    bootstrap: str,
+    group: str,
+    replicas: Callable[[], tuple[int, int]],
+) -> Burst:
+    """Produce the burst into `group`'s topic and watch until the lag is drained and the
+    target is back to one replica; `replicas()` is the target's (asked for, running)."""
+    wait_for(
+        f"KEDA's HPA for {group}",
+        lambda: (
+            cluster.kubectl("-n", ns, "get", "hpa", f"keda-hpa-{group}", check=False).returncode
+            == 0
+        ),
+        timeout_s=60,
+    )
+    burst_at = time.monotonic()
+    burst = Burst(steps=[], peak_lag=0, drain_s=-1.0, start_ms=int(time.time() * 1000))
+    produce_burst(bootstrap, group, BURST)
+    last_poll_ms = [burst.start_ms]
+
+    def watch() -> bool:
+        keda.check_alive()
+        now = round(time.monotonic() - burst_at, 1)
+        wall_ms = int(time.time() * 1000)
+        # The steps are spec.replicas (what the HPA wrote through /scale); a step's
+        # rebalance comes after the change, so after the last poll that saw the old value.
+        asked, running = replicas()
+        if not burst.steps or burst.steps[-1]["replicas"] != asked:
+            burst.steps.append({"replicas": asked, "at_s": now, "since_ms": last_poll_ms[0]})
+        last_poll_ms[0] = wall_ms
+        lag = total_lag(bootstrap, group)
+        burst.peak_lag = max(burst.peak_lag, lag)
+        if lag == 0 and burst.drain_s < 0:
+            burst.drain_s = now
+        return burst.drain_s >= 0 and asked == running == 1 and len(burst.steps) > 2
+
+    wait_for(
+        f"{group} to scale up, drain the burst and scale back to one member",
+        watch,
+        timeout_s=600,
+        interval_s=1.0,
+        describe=lambda: json.dumps(
+            {
+                "steps": burst.steps,
+                "hpa": cluster.get_json("-n", ns, "get", "hpa", f"keda-hpa-{group}").get("status"),
+            }
+        )[:2000],
+    )
+    return burst
+
+
+def check_steps(burst: Burst) -> tuple[int, list[int]]:
+    """Up one member at a time to the peak, then down to one (in one step, or more when
+    the HPA's scale-down window still holds an intermediate recommendation): the HPA's
+    behaviour, the same whichever the target. The peak and the sizes on the way down."""
+    sizes = burst.sizes
+    peak = max(sizes)
+    top = sizes.index(peak)
+    assert sizes[: top + 1] == list(range(1, peak + 1)), burst.steps
+    down = sizes[top:]
+    assert all(a > b for a, b in itertools.pairwise(down)) and down[-1] == 1, burst.steps
+    assert peak >= 3, burst.steps
+    return peak, down
+
+
+def one_member_stable(bootstrap: str, group: str) -> bool:
+    described = describe(bootstrap, group)
+    return bool(described["state"] == "Stable" and len(described["member_ids"]) == 1)
+
+
+def figures(logs: list[MemberLog], burst: Burst, topic: str) -> dict[str, Any]:
+    """One fleet's figures over the burst's window, the same code for both fleets."""
+    held = all_holdings(logs)
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    return {
+        "steps": [{"replicas": s["replicas"], "at_s": s["at_s"]} for s in burst.steps],
+        "rebalances": assignment_rounds(held, partitions, burst.start_ms, burst.end_ms),
+        "partitions_moved": partitions_moved(held, burst.start_ms, burst.end_ms),
+        "unowned_partition_s": round(
+            unowned_partition_seconds(held, partitions, burst.start_ms, burst.end_ms), 1
+        ),
+        "peak_lag": burst.peak_lag,
+        "drain_s": burst.drain_s,
+        "scaled_in_s": burst.steps[-1]["at_s"],
+        "member_processes": len(logs),
+    }
+
+
+def ratios(deployment_figures: dict[str, Any], group_figures: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: (
+            round(deployment_figures[key] / group_figures[key], 2) if group_figures[key] else None
+        )
+        for key in COMPARED
+    }
 
 
 def test_keda_scales_a_kafka_group_through_scale(
@@ -117,98 +307,46 @@ def test_keda_scales_a_kafka_group_through_scale(
     assert isinstance(cluster, LocalCluster), "the members and KEDA run as local processes"
     bootstrap = kafka_broker.bootstrap
     kafka_broker.create_topic(GROUP, PARTITIONS)
-    container = {
-        "name": "consumer",
-        "image": IMAGE,
-        "command": [
-            "python",
-            "-m",
-            "staticfleet.kafka.rdkafka_pod",
-            "--ms-per-record",
-            str(MS_PER_RECORD),
-        ],
-    }
+    kafka_broker.create_topic(DEPLOYMENT, PARTITIONS)
+    kafka_broker.create_topic(STATIC_DEPLOYMENT, PARTITIONS)
+    container = {"name": "consumer", "image": IMAGE, "command": CONSUMER}
     started = time.monotonic()
     with (
         running_keda(cluster, BUILD / "e2e" / "keda") as keda,
         namespace(cluster, "e2e-keda") as ns,
     ):
         record("keda_start_s", round(time.monotonic() - started, 1))
+
+        # --- the ConsumerGroup -------------------------------------------------------------
         apply(cluster, ns, kafka_group(GROUP, bootstrap, "librdkafka", container, replicas=1))
         wait_settled(cluster, ns, bootstrap, GROUP, 1)
-        apply(cluster, ns, scaled_object(ns, bootstrap))
-        wait_for(
-            "KEDA's HPA for the ConsumerGroup",
-            lambda: (
-                cluster.kubectl("-n", ns, "get", "hpa", f"keda-hpa-{GROUP}", check=False).returncode
-                == 0
-            ),
-            timeout_s=60,
-        )
+        group_target = {
+            "apiVersion": "staticfleet.dev/v1alpha1",
+            "kind": "ConsumerGroup",
+            "name": GROUP,
+        }
+        apply(cluster, ns, scaled_object(ns, bootstrap, GROUP, group_target))
 
-        # The burst, then watch: the replicas per step, the lag, until drained and back to 1.
-        burst_at = time.monotonic()
-        produce_burst(bootstrap, BURST)
-        steps: list[dict[str, Any]] = []  # {"replicas": n, "at_s": t, "since_ms": ms}
-        peak_lag = 0
-        drained_s: float | None = None
-        last_poll_ms = [int(time.time() * 1000)]
-
-        def watch() -> bool:
-            nonlocal peak_lag, drained_s
-            keda.check_alive()
-            now = round(time.monotonic() - burst_at, 1)
-            wall_ms = int(time.time() * 1000)
-            # The steps are spec.replicas (what the HPA wrote through /scale); a step's
-            # rebalance comes after the change, so after the last poll that saw the old value.
+        def group_replicas() -> tuple[int, int]:
             group = cluster.get_json("-n", ns, "get", "consumergroup", GROUP)
-            replicas = int(group["spec"]["replicas"])
             running = int((group.get("status") or {}).get("replicas") or 0)
-            if not steps or steps[-1]["replicas"] != replicas:
-                # The change happened after the previous poll, which still saw the old value.
-                steps.append({"replicas": replicas, "at_s": now, "since_ms": last_poll_ms[0]})
-            last_poll_ms[0] = wall_ms
-            lag = total_lag(bootstrap)
-            peak_lag = max(peak_lag, lag)
-            if lag == 0 and drained_s is None:
-                drained_s = now
-            return drained_s is not None and replicas == running == 1 and len(steps) > 2
+            return int(group["spec"]["replicas"]), running
 
-        wait_for(
-            "the group to scale up, drain the burst and scale back to one member",
-            watch,
-            timeout_s=600,
-            interval_s=1.0,
-            describe=lambda: json.dumps(
-                {
-                    "steps": steps,
-                    "hpa": cluster.get_json("-n", ns, "get", "hpa", f"keda-hpa-{GROUP}").get(
-                        "status"
-                    ),
-                }
-            )[:2000],
-        )
+        burst = burst_and_scale(cluster, keda, ns, bootstrap, GROUP, group_replicas)
         wait_settled(cluster, ns, bootstrap, GROUP, 1, timeout_s=120)
-        sizes = [s["replicas"] for s in steps]
-        peak = max(sizes)
-        top = sizes.index(peak)
-        # Up one member at a time to the peak, then down to one (in one step, or more when
-        # the HPA's scale-down window still holds an intermediate recommendation).
-        assert sizes[: top + 1] == list(range(1, peak + 1)), steps
-        down = sizes[top:]
-        assert all(a > b for a, b in itertools.pairwise(down)) and down[-1] == 1, steps
-        assert peak >= 3, steps
+        burst.end_ms = int(time.time() * 1000)
+        peak, down = check_steps(burst)
 
         # Rebalances per step: the first member, there throughout, is assigned once per
         # rebalance (eager `range`: every rebalance revokes and reassigns everything).
         text = cluster.container_log(ns, f"{GROUP}-0", "consumer")
         logs = member_logs_from_text(f"{GROUP}-0", text)
         assigned = [int(r["ts_ms"]) for log in logs for r in log.rows if r["event"] == "assigned"]
-        bounds = [s["since_ms"] for s in steps[1:]] + [int(time.time() * 1000)]
+        bounds = [s["since_ms"] for s in burst.steps[1:]] + [burst.end_ms]
         per_step = [
             sum(1 for t in assigned if lo <= t < hi) for lo, hi in itertools.pairwise(bounds)
         ]
-        assert per_step == [1] * len(per_step), (per_step, steps)
+        assert per_step == [1] * len(per_step), (per_step, burst.steps)
 
         # Each step down is one batch LeaveGroup naming exactly the ids it removed.
         left = sorted(
@@ -222,12 +360,88 @@ def test_keda_scales_a_kafka_group_through_scale(
                 assert named == (after <= slot < before), (slot, event["message"])
         assert sorted(describe(bootstrap, GROUP)["members"]) == [f"{GROUP}-0"]
 
+        group_logs = [
+            log
+            for slot in range(PARTITIONS)
+            for log in member_logs_from_text(
+                f"{GROUP}-{slot}", cluster.container_log(ns, f"{GROUP}-{slot}", "consumer")
+            )
+        ]
+        group_figures = figures(group_logs, burst, GROUP)
+        # Counted from all the members' logs, the rebalances agree with the first member's.
+        assert group_figures["rebalances"] == len(per_step), (group_figures, per_step)
+
         record("burst_records", BURST)
         record("lag_threshold", LAG_THRESHOLD)
-        record("steps", [{"replicas": s["replicas"], "at_s": s["at_s"]} for s in steps])
+        record("steps", group_figures["steps"])
         record("rebalances_per_step", per_step)
-        record("peak_lag", peak_lag)
-        record("drain_s", drained_s)
-        record("scaled_in_s", steps[-1]["at_s"])
+        record("peak_lag", burst.peak_lag)
+        record("drain_s", burst.drain_s)
+        record("scaled_in_s", group_figures["scaled_in_s"])
         cluster.kubectl("-n", ns, "delete", "scaledobject", GROUP, "--wait=true")
         cluster.kubectl("-n", ns, "delete", "cg", GROUP, "--wait=true", "--timeout=120s")
+
+        # --- the same consumers as Deployments, one burst after the other -----------------
+        dynamic = deployment_burst(cluster, keda, ns, bootstrap, DEPLOYMENT, static=False)
+        static = deployment_burst(cluster, keda, ns, bootstrap, STATIC_DEPLOYMENT, static=True)
+        record(
+            "side_by_side",
+            {
+                "consumergroup": group_figures,
+                "deployment_dynamic": dynamic,
+                "deployment_static": static,
+                "over_consumergroup": {
+                    "deployment_dynamic": ratios(dynamic, group_figures),
+                    "deployment_static": ratios(static, group_figures),
+                },
+                "order": "sequential: the ConsumerGroup's burst, then each Deployment's",
+            },
+        )
+
+
+def deployment_burst(
+    cluster: LocalCluster, keda: Keda, ns: str, bootstrap: str, name: str, *, static: bool
+) -> dict[str, Any]:
+    """The burst through a KEDA-scaled Deployment `name` (its own group and topic): its
+    figures, measured as the ConsumerGroup's."""
+    apply(cluster, ns, deployment(name, bootstrap, static=static))
+    wait_for(
+        f"{name}: one member Stable on the broker",
+        lambda: one_member_stable(bootstrap, name),
+        timeout_s=120,
+        interval_s=1.0,
+        describe=lambda: json.dumps(describe(bootstrap, name)),
+    )
+    target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
+    apply(cluster, ns, scaled_object(ns, bootstrap, name, target))
+
+    def replicas() -> tuple[int, int]:
+        found = cluster.get_json("-n", ns, "get", "deployment", name)
+        running = int((found.get("status") or {}).get("replicas") or 0)
+        return int(found["spec"]["replicas"]), running
+
+    burst = burst_and_scale(cluster, keda, ns, bootstrap, name, replicas)
+    # Static members removed by the scale-down are on the broker until their sessions end.
+    wait_for(
+        f"{name}: back to one member Stable on the broker",
+        lambda: one_member_stable(bootstrap, name),
+        timeout_s=120,
+        interval_s=1.0,
+        describe=lambda: json.dumps(describe(bootstrap, name)),
+    )
+    burst.end_ms = int(time.time() * 1000)
+    peak, _ = check_steps(burst)
+    pods = [p for p in cluster.pods_run(ns) if p.startswith(f"{name}-")]
+    logs = [
+        log
+        for pod in pods
+        for log in member_logs_from_text(pod, cluster.container_log(ns, pod, "consumer"))
+    ]
+    found = figures(logs, burst, name)
+    # Every step up is a rebalance (a join). Steps down need not be: static members removed
+    # within one session timeout of each other expire in one rebalance.
+    assert found["rebalances"] >= peak - 1, found
+    found["membership"] = "static (group.instance.id: the pod's name)" if static else "dynamic"
+    cluster.kubectl("-n", ns, "delete", "scaledobject", name, "--wait=true")
+    cluster.kubectl("-n", ns, "delete", "deployment", name, "--wait=true", "--timeout=120s")
+    return found

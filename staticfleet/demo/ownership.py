@@ -14,6 +14,7 @@ line before the first read).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -239,6 +240,62 @@ def held_at(items: Iterable[Holding], ts_ms: int) -> dict[Partition, set[str]]:
         if h.start_ms <= ts_ms and (h.end_ms is None or ts_ms < h.end_ms):
             held.setdefault(h.partition, set()).add(h.process)
     return held
+
+
+def assignment_rounds(
+    items: Iterable[Holding], partitions: Iterable[Partition], start_ms: int, end_ms: int
+) -> int:
+    """Rebalances as the members saw them: how many times in (start_ms, end_ms] the fleet
+    came to a complete assignment (every partition held) after a stretch in which some
+    partition had no holder, or with other holders than the complete assignment before.
+
+    One per rebalance whatever the client reports on its own: an eager round revokes
+    everything and assigns it again (a gap, then complete), a member that leaves drops its
+    partitions until the others take them (a gap), and the assigns of one round arriving a
+    few milliseconds apart are one round, not one per member."""
+    items = list(items)
+    wanted = list(partitions)
+    instants = sorted(
+        {
+            ts
+            for h in items
+            for ts in (h.start_ms, h.end_ms)
+            if ts is not None and start_ms < ts <= end_ms
+        }
+    )
+
+    def complete_at(ts: int) -> dict[Partition, frozenset[str]] | None:
+        held = held_at(items, ts)
+        if not all(held.get(partition) for partition in wanted):
+            return None
+        return {partition: frozenset(held[partition]) for partition in wanted}
+
+    last = complete_at(start_ms)
+    broken = last is None
+    rounds = 0
+    for ts in instants:
+        now = complete_at(ts)
+        if now is None:
+            broken = True
+            continue
+        if broken or now != last:
+            rounds += 1
+        last, broken = now, False
+    return rounds
+
+
+def partitions_moved(items: Iterable[Holding], start_ms: int, end_ms: int) -> int:
+    """Hand-overs in (start_ms, end_ms]: a partition's next holding (in start order) that
+    begins in the window in another process than the one before. A partition revoked and
+    given back to the same process (an eager round that changed nothing for it) did not
+    move; its first assignment is no move either."""
+    moved = 0
+    for group in _by_partition(items).values():
+        ordered = sorted(group, key=lambda h: (h.start_ms, h.process))
+        for before, after in itertools.pairwise(ordered):
+            if start_ms < after.start_ms <= end_ms and after.process != before.process:
+                moved += 1
+    return moved
 
 
 def count_steps(items: Iterable[Holding], end_ms: int) -> list[tuple[int, int, int]]:

@@ -168,3 +168,54 @@ def test_held_at_an_instant():
     held = om.all_holdings([a, b])
     assert om.held_at(held, 50) == {(T, 0): {"a#1"}}
     assert om.held_at(held, 100) == {(T, 0): {"b#1"}}
+
+
+def test_assignment_rounds_count_each_rebalance_once():
+    # a holds both; an eager round at 200-260 hands p1 to b (b's assign 5 ms after a's);
+    # at 500 b leaves and a takes p1 back (a gap: one more round).
+    a = log(
+        "a",
+        event(0, "assigned", 0, 1),
+        event(200, "revoked", 0, 1),
+        event(255, "assigned", 0),
+        event(600, "assigned", 1),
+    )
+    b = log("b", event(260, "assigned", 1), event(500, "revoked", 1), event(501, "stopped"))
+    held = om.all_holdings([a, b])
+    assert om.assignment_rounds(held, partitions(2), 100, 1000) == 2
+    # A window that starts during the gap still counts the round that closes it.
+    assert om.assignment_rounds(held, partitions(2), 230, 1000) == 2
+    assert om.assignment_rounds(held, partitions(2), 300, 1000) == 1
+    # The initial assignment before the window is no rebalance.
+    assert (
+        om.assignment_rounds(
+            om.all_holdings([log("a", event(0, "assigned", 0, 1))]), partitions(2), 100, 1000
+        )
+        == 0
+    )
+
+
+def test_an_eager_round_that_gives_everything_back_is_still_a_round():
+    a = log("a", event(0, "assigned", 0), event(200, "revoked", 0), event(210, "assigned", 0))
+    held = om.all_holdings([a])
+    assert om.assignment_rounds(held, partitions(1), 100, 1000) == 1
+    assert om.partitions_moved(held, 100, 1000) == 0
+
+
+def test_a_hand_over_in_the_same_millisecond_is_a_round_and_a_move():
+    a = log("a", event(0, "assigned", 0, 1), event(300, "revoked", 1))
+    b = log("b", event(300, "assigned", 1))
+    held = om.all_holdings([a, b])
+    assert om.assignment_rounds(held, partitions(2), 100, 1000) == 1
+    assert om.partitions_moved(held, 100, 1000) == 1
+
+
+def test_partitions_moved_counts_hand_overs_between_processes_in_the_window():
+    a = log("a", event(0, "assigned", 0, 1, 2), event(200, "revoked", 0, 1, 2))
+    b = log("b", event(250, "assigned", 1, 2), event(800, "stopped"))
+    a2 = log("a", event(250, "assigned", 0), event(900, "assigned", 1, 2), incarnation=2)
+    held = om.all_holdings([a, b, a2])
+    # p0: a#1 -> a#2 (another process of the same slot: a move); p1, p2: a#1 -> b -> a#2.
+    assert om.partitions_moved(held, 100, 1000) == 5
+    assert om.partitions_moved(held, 100, 850) == 3
+    assert om.partitions_moved(held, 0, 1000) == 5  # the first assignment is no move
