@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import IO
 
 from e2e.certs import ClusterCerts, KeyPair, generate_certs
+from staticfleet.kafka.broker import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BIN_DIR = ROOT / "build" / "e2e" / "bin"
@@ -155,17 +156,14 @@ def node_ip() -> str:
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (held open together, so none repeats)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """n distinct free ports, below the ephemeral range and free on every address
+    (`staticfleet.kafka.broker.free_port`). An ephemeral port the kernel handed out on
+    127.0.0.1 was once held on 127.0.0.137 by another process's connection, and the
+    operator, which binds 0.0.0.0, could not start."""
+    ports: list[int] = []
+    for _ in range(n):
+        ports.append(free_port(taken=ports))
+    return ports
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:

@@ -130,17 +130,18 @@ def ensure_installed(libs_dir: Path = LIBS_DIR) -> Path:
 def free_port(
     low: int = PORT_RANGE[0], high: int = PORT_RANGE[1], taken: Collection[int] = ()
 ) -> int:
-    """A loopback port nothing listens on now, below the ephemeral range, and not one of
+    """A port nothing holds now on any address, below the ephemeral range, and not one of
     `taken` (ports picked for another listener that is not listening yet: a broker's
     listeners picked independently once drew the same port twice, and Kafka refused to
-    start)."""
+    start). Probed on the wildcard address: a listener that binds every address (the
+    operator's) is refused a port another process holds on one loopback address only."""
     for _ in range(200):
         port = random.randrange(low, high)
         if port in taken:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
-                probe.bind(("127.0.0.1", port))
+                probe.bind(("0.0.0.0", port))
             except OSError:
                 continue
             return port
