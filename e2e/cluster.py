@@ -77,6 +77,20 @@ class Cluster(ABC):
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json").stdout)
 
+    def wait_crd_established(self, name: str, timeout_s: float = 60) -> None:
+        """Polled, not `kubectl wait --for=condition=Established`: that fails at once
+        ("accessor error: <nil>") when it reads the CRD before the API server has written
+        any condition, as it did under load."""
+        wait_for(
+            f"the CRD {name} to be Established",
+            lambda: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (self.get_json("get", "crd", name).get("status") or {}).get("conditions")
+                or []
+            ),
+            timeout_s=timeout_s,
+        )
+
     def helm(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [str(self.helm_bin), "--kubeconfig", str(self.kubeconfig), *args],

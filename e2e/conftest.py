@@ -62,19 +62,7 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def crds_applied(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    # Polled, not `kubectl wait --for=condition=Established`: that fails at once ("accessor
-    # error: <nil>") when it reads the CRD before the API server has written any condition.
-    wait_for(
-        "the ConsumerGroup CRD to be Established",
-        lambda: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (
-                cluster.get_json("get", "crd", "consumergroups.staticfleet.dev").get("status") or {}
-            ).get("conditions")
-            or []
-        ),
-        timeout_s=60,
-    )
+    cluster.wait_crd_established("consumergroups.staticfleet.dev")
 
 
 @pytest.fixture(scope="session")

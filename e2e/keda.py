@@ -219,17 +219,7 @@ def running_keda(cluster: Cluster, workdir: Path) -> Iterator[Keda]:
     ip = node_ip()
     certs = write_certs(workdir / "certs", ip)
     cluster.kubectl("apply", "--server-side", "-f", str(crd_dir()))
-    wait_for(
-        "KEDA's ScaledObject CRD to be Established",
-        lambda: any(
-            c["type"] == "Established" and c["status"] == "True"
-            for c in (
-                cluster.get_json("get", "crd", "scaledobjects.keda.sh").get("status") or {}
-            ).get("conditions")
-            or []
-        ),
-        timeout_s=60,
-    )
+    cluster.wait_crd_established("scaledobjects.keda.sh")
     cluster.kubectl("create", "namespace", NAMESPACE)
     grpc_port, adapter_port, *other = free_ports(6)
     env = {

@@ -15,9 +15,7 @@ def test_crds_apply_and_the_api_server_rejects_invalid_groups(
 ) -> None:
     applied = cluster.kubectl("apply", "-f", str(ROOT / "crds"))
     assert "consumergroups.staticfleet.dev" in applied.stdout
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/consumergroups.staticfleet.dev", "--timeout=60s"
-    )
+    cluster.wait_crd_established("consumergroups.staticfleet.dev")
     # `kubectl get cg` knows the short name and the printer columns.
     resources = cluster.kubectl("api-resources", "--api-group=staticfleet.dev").stdout
     assert "cg" in resources.split() and "ConsumerGroup" in resources

@@ -107,9 +107,7 @@ def fleet_node(node_built: None) -> Iterator[FleetNode]:
 
 def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> dict[str, Any]:
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "crd/consumergroups.staticfleet.dev", "--timeout=60s"
-    )
+    cluster.wait_crd_established("consumergroups.staticfleet.dev")
     data = workdir / "persistent-volumes" / "node-data"
     data.mkdir(parents=True)
     os.chown(data, IMAGE_UID, IMAGE_UID)
