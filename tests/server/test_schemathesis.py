@@ -52,6 +52,8 @@ async def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "schemathesis.cli",
+            "--config-file",
+            str(Path(__file__).with_name("schemathesis.toml")),
             "run",
             str(REPO / "docs" / "openapi.json"),
             "--url",
