@@ -95,6 +95,9 @@ class OperatorOptions:
     # token for this audience, each only as its pod's instance id (docs/server.md, "Members
     # known by their pod"); None: each group's token Secret.
     member_token_audience: str | None = None
+    # False: no Secret informer (no list/watch on Secrets); each pass GETs the Secrets it
+    # reads, so a rotation is seen on the group's next pass, at the latest after `resync`.
+    secret_watch: bool = True
     # The operator's own Kafka settings for groups without spec.coordinator.kafka.
     kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
@@ -224,6 +227,7 @@ async def run_operator(
         resync=options.resync,
         webhook=options.webhook_port is not None,
         namespaces=options.namespaces,
+        secret_watch=options.secret_watch,
     )
     operator_settings = settings or kopf_settings(options)
     # With peering, only the active replica is ready (Kopf's rule, see peering.py), so the

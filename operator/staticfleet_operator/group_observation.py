@@ -36,6 +36,9 @@ class TokenSecret:
     key: str
     user_managed: bool
     body: Mapping[str, Any] | None
+    # False: the group needs no group token (pod identity, `tokens.needs_group_token`); a
+    # Secret made before the switch is still honoured while it exists, none is made.
+    needed: bool = True
 
 
 @dataclass(frozen=True, slots=True)

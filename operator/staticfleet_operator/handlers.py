@@ -51,10 +51,13 @@ def register(
     resync: float = DEFAULT_RESYNC_SECONDS,
     webhook: bool = True,
     namespaces: Sequence[str] = (),
+    secret_watch: bool = True,
 ) -> None:
     """Add the operator's handlers to `registry`. Without `webhook` the mutating handler is
     left out (Kopf refuses admission handlers when no webhook server is configured). The
-    informers watch `namespaces` (none: all), as Kopf is told to.
+    informers watch `namespaces` (none: all), as Kopf is told to. Without `secret_watch`
+    no Secret is listed or watched: each pass GETs the Secrets it reads (docs/operator.md,
+    "Permissions": the chart's `rbac.secretWatch`).
 
     The handlers rely on one mend to Kopf's internals, installed here (idempotent; it refuses
     any Kopf but the pinned one) so that every operator built from them runs the same Kopf:
@@ -103,11 +106,13 @@ def register(
 
         observed.inform(
             Informer(kube, MEMBER_PODS, tuple(namespaces), pod_event),
-            Informer(kube, OPAQUE_SECRETS, tuple(namespaces), secret_event),
+            Informer(kube, OPAQUE_SECRETS, tuple(namespaces), secret_event)
+            if secret_watch
+            else None,
         )
         for informer in (observed.pods, observed.secrets):
-            assert informer is not None
-            informer.start()
+            if informer is not None:
+                informer.start()
 
     @kopf.on.cleanup(registry=registry)
     async def stop_informers(memo: Any, **_: Any) -> None:

@@ -82,8 +82,9 @@ class Observed:
         each time)."""
         self.groups = groups
 
-    def inform(self, pods: Informer, secrets: Informer) -> None:
-        """The member pod and Opaque Secret informers (started by the handlers)."""
+    def inform(self, pods: Informer, secrets: Informer | None) -> None:
+        """The member pod and Opaque Secret informers (started by the handlers); no Secret
+        informer: every Secret read is a GET (the operator without `list`/`watch` on them)."""
         self.pods, self.secrets = pods, secrets
 
     # --- reads ------------------------------------------------------------------------------

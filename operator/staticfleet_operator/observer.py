@@ -47,7 +47,7 @@ from staticfleet_operator.members import budget_key, members_budget_spec, member
 from staticfleet_operator.owned import members_disruption_budget_name
 from staticfleet_operator.rollout.migration import pending
 from staticfleet_operator.status import read_status
-from staticfleet_operator.tokens import token_secret_ref
+from staticfleet_operator.tokens import needs_group_token, token_secret_ref
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,8 @@ def _base(op: Operator, ref: GroupRef, body: Mapping[str, Any]) -> GroupObservat
 async def _token_secret(op: Operator, ref: GroupRef, spec: ConsumerGroupSpec) -> TokenSecret:
     name, key = token_secret_ref(spec, ref.name)
     secret = await op.observed.secret(op.kube, ref.namespace, name)
-    return TokenSecret(name, key, spec.token_secret_ref is not None, secret)
+    needed = needs_group_token(spec, op.member_token_audience is not None)
+    return TokenSecret(name, key, spec.token_secret_ref is not None, secret, needed)
 
 
 async def _lag(backend: KafkaBackend, spec: ConsumerGroupSpec) -> LagReading | None:

@@ -229,6 +229,14 @@ def _member_token(step: _Pass, spec: ConsumerGroupSpec) -> None:
     if registered is not None and registered != spec.group_id:
         step.actions.append(UnregisterTokens((registered,)))  # the groupId changed
     where = f"Secret {step.observation.ref.namespace}/{token.name}"
+    if token.body is None and not token.needed:
+        # Pod identity: no group token to make; one registered before (its Secret since
+        # deleted to finish the switch) goes.
+        if registered == spec.group_id:  # a changed groupId's is unregistered above
+            step.actions.append(UnregisterTokens((registered,)))
+        step.token_group_id = None
+        step.cleared(TOKEN_UNAVAILABLE)
+        return
     if token.body is None and not token.user_managed:
         step.actions.append(CreateTokenSecret(spec.group_id))
         step.token_group_id = spec.group_id

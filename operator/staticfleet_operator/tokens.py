@@ -43,6 +43,17 @@ def token_secret_ref(spec: ConsumerGroupSpec, group_name: str) -> tuple[str, str
     return managed_secret_name(group_name), MANAGED_TOKEN_KEY
 
 
+def needs_group_token(spec: ConsumerGroupSpec, pod_identity: bool) -> bool:
+    """Whether the group's members need a group token (docs/operator.md, "Member tokens").
+    Always without pod identity. With it, only a group whose members cannot all show a pod
+    token for an instance id: one that names its own token Secret (`tokenSecretRef`: the
+    way members outside Kubernetes are let in) or keeps hot standbys (a standby holds no
+    instance id until promoted). Kafka-coordinated groups use no member token at all."""
+    if not pod_identity:
+        return True
+    return spec.token_secret_ref is not None or spec.standbys > 0
+
+
 def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 

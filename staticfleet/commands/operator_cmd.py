@@ -163,6 +163,14 @@ def register(subparsers: Any) -> None:
         "for AUDIENCE (e.g. staticfleet-coordinator), reviewed with TokenReview and good for "
         "their pod's instance id only; unset: each group's token Secret (docs/server.md)",
     )
+    run.add_argument(
+        "--no-secret-watch",
+        dest="secret_watch",
+        action="store_false",
+        help="list and watch no Secrets: each pass GETs the Secrets it reads, so a rotation "
+        "is seen on the group's next pass, at the latest after --resync (docs/operator.md, "
+        "Permissions)",
+    )
     run.add_argument("--verbose", action="store_true", help="debug logging")
     add_log_format_argument(run)
     run.set_defaults(handler=run_command, extra="operator")
@@ -234,6 +242,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         kafka_journal_dir=args.kafka_journal_dir,
         partition_lag_metrics=args.partition_lag_metrics,
         member_token_audience=args.member_token_audience or None,
+        secret_watch=args.secret_watch,
         interval=args.interval,
         resync=args.resync,
         max_body_bytes=args.max_body_bytes,

@@ -775,11 +775,16 @@ async def running_cluster(
     java_logs: Path | None = None,
     journal: Path | None = None,
     tokens: bool = False,
+    secret_watch: bool = True,
+    resync: float = handlers.DEFAULT_RESYNC_SECONDS,
+    member_token_audience: str | None = None,
 ) -> AsyncIterator[Cluster]:
     """kmock + embedded coordinator + the real Kopf operator + the fake kubelet. With
     `http_members` the coordinator serves HTTP and members join over it with their token.
     With `tokens`, each login of Kopf's gets a new bearer token (`Cluster.tokens`), as a
-    rotated service-account token file would give it."""
+    rotated service-account token file would give it. Without `secret_watch` the operator
+    lists and watches no Secrets (`--no-secret-watch`); `member_token_audience` turns pod
+    identity on for the passes (the server is not told: no TokenReview in kmock)."""
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         declare_resources(emulator)
         url = str(server.url).rstrip("/")
@@ -791,6 +796,7 @@ async def running_cluster(
         # and the kubelet's have their own, and another User-Agent: not the operator's actions.
         vault = Vault()
         operator = Operator(coordinator, KubeApi(vault), coordinator_url="http://coordinator:9092")
+        operator.member_token_audience = member_token_audience
         emulator_login = kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE)
         test_kube = KubeApi.connect(emulator_login, user_agent="staticfleet-tests")
         kubelet = Kubelet(
@@ -814,7 +820,14 @@ async def running_cluster(
 
         # register() mends Kopf as in run_operator, whichever test ran first in this process.
         registry = kopf.OperatorRegistry()
-        handlers.register(registry, interval=interval, webhook=webhook, namespaces=[NAMESPACE])
+        handlers.register(
+            registry,
+            interval=interval,
+            resync=resync,
+            webhook=webhook,
+            namespaces=[NAMESPACE],
+            secret_watch=secret_watch,
+        )
 
         handed_out: list[str] = []
 

@@ -62,6 +62,7 @@ from staticfleet_operator.pass_plan import plan_pass
 from staticfleet_operator.rollout import CoordinatorView
 from staticfleet_operator.rollout.migration import BrokerFacts, MigrationPolicy
 from staticfleet_operator.rollout.observation import consumer_group_state
+from staticfleet_operator.tokens import needs_group_token
 
 REF = GroupRef("default", "orders")
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -282,6 +283,37 @@ def test_a_user_token_secret_missing_or_unusable_revokes_the_token_and_says_so_o
     assert plan(observation, memory).events == ()
     fixed = replace(observation, token=TokenSecret("creds", "token", True, token_secret()))
     assert plan(fixed, memory).remember.reported == {"MemberTokenUnavailable": None}
+
+
+def test_a_group_token_not_needed_is_not_made_and_one_registered_before_goes() -> None:
+    """Pod identity and no standby: no Secret made, no Warning; a token registered while
+    the (since deleted) Secret existed is unregistered; an existing Secret is honoured."""
+    unneeded = TokenSecret("orders-member-token", "token", False, None, needed=False)
+    result = plan(replace(group(token=None), token=unneeded), GroupMemory(REF))
+    assert not any(isinstance(a, CreateTokenSecret | UnregisterTokens) for a in result.actions)
+    assert "MemberTokenUnavailable" not in reasons(result)
+    assert result.remember.token_group_id is None
+    before = plan(
+        replace(group(token=None), token=unneeded), GroupMemory(REF, token_group_id="orders")
+    )
+    assert UnregisterTokens(("orders",)) in before.actions
+    kept = replace(unneeded, body=token_secret())
+    assert RegisterToken("orders", TOKEN) in plan(replace(group(), token=kept)).actions
+
+
+@pytest.mark.parametrize(
+    ("extra", "pod_identity", "needed"),
+    [
+        ({}, False, True),
+        ({}, True, False),
+        ({"standbys": 1}, True, True),
+        ({"tokenSecretRef": {"name": "creds"}}, True, True),
+    ],
+)
+def test_which_groups_need_a_group_token(
+    extra: dict[str, Any], pod_identity: bool, needed: bool
+) -> None:
+    assert needs_group_token(parse_spec(spec_body(**extra)), pod_identity) is needed
 
 
 def test_a_changed_group_id_unregisters_the_token_of_the_old_one() -> None:

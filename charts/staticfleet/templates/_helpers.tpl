@@ -143,10 +143,14 @@ ClusterRole when it watches all namespaces). Nothing here is a wildcard.
 # names (get: a kubernetes.io/tls Secret is not in the index) and writes each group's
 # `<group>-kafka-client` Secret (the members' client configuration), patching it when the
 # credentials rotate. It never deletes Secrets (the ownerReference lets the garbage
-# collector delete them).
+# collector delete them). rbac.secretWatch=false: no informer, each pass GETs what it reads.
 - apiGroups: [""]
   resources: ["secrets"]
+  {{- if .Values.rbac.secretWatch }}
   verbs: ["get", "list", "watch", "create", "patch"]
+  {{- else }}
+  verbs: ["get", "create", "patch"]
+  {{- end }}
 # Each managed group's PodDisruptionBudget `<group>-members` over its member pods: read each
 # pass, created and patched to the spec's disruption.maxUnavailable (delete: the garbage
 # collector deletes it with the group; the verb lets an operator remove a stray one).
