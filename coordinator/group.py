@@ -295,8 +295,11 @@ class ClassicGroup:
         return False
 
     def has_all_members_joined(self) -> bool:
+        # Newest first: members rejoin about in the order they joined, so the first one not
+        # yet rejoined is found at once, not after every member that has (a 1,000-member
+        # rebalance scanned ~500,000 members over its 1,001 joins).
         return not self.pending_members and all(
-            member.is_awaiting_join for member in self.members.values()
+            member.is_awaiting_join for member in reversed(self.members.values())
         )
 
     def rebalance_timeout_ms(self) -> int:
