@@ -149,7 +149,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
-    """The secured KRaft broker for the Kafka-coordinated scenarios (8a-8c), on loopback,
+    """The secured KRaft broker for the Kafka-coordinated scenarios (8a-8d), on loopback,
     where the operator and the member processes reach it on its SASL_SSL and SSL listeners
     (PLAINTEXT is the tests' own view); a fresh log directory every session."""
     ensure_built()  # the Java peer, once, before six pods would each check the build
