@@ -82,6 +82,28 @@ def assert_formed_held_and_rebalanced(report: dict[str, Any]) -> None:
     assert report["rebalance_seconds"] is not None, report.get("rebalance_error")
     # The big group's members learned of the rebalance from a heartbeat and rejoined.
     assert report["rejoins_by_code"].get("27", 0) >= BIG
+    assert_phases_in_order(report)
+
+
+def assert_phases_in_order(report: dict[str, Any]) -> None:
+    """The rebalance's phases, timestamped by the members (bench/loadgen/phases.go)."""
+    phases = report["rebalance_phases"]
+    # Each existing member's first REBALANCE_IN_PROGRESS heartbeat answer is its notice.
+    assert phases["notice_answered"]["count"] == BIG
+    assert phases["join_sent"]["count"] >= BIG
+    assert phases["joiner_join_sent"]["count"] == 1
+    assert phases["leader_sync_sent"]["count"] >= 1
+    # Every member but the leader synced as a follower (the joiner included).
+    assert phases["follower_sync_answered"]["count"] >= BIG
+    # Instants in ms since the joiner's connection opened; the max is the last.
+    last = {name: summary["max_ms"] for name, summary in phases.items()}
+    assert last["joiner_join_sent"] <= last["notice_answered"] <= last["join_sent"]
+    assert last["join_sent"] <= last["join_answered"]
+    assert last["leader_sync_sent"] <= last["leader_sync_answered"] <= last["all_synced"]
+    assert last["follower_sync_answered"] <= last["all_synced"]
+    assert last["all_synced"] == pytest.approx(report["rebalance_seconds"] * 1000, abs=1)
+    # A notice comes at a heartbeat's due time or after it, never before.
+    assert phases["notice_after_due"]["p50_ms"] >= 0
 
 
 def test_fleet_over_the_kafka_protocol(loadgen: Path, kafka_broker: KafkaBroker) -> None:
