@@ -160,13 +160,15 @@ type fleetReport struct {
 	RebalanceSeconds      *float64 `json:"rebalance_seconds"`
 	RebalanceError        string   `json:"rebalance_error,omitempty"`
 	// Per phase of the rebalance (phases.go): instants from the new member's connection.
-	RebalancePhases  map[string]phaseSummary `json:"rebalance_phases,omitempty"`
-	Joins            int64                   `json:"joins"`
-	Rejoins          map[string]int          `json:"rejoins_by_code"`
-	ConnectFailures  int64                   `json:"connect_failures"`
-	Reconnects       int64                   `json:"reconnects"`
-	SessionExpired   *int                    `json:"session_expiries,omitempty"`
-	ServerPeakRSSMiB *float64                `json:"server_rss_mib_after_rebalance,omitempty"`
+	RebalancePhases map[string]phaseSummary `json:"rebalance_phases,omitempty"`
+	// Our coordinator's journal for the rebalance group (http only; phases.go).
+	RebalanceServerPhases map[string]float64 `json:"rebalance_server_phases_ms,omitempty"`
+	Joins                 int64              `json:"joins"`
+	Rejoins               map[string]int     `json:"rejoins_by_code"`
+	ConnectFailures       int64              `json:"connect_failures"`
+	Reconnects            int64              `json:"reconnects"`
+	SessionExpired        *int               `json:"session_expiries,omitempty"`
+	ServerPeakRSSMiB      *float64           `json:"server_rss_mib_after_rebalance,omitempty"`
 }
 
 type fleet struct {
@@ -314,6 +316,7 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rep.Window = w
 	fmt.Fprintf(os.Stderr, "loadgen: %s: %.0f hb/s p50 %.1f ms p99 %.1f ms (server cpu %v)\n",
 		cfg.protocol, w.PerSecond, w.P50Ms, w.P99Ms, deref(w.ServerCPU))
+	var rebalanceBegan time.Time
 	if cfg.rebalanceMembers > 0 {
 		rebalanceGroup.expect(cfg.rebalanceMembers + 1)
 		joiner := &fleetMember{index: len(members), group: rebalanceGroup, instanceID: rebalanceGroup.id + "-joiner", joiner: true}
@@ -327,6 +330,7 @@ func runFleet(cfg config) (*fleetReport, error) {
 		} else {
 			joiner.conn = conn
 			began := time.Now()
+			rebalanceBegan = began
 			f.phases.start(began)
 			f.wg.Add(1)
 			go f.runMember(joiner)
@@ -353,6 +357,12 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rep.Rejoins = map[string]int{}
 	for code, n := range f.rejoins {
 		rep.Rejoins[strconv.Itoa(code)] = n
+	}
+	if toks != nil && cfg.rebalanceMembers > 0 && !rebalanceBegan.IsZero() {
+		client := &http.Client{Timeout: 60 * time.Second}
+		if phases, err := serverPhases(client, cfg.baseURL, toks.Admin[0], rebalanceGroup.id, rebalanceBegan); err == nil {
+			rep.RebalanceServerPhases = phases
+		}
 	}
 	if toks != nil {
 		expired, _, _, err := journalCounts(&http.Client{Timeout: 60 * time.Second}, cfg.baseURL, toks.Admin[0])

@@ -5,6 +5,9 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"sort"
 	"sync"
 	"time"
@@ -148,5 +151,50 @@ func summarize(events []phaseEvent) phaseSummary {
 		P50Ms:  quantile(values, 0.5),
 		MaxMs:  round(float64(values[len(values)-1]), 2),
 		LastMs: round(last.value, 2),
+	}
+}
+
+// serverPhases reads our coordinator's journal for the rebalance group: when (in ms since
+// `began`, by the server's clock on the same machine) the rebalance started, the join phase
+// ended (generation_started) and the leader's assignment was decided (stable, written in the
+// same transaction as the assignment). The last of each at or after `began`.
+func serverPhases(client *http.Client, baseURL, admin, group string, began time.Time) (map[string]float64, error) {
+	out := map[string]float64{}
+	since := 0
+	for {
+		u := fmt.Sprintf("%s/v1/journal?since=%d&limit=10000", baseURL, since)
+		req, _ := http.NewRequest("GET", u, nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Events []struct {
+				Kind    string `json:"kind"`
+				GroupID string `json:"group_id"`
+				TsMs    int64  `json:"ts_ms"`
+			} `json:"events"`
+			NextSince int `json:"next_since"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page.Events {
+			at := time.UnixMilli(e.TsMs)
+			if e.GroupID != group || at.Before(began.Truncate(time.Millisecond)) {
+				continue
+			}
+			switch e.Kind {
+			case "rebalance_started", "generation_started", "stable":
+				out["server_"+e.Kind] = float64(at.Sub(began).Microseconds()) / 1000
+			}
+		}
+		if len(page.Events) == 0 || page.NextSince == since {
+			return out, nil
+		}
+		since = page.NextSince
 	}
 }

@@ -132,6 +132,11 @@ def test_fleet_over_our_http_api(loadgen: Path, tmp_path: Path) -> None:
     # The server's threads' time over the window, from its schedstat: it ran.
     assert report["server_threads_running_per_second"] > 0
     assert report["server_threads_runnable_waiting_per_second"] >= 0
+    # The coordinator's journal splits the rebalance by the server's clock (ms resolution).
+    server = report["rebalance_server_phases_ms"]
+    rebalance_ms = report["rebalance_seconds"] * 1000
+    assert -1 <= server["server_rebalance_started"] <= server["server_generation_started"]
+    assert server["server_generation_started"] <= server["server_stable"] <= rebalance_ms + 1
 
 
 def test_broker_command_runs_under_the_launcher_with_later_jvm_options(tmp_path: Path) -> None:
