@@ -205,6 +205,9 @@ def figures(side: dict[str, Any]) -> dict[str, Any]:
         "transport_errors_in_window": window["transport_errors"],
         "formation_seconds": side["formation_seconds"],
         "rebalance_seconds": side["rebalance_seconds"],
+        # Per phase, from the members' own timestamps (bench/loadgen/phases.go).
+        "rebalance_phases": side.get("rebalance_phases"),
+        "rebalance_server_phases_ms": side.get("rebalance_server_phases_ms"),
         "session_expiries": side.get("session_expiries"),
         "server_rss_mib_in_window": window.get("server_rss_mib"),
         "server_peak_rss_mib": side["server_peak_rss_mib"],

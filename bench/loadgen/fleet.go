@@ -99,6 +99,7 @@ type fleetMember struct {
 	protocol   string
 	token      string
 	conn       protocolConn
+	joiner     bool // the member whose JoinGroup starts the timed rebalance
 }
 
 // fleetGroup tracks which generation every member of one group has synced.
@@ -154,16 +155,20 @@ type fleetReport struct {
 	FormationSeconds float64      `json:"formation_seconds"`
 	Window           windowReport `json:"window"`
 	// From /proc/PID/task/*/schedstat over the window, seconds per second.
-	ServerRunning         float64        `json:"server_threads_running_per_second"`
-	ServerRunnableWaiting float64        `json:"server_threads_runnable_waiting_per_second"`
-	RebalanceSeconds      *float64       `json:"rebalance_seconds"`
-	RebalanceError        string         `json:"rebalance_error,omitempty"`
-	Joins                 int64          `json:"joins"`
-	Rejoins               map[string]int `json:"rejoins_by_code"`
-	ConnectFailures       int64          `json:"connect_failures"`
-	Reconnects            int64          `json:"reconnects"`
-	SessionExpired        *int           `json:"session_expiries,omitempty"`
-	ServerPeakRSSMiB      *float64       `json:"server_rss_mib_after_rebalance,omitempty"`
+	ServerRunning         float64  `json:"server_threads_running_per_second"`
+	ServerRunnableWaiting float64  `json:"server_threads_runnable_waiting_per_second"`
+	RebalanceSeconds      *float64 `json:"rebalance_seconds"`
+	RebalanceError        string   `json:"rebalance_error,omitempty"`
+	// Per phase of the rebalance (phases.go): instants from the new member's connection.
+	RebalancePhases map[string]phaseSummary `json:"rebalance_phases,omitempty"`
+	// Our coordinator's journal for the rebalance group (http only; phases.go).
+	RebalanceServerPhases map[string]float64 `json:"rebalance_server_phases_ms,omitempty"`
+	Joins                 int64              `json:"joins"`
+	Rejoins               map[string]int     `json:"rejoins_by_code"`
+	ConnectFailures       int64              `json:"connect_failures"`
+	Reconnects            int64              `json:"reconnects"`
+	SessionExpired        *int               `json:"session_expiries,omitempty"`
+	ServerPeakRSSMiB      *float64           `json:"server_rss_mib_after_rebalance,omitempty"`
 }
 
 type fleet struct {
@@ -177,6 +182,7 @@ type fleet struct {
 	mu        sync.Mutex
 	rejoins   map[int]int
 	wg        sync.WaitGroup
+	phases    *rebalancePhases // nil without a timed rebalance
 }
 
 func (f *fleet) countRejoin(code int) {
@@ -212,6 +218,7 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rebalanceGroup := newFleetGroup(groupID(cfg, cfg.groups), cfg.rebalanceMembers, cfg.sessionMs)
 	if cfg.rebalanceMembers > 0 {
 		groups = append(groups, rebalanceGroup)
+		f.phases = newRebalancePhases(rebalanceGroup)
 	}
 	var members []*fleetMember
 	for _, g := range groups {
@@ -309,9 +316,10 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rep.Window = w
 	fmt.Fprintf(os.Stderr, "loadgen: %s: %.0f hb/s p50 %.1f ms p99 %.1f ms (server cpu %v)\n",
 		cfg.protocol, w.PerSecond, w.P50Ms, w.P99Ms, deref(w.ServerCPU))
+	var rebalanceBegan time.Time
 	if cfg.rebalanceMembers > 0 {
 		rebalanceGroup.expect(cfg.rebalanceMembers + 1)
-		joiner := &fleetMember{index: len(members), group: rebalanceGroup, instanceID: rebalanceGroup.id + "-joiner"}
+		joiner := &fleetMember{index: len(members), group: rebalanceGroup, instanceID: rebalanceGroup.id + "-joiner", joiner: true}
 		if toks != nil {
 			joiner.token = memberToken(toks, rebalanceGroup.id)
 		}
@@ -322,16 +330,23 @@ func runFleet(cfg config) (*fleetReport, error) {
 		} else {
 			joiner.conn = conn
 			began := time.Now()
+			rebalanceBegan = began
+			f.phases.start(began)
 			f.wg.Add(1)
 			go f.runMember(joiner)
 			select {
 			case <-rebalanceGroup.done():
 				v := round(rebalanceGroup.doneAt.Sub(began).Seconds(), 3)
 				rep.RebalanceSeconds = &v
+				f.phases.stop(rebalanceGroup.doneAt)
 			case <-time.After(cfg.formationTimeout):
 				rep.RebalanceError = "not complete in " + cfg.formationTimeout.String()
 			}
 		}
+	}
+	if f.phases != nil {
+		f.phases.stop(time.Now()) // a rebalance that did not complete: what it reached
+		rep.RebalancePhases = f.phases.report()
 	}
 	if rss, ok := serverRSS(cfg.serverPid); ok {
 		rep.ServerPeakRSSMiB = &rss
@@ -342,6 +357,12 @@ func runFleet(cfg config) (*fleetReport, error) {
 	rep.Rejoins = map[string]int{}
 	for code, n := range f.rejoins {
 		rep.Rejoins[strconv.Itoa(code)] = n
+	}
+	if toks != nil && cfg.rebalanceMembers > 0 && !rebalanceBegan.IsZero() {
+		client := &http.Client{Timeout: 60 * time.Second}
+		if phases, err := serverPhases(client, cfg.baseURL, toks.Admin[0], rebalanceGroup.id, rebalanceBegan); err == nil {
+			rep.RebalanceServerPhases = phases
+		}
 	}
 	if toks != nil {
 		expired, _, _, err := journalCounts(&http.Client{Timeout: 60 * time.Second}, cfg.baseURL, toks.Admin[0])
@@ -476,7 +497,18 @@ func (f *fleet) runMember(m *fleetMember) {
 			}
 		}
 		f.joins.Add(1)
+		joinSent := time.Now()
+		if m.joiner {
+			f.phases.instant(m, phaseJoinerJoinSent, joinSent)
+		} else {
+			f.phases.instant(m, phaseJoinSent, joinSent)
+		}
 		j, err := m.conn.join(m)
+		if m.joiner {
+			f.phases.instant(m, phaseJoinerJoinAnswered, time.Now())
+		} else {
+			f.phases.span(m, phaseJoinAnswered, phaseJoinHeld, joinSent, time.Now())
+		}
 		if err != nil {
 			f.lost(m, err)
 			if !f.pause(backoff) {
@@ -502,10 +534,20 @@ func (f *fleet) runMember(m *fleetMember) {
 		}
 		m.memberID, m.generation, m.protocol = j.memberID, j.generation, j.protocol
 		var assignments map[string][]byte
-		if j.leader == j.memberID {
+		leader := j.leader == j.memberID
+		if leader {
 			assignments = rangeAssignment(j.members)
 		}
+		syncSent := time.Now()
+		if leader {
+			f.phases.instant(m, phaseLeaderSyncSent, syncSent)
+		}
 		code, err := m.conn.sync(m, assignments)
+		if leader {
+			f.phases.instant(m, phaseLeaderSyncDone, time.Now())
+		} else {
+			f.phases.span(m, phaseSyncAnswered, phaseSyncHeld, syncSent, time.Now())
+		}
 		if err != nil {
 			f.lost(m, err)
 			if !f.pause(backoff) {
@@ -531,7 +573,11 @@ func (f *fleet) runMember(m *fleetMember) {
 				return
 			}
 			code, err := m.conn.heartbeat(m)
-			elapsed := time.Since(due)
+			answered := time.Now()
+			elapsed := answered.Sub(due)
+			if err == nil && code == errRebalanceInProgress {
+				f.phases.notice(m, due, answered)
+			}
 			shard.mu.Lock()
 			if shard.recording {
 				shard.heartbeats++

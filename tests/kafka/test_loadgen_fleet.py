@@ -82,6 +82,28 @@ def assert_formed_held_and_rebalanced(report: dict[str, Any]) -> None:
     assert report["rebalance_seconds"] is not None, report.get("rebalance_error")
     # The big group's members learned of the rebalance from a heartbeat and rejoined.
     assert report["rejoins_by_code"].get("27", 0) >= BIG
+    assert_phases_in_order(report)
+
+
+def assert_phases_in_order(report: dict[str, Any]) -> None:
+    """The rebalance's phases, timestamped by the members (bench/loadgen/phases.go)."""
+    phases = report["rebalance_phases"]
+    # Each existing member's first REBALANCE_IN_PROGRESS heartbeat answer is its notice.
+    assert phases["notice_answered"]["count"] == BIG
+    assert phases["join_sent"]["count"] >= BIG
+    assert phases["joiner_join_sent"]["count"] == 1
+    assert phases["leader_sync_sent"]["count"] >= 1
+    # Every member but the leader synced as a follower (the joiner included).
+    assert phases["follower_sync_answered"]["count"] >= BIG
+    # Instants in ms since the joiner's connection opened; the max is the last.
+    last = {name: summary["max_ms"] for name, summary in phases.items()}
+    assert last["joiner_join_sent"] <= last["notice_answered"] <= last["join_sent"]
+    assert last["join_sent"] <= last["join_answered"]
+    assert last["leader_sync_sent"] <= last["leader_sync_answered"] <= last["all_synced"]
+    assert last["follower_sync_answered"] <= last["all_synced"]
+    assert last["all_synced"] == pytest.approx(report["rebalance_seconds"] * 1000, abs=1)
+    # A notice comes at a heartbeat's due time or after it, never before.
+    assert phases["notice_after_due"]["p50_ms"] >= 0
 
 
 def test_fleet_over_the_kafka_protocol(loadgen: Path, kafka_broker: KafkaBroker) -> None:
@@ -110,6 +132,11 @@ def test_fleet_over_our_http_api(loadgen: Path, tmp_path: Path) -> None:
     # The server's threads' time over the window, from its schedstat: it ran.
     assert report["server_threads_running_per_second"] > 0
     assert report["server_threads_runnable_waiting_per_second"] >= 0
+    # The coordinator's journal splits the rebalance by the server's clock (ms resolution).
+    server = report["rebalance_server_phases_ms"]
+    rebalance_ms = report["rebalance_seconds"] * 1000
+    assert -1 <= server["server_rebalance_started"] <= server["server_generation_started"]
+    assert server["server_generation_started"] <= server["server_stable"] <= rebalance_ms + 1
 
 
 def test_broker_command_runs_under_the_launcher_with_later_jvm_options(tmp_path: Path) -> None:
