@@ -23,22 +23,32 @@ the other (three fleets at once would share the machine's two cores and starve e
 All three are measured by the same code from the consumers' own assigned/revoked logs
 (staticfleet.demo.ownership): rebalances, partitions moved, unowned partition-seconds; and
 from the broker: peak lag, time to drain.
+
+Last, with the same KEDA (a module fixture: started once): an embedded-coordinator group
+whose members (`staticfleet member run`, the same cost per record) read the topic on the
+broker and commit to the embedded coordinator, `spec.source.kafka` set so the operator
+computes the lag, scaled by KEDA's `metrics-api` trigger on the coordinator's
+`GET /v1/groups/{groupId}/lag` with the group's member token: the same steps and figures.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import time
-from collections.abc import Callable
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from e2e.cluster import BUILD, Cluster, LocalCluster
 from e2e.fleet import Record, member_logs_from_text, wait_for
-from e2e.groups import IMAGE, apply, namespace
+from e2e.groups import IMAGE, apply, namespace, wait_stable
 from e2e.kafka_fleet import describe, kafka_group, operator_events, wait_settled
 from e2e.keda import Keda, running_keda
 from staticfleet.demo.ownership import (
@@ -208,9 +218,13 @@ def burst_and_scale(
     bootstrap: str,
     group: str,
     replicas: Callable[[], tuple[int, int]],
+    *,
+    count: int = BURST,
+    lag_of: Callable[[], int] | None = None,
 ) -> Burst:
     """Produce the burst into `group`'s topic and watch until the lag is drained and the
-    target is back to one replica; `replicas()` is the target's (asked for, running)."""
+    target is back to one replica; `replicas()` is the target's (asked for, running);
+    `lag_of()` the group's lag (default: its commits on the broker)."""
     wait_for(
         f"KEDA's HPA for {group}",
         lambda: (
@@ -221,7 +235,7 @@ def burst_and_scale(
     )
     burst_at = time.monotonic()
     burst = Burst(steps=[], peak_lag=0, drain_s=-1.0, start_ms=int(time.time() * 1000))
-    produce_burst(bootstrap, group, BURST)
+    produce_burst(bootstrap, group, count)
     last_poll_ms = [burst.start_ms]
 
     def watch() -> bool:
@@ -234,7 +248,7 @@ def burst_and_scale(
         if not burst.steps or burst.steps[-1]["replicas"] != asked:
             burst.steps.append({"replicas": asked, "at_s": now, "since_ms": last_poll_ms[0]})
         last_poll_ms[0] = wall_ms
-        lag = total_lag(bootstrap, group)
+        lag = lag_of() if lag_of is not None else total_lag(bootstrap, group)
         burst.peak_lag = max(burst.peak_lag, lag)
         if lag == 0 and burst.drain_s < 0:
             burst.drain_s = now
@@ -301,22 +315,26 @@ def ratios(deployment_figures: dict[str, Any], group_figures: dict[str, Any]) ->
     }
 
 
+@pytest.fixture(scope="module")
+def keda_started(cluster: Cluster, operator_release: None) -> Iterator[tuple[Keda, float]]:
+    """KEDA, started once for this file's tests; and how long it took to start."""
+    started = time.monotonic()
+    with running_keda(cluster, BUILD / "e2e" / "keda") as running:
+        yield running, round(time.monotonic() - started, 1)
+
+
 def test_keda_scales_a_kafka_group_through_scale(
-    cluster: Cluster, operator_release: None, record: Record, kafka_broker: KafkaBroker
+    cluster: Cluster, keda_started: tuple[Keda, float], record: Record, kafka_broker: KafkaBroker
 ) -> None:
     assert isinstance(cluster, LocalCluster), "the members and KEDA run as local processes"
+    keda, keda_start_s = keda_started
     bootstrap = kafka_broker.bootstrap
     kafka_broker.create_topic(GROUP, PARTITIONS)
     kafka_broker.create_topic(DEPLOYMENT, PARTITIONS)
     kafka_broker.create_topic(STATIC_DEPLOYMENT, PARTITIONS)
     container = {"name": "consumer", "image": IMAGE, "command": CONSUMER}
-    started = time.monotonic()
-    with (
-        running_keda(cluster, BUILD / "e2e" / "keda") as keda,
-        namespace(cluster, "e2e-keda") as ns,
-    ):
-        record("keda_start_s", round(time.monotonic() - started, 1))
-
+    record("keda_start_s", keda_start_s)
+    with namespace(cluster, "e2e-keda") as ns:
         # --- the ConsumerGroup -------------------------------------------------------------
         apply(cluster, ns, kafka_group(GROUP, bootstrap, "librdkafka", container, replicas=1))
         wait_settled(cluster, ns, bootstrap, GROUP, 1)
@@ -445,3 +463,211 @@ def deployment_burst(
     cluster.kubectl("-n", ns, "delete", "scaledobject", name, "--wait=true")
     cluster.kubectl("-n", ns, "delete", "deployment", name, "--wait=true", "--timeout=120s")
     return found
+
+
+# --- an embedded-coordinator group, scaled on the coordinator's lag route -------------------
+
+EMBEDDED = "kedaembed"  # its group id, topic, ScaledObject and TriggerAuthentication
+EMBEDDED_BURST = 5000  # smaller than the Kafka group's: the added e2e time stays short
+WARM_UP = 100  # records before the burst, so every partition has a commit (lag counts it)
+
+
+def embedded_group(name: str, bootstrap: str) -> dict[str, Any]:
+    """Members are `staticfleet member run` reading the topic on the broker, committing to
+    the embedded coordinator, at the Kafka group's cost per record (small polls, so a
+    member's batch of work stays under a second); spec.source names the broker, so the
+    operator computes the lag the route serves."""
+    member = {
+        "name": "member",
+        "image": IMAGE,
+        "args": [
+            "member",
+            "run",
+            "--topics",
+            name,
+            "--source",
+            f"kafka://{bootstrap}",
+            "--ms-per-record",
+            str(MS_PER_RECORD),
+            "--max-poll-records",
+            "50",
+        ],
+    }
+    return {
+        "apiVersion": "staticfleet.dev/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "groupId": name,
+            "topics": [{"name": name, "partitions": PARTITIONS}],
+            "replicas": 1,
+            "source": {"kafka": {"bootstrapServers": bootstrap}},
+            "membership": {"instanceIdPrefix": name, "sessionTimeoutMs": 30_000},
+            "rebalance": {"protocol": "eager"},
+            "rollout": {"memberReadyTimeoutSeconds": 180},
+            # KEDA's HPA window stabilizes the steps; the operator's would only add wait.
+            "scaleDown": {"stabilizationWindowSeconds": 0},
+            "template": {
+                "spec": {"terminationGracePeriodSeconds": 10, "containers": [member]},
+            },
+        },
+    }
+
+
+def lag_scaled_object(ns: str, name: str, url: str) -> list[dict[str, Any]]:
+    """The ScaledObject of docs/operator.md "Autoscaling" (the HPA behaviour of the Kafka
+    group's): KEDA's `metrics-api` trigger on the coordinator's lag route, with the group's
+    member token through a TriggerAuthentication."""
+    auth = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "TriggerAuthentication",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "secretTargetRef": [
+                {"parameter": "token", "name": f"{name}-member-token", "key": "token"}
+            ]
+        },
+    }
+    target = {"apiVersion": "staticfleet.dev/v1alpha1", "kind": "ConsumerGroup", "name": name}
+    scaled = scaled_object(ns, "", name, target)
+    scaled["spec"]["triggers"] = [
+        {
+            "type": "metrics-api",
+            "metadata": {
+                "url": url,
+                "valueLocation": "lag",
+                "targetValue": str(LAG_THRESHOLD),
+                "authMode": "bearer",
+            },
+            "authenticationRef": {"name": name},
+        }
+    ]
+    return [auth, scaled]
+
+
+def embedded_lag(bootstrap: str, committed: dict[tuple[str, int], int], topic: str) -> int:
+    """Log ends on the broker minus the commits in the embedded coordinator (no commit: from
+    the start of the log)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-lag", "log_level": 0})
+    try:
+        lag = 0
+        for p in range(PARTITIONS):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            lag += high - committed.get((topic, p), low)
+        return lag
+    finally:
+        consumer.close()
+
+
+def lag_route(url: str, token: str) -> dict[str, Any] | None:
+    """The route's answer, as KEDA gets it (None: 404, no figure yet)."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return None
+        raise
+
+
+def test_keda_scales_an_embedded_group_on_the_lag_route(
+    cluster: Cluster, keda_started: tuple[Keda, float], record: Record, kafka_broker: KafkaBroker
+) -> None:
+    assert isinstance(cluster, LocalCluster), "the members and KEDA run as local processes"
+    keda, _ = keda_started
+    bootstrap = kafka_broker.bootstrap
+    kafka_broker.create_topic(EMBEDDED, PARTITIONS)
+    admin = cluster.admin()
+    started = time.monotonic()
+    with namespace(cluster, "e2e-keda-embedded") as ns:
+        apply(cluster, ns, embedded_group(EMBEDDED, bootstrap))
+        wait_stable(cluster, ns, EMBEDDED, 1)
+        secret = cluster.get_json("-n", ns, "get", "secret", f"{EMBEDDED}-member-token")
+        token = base64.b64decode(secret["data"]["token"]).decode()
+        url = f"{cluster.coordinator_base_url()}/v1/groups/{EMBEDDED}/lag"
+
+        def lag_now() -> int:
+            return embedded_lag(bootstrap, admin.committed_offsets(EMBEDDED), EMBEDDED)
+
+        # A commit on every partition first: the route counts a partition without one as 0.
+        produce_burst(bootstrap, EMBEDDED, WARM_UP)
+        wait_for(
+            f"{EMBEDDED}: the warm-up committed, the route's figure caught up",
+            lambda: (
+                len(admin.committed_offsets(EMBEDDED)) == PARTITIONS
+                and lag_now() == 0
+                and (answer := lag_route(url, token)) is not None
+                and answer["lag"] == 0
+                and answer["partitions_without_commit"] == 0
+            ),
+            timeout_s=90,
+            interval_s=1.0,
+            describe=lambda: json.dumps(
+                {
+                    "committed": len(admin.committed_offsets(EMBEDDED)),
+                    "route": lag_route(url, token),
+                }
+            ),
+        )
+        for manifest in lag_scaled_object(ns, EMBEDDED, url):
+            apply(cluster, ns, manifest)
+
+        def group_replicas() -> tuple[int, int]:
+            group = cluster.get_json("-n", ns, "get", "consumergroup", EMBEDDED)
+            running = int((group.get("status") or {}).get("replicas") or 0)
+            return int(group["spec"]["replicas"]), running
+
+        burst = burst_and_scale(
+            cluster,
+            keda,
+            ns,
+            bootstrap,
+            EMBEDDED,
+            group_replicas,
+            count=EMBEDDED_BURST,
+            lag_of=lag_now,
+        )
+        wait_stable(cluster, ns, EMBEDDED, 1, timeout_s=120)
+        burst.end_ms = int(time.time() * 1000)
+        peak, down = check_steps(burst)
+
+        # One rebalance per step: the first member, there throughout, is assigned once per
+        # rebalance (eager: every rebalance revokes and reassigns everything).
+        logs = member_logs_from_text(
+            f"{EMBEDDED}-0", cluster.container_log(ns, f"{EMBEDDED}-0", "member")
+        )
+        assigned = [int(r["ts_ms"]) for log in logs for r in log.rows if r["event"] == "assigned"]
+        bounds = [s["since_ms"] for s in burst.steps[1:]] + [burst.end_ms]
+        per_step = [
+            sum(1 for t in assigned if lo <= t < hi) for lo, hi in itertools.pairwise(bounds)
+        ]
+        assert per_step == [1] * len(per_step), (per_step, burst.steps)
+
+        # Each step down is one batch LeaveGroup naming exactly the ids it removed.
+        left = sorted(
+            operator_events(cluster, ns, "MembersLeft"),
+            key=lambda e: e["metadata"]["creationTimestamp"],
+        )
+        assert len(left) == len(down) - 1, left
+        for event, (before, after) in zip(left, itertools.pairwise(down), strict=True):
+            for slot in range(peak):
+                named = f"{EMBEDDED}-{slot}" in event["message"]
+                assert named == (after <= slot < before), (slot, event["message"])
+
+        member_logs = [
+            log
+            for slot in range(PARTITIONS)
+            for log in member_logs_from_text(
+                f"{EMBEDDED}-{slot}", cluster.container_log(ns, f"{EMBEDDED}-{slot}", "member")
+            )
+        ]
+        found = figures(member_logs, burst, EMBEDDED)
+        assert found["rebalances"] == len(per_step), (found, per_step)
+        found["burst_records"] = EMBEDDED_BURST
+        found["rebalances_per_step"] = per_step
+        found["trigger"] = "metrics-api on GET /v1/groups/{groupId}/lag (bearer: member token)"
+        record("embedded_group", found)
+        record("embedded_group_s", round(time.monotonic() - started, 1))
+        cluster.kubectl("-n", ns, "delete", "scaledobject", EMBEDDED, "--wait=true")

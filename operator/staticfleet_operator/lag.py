@@ -89,3 +89,12 @@ def lag_due(
     """Whether a pass at `now` reads lag again (never read, or the last figure is older
     than the interval)."""
     return last_read is None or (now - last_read).total_seconds() >= interval_s
+
+
+def seconds_until_lag_due(
+    last_read: datetime | None, now: datetime, interval_s: float = LAG_INTERVAL_SECONDS
+) -> float:
+    """How long until a pass would read lag again (0: now)."""
+    if last_read is None:
+        return 0.0
+    return max(0.0, interval_s - (now - last_read).total_seconds())

@@ -73,7 +73,7 @@ from staticfleet_operator.kafka_clients import (
     client_config_secret,
     client_config_secret_name,
 )
-from staticfleet_operator.lag import group_lag
+from staticfleet_operator.lag import group_lag, seconds_until_lag_due
 from staticfleet_operator.members import (
     MemberSettings,
     budget_key,
@@ -511,6 +511,17 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     wakes = [seconds_until(target.hold, observation.now)]
     if expected is not None:
         wakes.append(seconds_until_expiry(expected.deadline_ms, observation.coordinator_now_ms))
+    if spec.source is not None:
+        # Nothing tells an embedded group's operator that its source's logs grew (a Kafka
+        # group is polled instead): a timer for the next lag read, so a burst reaches status
+        # and the lag route KEDA polls within the interval, not at the resync (60 s).
+        read_now = observation.lag is not None or observation.lag_tried
+        last_read = (
+            observation.now
+            if read_now
+            else step.memory.lag_read or observation.status.lag_time  # the observer's
+        )
+        wakes.append(seconds_until_lag_due(last_read, observation.now))
     wake_in = min((w for w in wakes if w is not None), default=None)
     gauges = replace(
         _gauges(observation, spec, members, state, missing_expected=len(missing_expected)),

@@ -164,6 +164,12 @@ def register(subparsers: Any) -> None:
         help="records read per poll at most",
     )
     run.add_argument(
+        "--ms-per-record",
+        type=float,
+        default=DEFAULTS.ms_per_record,
+        help="time spent on each record read, a stand-in for real work (0)",
+    )
+    run.add_argument(
         "--records-per-second",
         type=float,
         default=DEFAULTS.records_per_second,

@@ -282,6 +282,9 @@ async def _consume_until_stopped(
                 # have given the partitions away: lose them before touching another record.
                 await member.lose_partitions_if_session_expired()
                 consumed = consumer.consume_available(settings.max_poll_records)
+                if consumed and settings.ms_per_record:
+                    # Awaited, so heartbeats and a rebalance's callbacks go on meanwhile.
+                    await asyncio.sleep(consumed * settings.ms_per_record / 1000)
                 if asyncio.get_running_loop().time() >= next_commit:
                     await consumer.commit()
                     next_commit = next_commit_deadline(

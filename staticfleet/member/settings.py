@@ -65,6 +65,9 @@ class Overrides:
     commit_interval_ms: int = 1000
     poll_interval_ms: int = 100
     max_poll_records: int = 2000
+    # A fixed cost per record read, spent before the next poll: a stand-in for the work a
+    # real consumer does, so a burst builds lag that only more members drain (e2e 9e).
+    ms_per_record: float = 0.0
     records_per_second: float = 10.0  # synthetic source, per partition
     retention_records: int = 10_000  # synthetic source, per partition
     source_epoch_ms: int = 0  # when the synthetic logs began
@@ -89,6 +92,7 @@ class Settings:
         source: SyntheticSource,
         kafka_bootstrap: str | None = None,
         max_poll_records: int = 2000,
+        ms_per_record: float = 0.0,
         standby_id: str | None = None,
         kafka_settings: KafkaClientSettings = PLAINTEXT_SETTINGS,
         kafka_settings_file: KafkaSettingsFile | None = None,
@@ -110,6 +114,7 @@ class Settings:
         # Set: read real topics from this cluster instead of the synthetic source.
         self.kafka_bootstrap = kafka_bootstrap
         self.max_poll_records = max_poll_records
+        self.ms_per_record = ms_per_record
         # Set: wait as a hot standby first (config.group_instance_id is None until promoted).
         self.standby_id = standby_id
         # How kafka:// connections (coordinator and source) reach the cluster; the file, when
@@ -215,6 +220,8 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         raise ValueError(
             "--commit-interval-ms, --poll-interval-ms and --max-poll-records must be positive"
         )
+    if given.ms_per_record < 0:
+        raise ValueError(f"--ms-per-record must be 0 or more, not {given.ms_per_record}")
     health_port = number(given.health_port, env.HEALTH_PORT, 0)
     if not 0 <= health_port <= 65535:
         raise ValueError(
@@ -269,6 +276,7 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         ),
         kafka_bootstrap=kafka_bootstrap,
         max_poll_records=given.max_poll_records,
+        ms_per_record=given.ms_per_record,
         standby_id=standby_id,
         kafka_settings=kafka_settings,
         kafka_settings_file=kafka_settings_file,

@@ -117,6 +117,18 @@ def flags(*argv: str) -> Overrides:
     return overrides_from(build_parser().parse_args(["member", "run", *argv]))
 
 
+def test_member_run_takes_a_cost_per_record_and_refuses_a_negative_one() -> None:
+    environ = {
+        "STATICFLEET_COORDINATOR_URL": "http://c:8080",
+        "STATICFLEET_GROUP_ID": "g",
+        "STATICFLEET_TOPICS": "t",
+    }
+    assert settings_from(flags(), environ).ms_per_record == 0.0
+    assert settings_from(flags("--ms-per-record", "20"), environ).ms_per_record == 20.0
+    with pytest.raises(ValueError, match="--ms-per-record must be 0 or more"):
+        settings_from(flags("--ms-per-record", "-1"), environ)
+
+
 def test_member_run_settings_come_from_env_and_flags_win():
     environ = {
         "STATICFLEET_COORDINATOR_URL": "http://coordinator:8080",

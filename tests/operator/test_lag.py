@@ -14,6 +14,7 @@ from staticfleet_operator.lag import (
     PartitionLag,
     group_lag,
     lag_due,
+    seconds_until_lag_due,
 )
 from staticfleet_operator.metrics import OperatorMetrics
 from tests.operator.test_pass_plan import NOW, group, kafka_spec, plan, spec_body
@@ -132,6 +133,32 @@ def test_an_embedded_groups_reading_goes_into_status_and_the_gauges() -> None:
     assert result.status is not None and result.gauges is not None
     assert (result.status.lag, result.status.lag_partitions_without_commit) == (6, 2)
     assert result.gauges.lag == 6 and result.remember.lag_read == NOW
+
+
+def test_an_embedded_group_with_a_source_asks_for_a_pass_when_its_lag_is_due() -> None:
+    """Nothing tells the operator that a source's logs grew, so a settled embedded group
+    with spec.source gets a timer for its next read (else a burst would reach the lag
+    route, and KEDA, only at the resync); one without spec.source gets none."""
+    spec = spec_body(
+        topics=[{"name": T, "partitions": 3}], source={"kafka": {"bootstrapServers": "k:9092"}}
+    )
+    read_now = plan(group(spec, lag=READING))
+    assert read_now.wake_in == LAG_INTERVAL_SECONDS
+    earlier = (NOW - timedelta(seconds=10)).isoformat()
+    status = {"lag": 6, "lagPartitionsWithoutCommit": 0, "lagTime": earlier}
+    read_before = plan(group(spec, status=status))
+    assert read_before.wake_in == LAG_INTERVAL_SECONDS - 10
+    # Without spec.source only the expected members' deadline wakes this new group.
+    assert plan(group(status=status)).wake_in != LAG_INTERVAL_SECONDS - 10
+
+
+@pytest.mark.parametrize(
+    ("age", "seconds"),
+    [(None, 0.0), (0.0, LAG_INTERVAL_SECONDS), (10.0, LAG_INTERVAL_SECONDS - 10), (99.0, 0.0)],
+)
+def test_seconds_until_the_next_read(age: float | None, seconds: float) -> None:
+    last = None if age is None else NOW - timedelta(seconds=age)
+    assert seconds_until_lag_due(last, NOW) == seconds
 
 
 # --- metrics ---------------------------------------------------------------------------------

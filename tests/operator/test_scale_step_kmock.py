@@ -7,8 +7,12 @@ LeaveGroups from the operator's `MembersLeft` Events."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
+from coordinator import ErrorCode, GroupState
+from coordinator.messages import JoinGroupProtocol, JoinGroupRequest
+from coordinator.protocol import Subscription, encode_subscription
 from tests.operator.kube_harness import Cluster, managed_spec, running_cluster
 
 
@@ -124,3 +128,58 @@ async def test_scale_downs_during_a_scale_up_in_flight_go_straight_to_the_latest
 async def _names(cluster: Cluster, expected: list[str]) -> bool:
     pods = await cluster.pods("orders")
     return sorted(p["metadata"]["name"] for p in pods) == expected
+
+
+async def test_a_scale_down_during_a_rebalance_stops_no_member_until_stable() -> None:
+    """A rebalance the operator cannot end: a client that joins and never syncs (a member
+    that stopped responding) keeps the group PreparingRebalance until its session expires. A
+    scale-down 3 -> 2 asked meanwhile is held (RebalanceInProgress) and no member pod is
+    stopped until the group is Stable; then one batch LeaveGroup. Without the rule
+    (scaling.scale_target's `settled`) orders-2's pod is deleted in the middle of it."""
+    async with running_cluster() as cluster:
+        await _settled_at(cluster, 3)
+        subscription = encode_subscription(Subscription(("orders",)))
+
+        def join(instance_id: str) -> JoinGroupRequest:
+            return JoinGroupRequest(
+                group_id="orders",
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=10_000,
+                member_id="",
+                group_instance_id=instance_id,
+                protocol_type="consumer",
+                protocols=[JoinGroupProtocol("range", subscription)],
+            )
+
+        # `slow` joins and then goes quiet; `other` joining starts a rebalance that waits
+        # for `slow` to rejoin, which it never does (until its session expires).
+        first = await cluster.coordinator.join_group(join("slow"))
+        assert first.error_code == ErrorCode.NONE, first
+        joining = asyncio.create_task(cluster.coordinator.join_group(join("other")))
+        await cluster.eventually(
+            lambda: cluster.coordinator.group_state("orders") is GroupState.PREPARING_REBALANCE,
+            what="a rebalance waiting for `slow`",
+        )
+        states_at_stop: list[GroupState | None] = []
+
+        async def watch() -> None:
+            while True:
+                pods = {p["metadata"]["name"]: p for p in await cluster.pods("orders")}
+                pod = pods.get("orders-2")
+                if pod is None or pod["metadata"].get("deletionTimestamp"):
+                    states_at_stop.append(cluster.coordinator.group_state("orders"))
+                    return
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
+        await cluster.update_spec("orders", {"replicas": 2})
+        await asyncio.wait_for(watcher, 20)
+        assert states_at_stop == [GroupState.STABLE]
+        [held] = _events(cluster, "ScaleDownHeld")
+        assert "until the rebalance in progress ends" in held, held
+        await cluster.eventually(lambda: cluster.group_settled("orders", 2), what="2 Stable")
+        [message] = _events(cluster, "MembersLeft")
+        assert "orders-2" in message
+        joining.cancel()  # `other`: the test's, not the operator's to clean up
+        with contextlib.suppress(asyncio.CancelledError):
+            await joining
