@@ -112,7 +112,7 @@ def standby_pod(
         raise ValueError("a standby pod needs spec.template")
     entries = [
         entry
-        for entry in member_env(spec, settings, "", protocol)
+        for entry in member_env(spec, settings, "", protocol, group_token=True)
         if entry["name"] != env.INSTANCE_ID
     ]
     entries.append({"name": env.STANDBY_ID, "value": name})

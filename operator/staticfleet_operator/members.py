@@ -100,8 +100,12 @@ def member_env(
     settings: MemberSettings,
     instance_id: str,
     protocol: RebalanceProtocolSetting,
+    *,
+    group_token: bool = False,
 ) -> list[dict[str, Any]]:
-    """The env entries (core/v1 EnvVar) a member process is configured by."""
+    """The env entries (core/v1 EnvVar) a member process is configured by. `group_token`:
+    the group's token even under pod identity (a standby: its pod holds no instance id, so
+    the coordinator could not bind its pod token to any member of the group)."""
     if spec.coordinator.is_kafka:
         return kafka_member_env(spec, instance_id, protocol)
     values = {
@@ -118,7 +122,7 @@ def member_env(
     entries: list[dict[str, Any]] = [
         {"name": name, "value": value} for name, value in values.items()
     ]
-    if settings.token_audience:
+    if settings.token_audience and not group_token:
         entries.append({"name": env.TOKEN_FILE, "value": f"{COORDINATOR_DIR}/{TOKEN_KEY}"})
     else:
         # The token by reference (never the literal): the user's Secret or the operator-made one.

@@ -12,6 +12,7 @@ from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.server.pod_identity import Binding
 from staticfleet_operator.crd import parse_spec
+from staticfleet_operator.hot_standby import standby_pod
 from staticfleet_operator.informer import MEMBER_PODS, Informer
 from staticfleet_operator.members import (
     COORDINATOR_CA_CONFIGMAP,
@@ -20,6 +21,7 @@ from staticfleet_operator.members import (
     managed_pod,
 )
 from staticfleet_operator.pod_bindings import PodBindings, pod_binding
+from tests.operator.kube_harness import managed_spec
 from tests.operator.test_crd import MANAGED
 
 AUDIENCE = "staticfleet-coordinator"
@@ -103,3 +105,24 @@ def test_the_bindings_are_ready_once_the_informer_has_listed() -> None:
     assert not bindings.ready()
     informer.synced.set()
     assert bindings.ready()
+
+
+def test_a_standby_pod_presents_the_group_token_not_its_pod_token() -> None:
+    """A standby's pod holds no instance id until promoted, so the coordinator can bind its
+    pod token to no member ("holds no instance id of any group": 403); it gets the group
+    token, which `tokens.needs_group_token` makes for a group with standbys."""
+    spec = parse_spec(managed_spec(replicas=3, standbys=1))
+    manifest = standby_pod(
+        spec,
+        MemberSettings("http://coordinator:9092", "orders", token_audience=AUDIENCE),
+        namespace="team",
+        owner_uid="uid-1",
+        name="orders-standby-0",
+        protocol=RebalanceProtocolSetting.EAGER,
+        pod_key="k",
+    )
+    manifest["metadata"]["uid"] = "standby-uid"
+    values = {e["name"]: e for e in manifest["spec"]["containers"][0]["env"]}
+    assert values[env.TOKEN]["valueFrom"]["secretKeyRef"]["name"] == "orders-member-token"
+    assert env.TOKEN_FILE not in values
+    assert pod_binding(manifest) is None  # why the pod token could not serve it
