@@ -41,12 +41,15 @@ test: install java-assignors kafka java-peer ## the whole test suite on TEST_WOR
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # The fault soak (docs/soak.md): not in CI (30 minutes); its 35 s smoke is in make test, as is
-# the Kafka variant's (45-80 s; staticfleet soak --coordinator kafka).
+# the Kafka variant's (45-80 s). SOAK_COORDINATOR=kafka puts the groups on a Kafka broker of
+# the soak's own (the jars from the kafka target) and reports to soak_kafka.json.
 SOAK_SEED ?= 25
 SOAK_DURATION ?= 30m
+SOAK_COORDINATOR ?= embedded
+SOAK_REPORT = bench/results/$(if $(filter kafka,$(SOAK_COORDINATOR)),soak_kafka,soak).json
 .PHONY: soak
-soak: install ## the seeded fault soak (SOAK_SEED, SOAK_DURATION=30m) -> bench/results/soak.json
-	nice -n 10 $(VENV)/bin/staticfleet soak --seed $(SOAK_SEED) --duration $(SOAK_DURATION) --report bench/results/soak.json
+soak: install $(if $(filter kafka,$(SOAK_COORDINATOR)),kafka) ## the seeded fault soak (SOAK_SEED, SOAK_DURATION=30m, SOAK_COORDINATOR=embedded|kafka) -> bench/results/soak.json or soak_kafka.json
+	nice -n 10 $(VENV)/bin/staticfleet soak --coordinator $(SOAK_COORDINATOR) --seed $(SOAK_SEED) --duration $(SOAK_DURATION) --report $(SOAK_REPORT)
 
 test-fast: install java-assignors ## the tests without the slow process-level, crash and Kafka broker tests
 	$(PY) -m pytest -q -m "not slow and not crash and not kafka"
