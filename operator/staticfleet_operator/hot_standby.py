@@ -126,7 +126,7 @@ def standby_pod(
         annotations={
             STANDBY_ID_ANNOTATION: name,
             PROTOCOL_ANNOTATION: protocol.value,
-            TEMPLATE_HASH_ANNOTATION: template_hash(spec),
+            TEMPLATE_HASH_ANNOTATION: template_hash(spec, settings.token_audience),
             POD_KEY_ANNOTATION: pod_key,
         },
         entries=entries,
@@ -248,7 +248,7 @@ def keep_standbys(
     """Create missing standby pods, delete surplus and outdated ones (they hold nothing, so
     this costs no rebalance)."""
     wanted = spec.standbys if standbys_enabled(spec) else 0
-    current = template_hash(spec)
+    current = template_hash(spec, settings.token_audience)
     live = [p for p in standby_pods(pods) if not p.deleting]
     # A standby becomes a member as it was configured: one made for another template or
     # protocol is replaced now, while that costs nothing.

@@ -65,9 +65,10 @@ class MemberSettings:
     token_audience: str | None = None
 
 
-def template_hash(spec: ConsumerGroupSpec) -> str:
+def template_hash(spec: ConsumerGroupSpec, token_audience: str | None = None) -> str:
     """Hash of everything a member pod is created from except its slot and protocol: the
-    template and the injected settings. A change means members must be recreated."""
+    template and the injected settings (`token_audience`: the operator's pod identity, which
+    decides the token env and the pod's volumes). A change means members must be recreated."""
     material = {
         "template": spec.template.model_dump(mode="json", by_alias=True) if spec.template else None,
         "groupId": spec.group_id,
@@ -91,6 +92,11 @@ def template_hash(spec: ConsumerGroupSpec) -> str:
         if coordinator["env"].get("clientConfig") == ClientEnvNames().client_config:
             coordinator["env"].pop("clientConfig")
         material["coordinator"] = coordinator
+    elif token_audience:
+        # Only when set, so fleets that never used pod identity keep their hash; turning it
+        # on or off recreates the pods, whose env and volumes are fixed at creation (a pod
+        # left with a token file after it is turned off would be refused for good).
+        material["podTokenAudience"] = token_audience
     digest = hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
@@ -222,7 +228,9 @@ def managed_pod(
         namespace=namespace,
         owner_uid=owner_uid,
         labels={SLOT_LABEL: str(slot)},
-        annotations=identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
+        annotations=identity_annotations(
+            slot, instance_id, protocol, template_hash(spec, settings.token_audience), pod_key
+        ),
         entries=member_env(spec, settings, instance_id, protocol),
         env_from=client_env_from(spec),
         mount=member_mount(spec, settings),

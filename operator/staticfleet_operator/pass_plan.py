@@ -427,7 +427,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     fleet_step = plan(
         FleetObservation(
             spec=spec,
-            template_hash=template_hash(spec),
+            template_hash=template_hash(spec, settings.token_audience),
             pods=tuple(members),
             view=view,
             describable=describable,

@@ -66,7 +66,9 @@ def pod_mutation(
         labels={**(metadata.get("labels") or {}), SLOT_LABEL: str(slot)},
         annotations={
             **(metadata.get("annotations") or {}),
-            **identity_annotations(slot, instance_id, protocol, template_hash(spec), pod_key),
+            **identity_annotations(
+                slot, instance_id, protocol, template_hash(spec, settings.token_audience), pod_key
+            ),
         },
         spec=with_member_env(
             pod.get("spec") or {},

@@ -458,6 +458,36 @@ def test_a_template_change_bounces_one_member_with_the_rollout_written_first() -
     assert len(result.events) == 1
 
 
+def _pod_identity_member(slot: int, audience: str | None) -> dict[str, Any]:
+    manifest = managed_pod(
+        parse_spec(spec_body()),
+        replace(SETTINGS, token_audience=audience),
+        namespace="default",
+        owner_uid="uid-orders",
+        slot=slot,
+        protocol=EAGER,
+        pod_key=f"key-{slot}",
+    )
+    manifest["metadata"]["uid"] = f"uid-{slot}"
+    manifest["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return manifest
+
+
+@pytest.mark.parametrize(("made_with", "now"), [("coordinator", None), (None, "coordinator")])
+def test_turning_pod_identity_on_or_off_recreates_the_members(
+    made_with: str | None, now: str | None
+) -> None:
+    """A pod's token env and volumes are fixed when it is made: one left with a token file
+    after pod identity is turned off would be refused for good, so the switch is a rollout."""
+    pods = tuple(_pod_identity_member(slot, made_with) for slot in range(3))
+    result = plan(converged(group(pods=pods, member_token_audience=now)))
+    deletes = [a for a in result.actions if isinstance(a, DeletePod)]
+    assert len(deletes) == 1 and deletes[0].bounce is not None
+    same = tuple(_pod_identity_member(slot, now) for slot in range(3))
+    unchanged = plan(converged(group(pods=same, member_token_audience=now)))
+    assert not any(isinstance(a, DeletePod) for a in unchanged.actions)
+
+
 def test_a_protocol_change_a_client_cannot_make_is_refused_once_and_nothing_moves() -> None:
     librdkafka = {
         **kafka_spec(clientFamily="librdkafka"),
