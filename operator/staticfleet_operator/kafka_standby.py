@@ -20,10 +20,43 @@ standby holding it and sends nothing: the leave can never hit the standby's memb
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
+from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.messages import DescribedGroup
+from staticfleet_operator.actions import CreatePod, DeletePod, LeaveForStandbys
+from staticfleet_operator.crd import (
+    ClientFamily,
+    ConsumerGroupSpec,
+    ConsumerGroupStatus,
+    Mode,
+    PromotionStatus,
+)
+from staticfleet_operator.hot_standby import (
+    ROLE_LABEL,
+    STANDBY_ROLE,
+    STANDBY_SLOT_ANNOTATION,
+    pod_health,
+)
+from staticfleet_operator.kafka_clients import client_env_from
+from staticfleet_operator.members import (
+    INSTANCE_ID_ANNOTATION,
+    POD_KEY_ANNOTATION,
+    PROTOCOL_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+    MemberSettings,
+    is_ready,
+    member_env,
+    member_manifest,
+    member_mount,
+    pod_name,
+    pod_slot,
+    template_hash,
+)
 from staticfleet_operator.promotion import PodHealth
 
 
@@ -52,6 +85,9 @@ class KafkaSlot:
     instance_id: str
     pods: tuple[IdPod, ...]
     holder: IdHolder | None  # None: no member holds the id (nothing to take over)
+    # The names the operator gives this slot's pods (its pod, its standby), which their
+    # members send as client id: a holder naming one that is not alive is a dead pod's.
+    names: frozenset[str] = frozenset()
 
 
 class Holder(StrEnum):
@@ -61,22 +97,26 @@ class Holder(StrEnum):
     UNKNOWN = "unknown"  # the key matches several pods, or is empty: never act on a guess
 
 
-def holder_pod(holder: IdHolder | None, pods: Sequence[IdPod]) -> tuple[Holder, IdPod | None]:
+def holder_pod(
+    holder: IdHolder | None, pods: Sequence[IdPod], names: frozenset[str] = frozenset()
+) -> tuple[Holder, IdPod | None]:
     """Which of the slot's pods the holder is: its client id is a pod's name, else its
-    client host a pod's IP (exactly one). A non-empty key matching no live pod: the holder's
-    pod is gone."""
+    client host a pod's IP (exactly one). Gone only on positive evidence: its client id is
+    one of `names` (a pod of this slot) and no live pod has that name. A host matching no pod
+    proves nothing (a node's address under SNAT or host networking, a pod without an IP
+    yet), so it is UNKNOWN: a live member must never be left on its behalf."""
     if holder is None:
         return Holder.NONE, None
     by_name = [p for p in pods if p.name == holder.client_id]
     if len(by_name) == 1:
         return Holder.LIVE, by_name[0]
+    if not by_name and holder.client_id in names:
+        return Holder.GONE, None
     host = holder.client_host.lstrip("/")
     by_ip = [p for p in pods if host and p.ip == host]
     if len(by_ip) == 1:
         return Holder.LIVE, by_ip[0]
-    if by_ip or not host:
-        return Holder.UNKNOWN, None
-    return Holder.GONE, None
+    return Holder.UNKNOWN, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +157,7 @@ def decide_takeovers(slots: Sequence[KafkaSlot]) -> tuple[list[StaticLeave], lis
     leaves: list[StaticLeave] = []
     holders: list[SlotHolder] = []
     for slot in sorted(slots, key=lambda s: s.slot):
-        kind, pod = holder_pod(slot.holder, slot.pods)
+        kind, pod = holder_pod(slot.holder, slot.pods, slot.names)
         if kind is Holder.LIVE and pod is not None:
             holders.append(SlotHolder(slot.slot, pod.name))
             if pod.health in (PodHealth.RUNNING, PodHealth.TERMINATING):
@@ -144,3 +184,193 @@ def decide_takeovers(slots: Sequence[KafkaSlot]) -> tuple[list[StaticLeave], lis
             StaticLeave(slot.slot, slot.instance_id, slot.holder.member_id, standby.name, rule)
         )
     return leaves, holders
+
+
+def kafka_standbys_enabled(spec: ConsumerGroupSpec, protocol: RebalanceProtocolSetting) -> bool:
+    """A managed Kafka group of our members on the consumer protocol, with standbys: only
+    our member waits on a held instance id (`--standby-wait-ms`); Java and librdkafka exit."""
+    coordinator = spec.coordinator
+    return (
+        spec.mode is Mode.MANAGED
+        and coordinator.is_kafka
+        and coordinator.client_family is ClientFamily.STATICFLEET
+        and protocol is RebalanceProtocolSetting.CONSUMER
+        and spec.standbys > 0
+    )
+
+
+def standby_slot(pod: Mapping[str, Any]) -> int | None:
+    """The slot a Kafka standby pod waits on; None for any other pod."""
+    metadata = pod.get("metadata") or {}
+    if (metadata.get("labels") or {}).get(ROLE_LABEL) != STANDBY_ROLE:
+        return None
+    raw = (metadata.get("annotations") or {}).get(STANDBY_SLOT_ANNOTATION)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def standby_pod_name(group_name: str, slot: int) -> str:
+    """A slot's standby pod: named by its slot, as the slot's pod is (`members.pod_name`),
+    so the API server refuses a second one and its client id names it."""
+    return f"{group_name}-standby-{slot}"
+
+
+def kafka_standby_pod(
+    spec: ConsumerGroupSpec,
+    settings: MemberSettings,
+    *,
+    slot: int,
+    namespace: str,
+    owner_uid: str,
+    pod_key: str,
+) -> dict[str, Any]:
+    """A slot's standby: the member template with the slot's instance id, the wait
+    (kafka_clients.STANDBY_WAIT_MS) and its pod name as client id; no slot annotation."""
+    protocol = RebalanceProtocolSetting.CONSUMER
+    instance_id = spec.instance_id(slot)
+    return member_manifest(
+        spec,
+        settings,
+        name=standby_pod_name(settings.group_name, slot),
+        namespace=namespace,
+        owner_uid=owner_uid,
+        labels={ROLE_LABEL: STANDBY_ROLE},
+        annotations={
+            STANDBY_SLOT_ANNOTATION: str(slot),
+            INSTANCE_ID_ANNOTATION: instance_id,
+            PROTOCOL_ANNOTATION: protocol.value,
+            TEMPLATE_HASH_ANNOTATION: template_hash(spec),
+            POD_KEY_ANNOTATION: pod_key,
+        },
+        entries=member_env(spec, settings, instance_id, protocol),
+        env_from=client_env_from(spec),
+        mount=member_mount(spec, settings),
+    )
+
+
+def keep_kafka_standbys(
+    spec: ConsumerGroupSpec,
+    settings: MemberSettings,
+    pods: Sequence[Mapping[str, Any]],
+    replicas: int,
+    *,
+    enabled: bool,
+    rollout_active: bool,
+    namespace: str,
+    owner_uid: str,
+    pass_id: str,
+) -> list[CreatePod | DeletePod]:
+    """One standby for each of the first `spec.standbys` slots below `replicas`: create the
+    missing, delete those of other slots and, outside a rollout, those made for another
+    template (a graceful stop: one holding the id hands it and its partitions to the slot's
+    waiting pod, epoch -2)."""
+    current = template_hash(spec)
+    actions: list[CreatePod | DeletePod] = []
+    covered: set[int] = set()
+    names = {str((p.get("metadata") or {}).get("name", "")) for p in pods}
+    for pod in pods:
+        slot = standby_slot(pod)
+        metadata = pod.get("metadata") or {}
+        if slot is None or metadata.get("deletionTimestamp"):
+            continue
+        annotations = metadata.get("annotations") or {}
+        outdated = annotations.get(TEMPLATE_HASH_ANNOTATION) != current
+        wanted = slot < min(spec.standbys, replicas)
+        if not enabled or not wanted or (outdated and not rollout_active):
+            actions.append(DeletePod(str(metadata.get("name", ""))))
+        else:
+            covered.add(slot)
+    if not enabled:
+        return actions
+    for slot in range(min(spec.standbys, replicas)):
+        name = standby_pod_name(settings.group_name, slot)
+        if slot in covered or name in names:  # a deleted one still terminating: next pass
+            continue
+        manifest = kafka_standby_pod(
+            spec,
+            settings,
+            slot=slot,
+            namespace=namespace,
+            owner_uid=owner_uid,
+            pod_key=f"{pass_id}-{name}",
+        )
+        actions.append(CreatePod(manifest))
+    return actions
+
+
+def kafka_slots(
+    spec: ConsumerGroupSpec,
+    group_name: str,
+    pods: Sequence[Mapping[str, Any]],
+    described: DescribedGroup | None,
+    replicas: int,
+) -> list[KafkaSlot]:
+    """Each slot below `replicas`: its live pods (the slot's and its standby) and the member
+    ConsumerGroupDescribe lists under its instance id."""
+    holders = {
+        m.group_instance_id: IdHolder(m.member_id, m.client_id, m.client_host)
+        for m in (described.members if described is not None else [])
+        if m.group_instance_id
+    }
+    by_slot: dict[int, list[IdPod]] = {}
+    for pod in pods:
+        slot = pod_slot(pod)
+        slot = slot if slot is not None else standby_slot(pod)
+        if slot is None:
+            continue
+        metadata = pod.get("metadata") or {}
+        ip = str((pod.get("status") or {}).get("podIP") or "")
+        view = IdPod(str(metadata.get("name", "")), ip, pod_health(pod), is_ready(pod))
+        by_slot.setdefault(slot, []).append(view)
+    slots = []
+    for slot in range(replicas):
+        instance_id = spec.instance_id(slot)
+        pods_of = tuple(sorted(by_slot.get(slot, []), key=lambda p: p.name))
+        names = frozenset({pod_name(group_name, slot), standby_pod_name(group_name, slot)})
+        slots.append(KafkaSlot(slot, instance_id, pods_of, holders.get(instance_id), names))
+    return slots
+
+
+def plan_kafka_takeovers(
+    slots: Sequence[KafkaSlot],
+    previous: ConsumerGroupStatus,
+    *,
+    rollout_active: bool,
+    now: datetime,
+) -> tuple[ConsumerGroupStatus, LeaveForStandbys] | None:
+    """The status recording this pass's takeovers (write-ahead, in status.promotions as the
+    embedded promotion's) and the action making them; None when there is nothing to do.
+
+    A recorded takeover is decided again from the broker, not replayed: if its slot still
+    needs one, the leave is sent again (the same member id; a repeat is answered harmlessly);
+    if not (the standby holds the id: the leave was made before a restart), the record is
+    only completed. So the leave never names a member id other than a dead pod's."""
+    leaves, _ = decide_takeovers(slots)
+    if rollout_active:
+        leaves = []  # a rollout stops pods on purpose; their graceful stop hands the id over
+    recorded = {p.slot: p for p in previous.promotions}
+    if not leaves and not recorded:
+        return None
+    records: list[PromotionStatus] = []
+    member_ids: list[str | None] = []
+    for leave in leaves:
+        earlier = recorded.pop(leave.slot, None)
+        started = earlier.started_at if earlier is not None else now
+        records.append(
+            PromotionStatus(
+                standby=leave.standby,
+                slot=leave.slot,
+                instance_id=leave.instance_id,
+                rule=leave.rule,
+                started_at=started,
+            )
+        )
+        member_ids.append(leave.member_id)
+    for earlier in recorded.values():  # made before: only completed now
+        records.append(earlier)
+        member_ids.append(None)
+    status = previous.model_copy(deep=True)
+    status.promotions = records
+    return status, LeaveForStandbys(tuple(records), tuple(member_ids))
