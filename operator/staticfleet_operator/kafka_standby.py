@@ -27,6 +27,8 @@ from enum import StrEnum
 from typing import Any
 
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.consumer_protocol_state import STATIC_LEAVE_EPOCH
+from coordinator.client.kafka_groups import ConsumerGroupDescription
 from coordinator.messages import DescribedGroup
 from staticfleet_operator.actions import CreatePod, DeletePod, LeaveForStandbys
 from staticfleet_operator.crd import (
@@ -77,6 +79,9 @@ class IdHolder:
     member_id: str
     client_id: str
     client_host: str  # as Kafka writes it: "/10.1.2.3"
+    # At epoch -2: left statically (by itself, or by our leave on its behalf); the broker
+    # keeps it listed with its partitions until the standby's join replaces it.
+    left: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +158,8 @@ def decide_takeovers(slots: Sequence[KafkaSlot]) -> tuple[list[StaticLeave], lis
       holder's (a standby waiting on the id, answering `standby`).
     - node_lost_too / failed: a holder on a lost node or in a failed pod is taken over too;
       its process, if it still runs, is fenced at its next heartbeat.
+    - left_once: a holder already at epoch -2 (left) is not left again: the waiting
+      standby's next join (within its retry) takes the id.
     """
     leaves: list[StaticLeave] = []
     holders: list[SlotHolder] = []
@@ -177,7 +184,7 @@ def decide_takeovers(slots: Sequence[KafkaSlot]) -> tuple[list[StaticLeave], lis
             ),
             None,
         )
-        if standby is None:
+        if standby is None or slot.holder.left:  # left already: the standby's join is next
             continue
         rule = "node_lost_too" if health is PodHealth.NODE_LOST else f"pod_{health}"
         leaves.append(
@@ -306,11 +313,18 @@ def kafka_slots(
     pods: Sequence[Mapping[str, Any]],
     described: DescribedGroup | None,
     replicas: int,
+    consumer: ConsumerGroupDescription | None = None,
 ) -> list[KafkaSlot]:
     """Each slot below `replicas`: its live pods (the slot's and its standby) and the member
-    ConsumerGroupDescribe lists under its instance id."""
+    ConsumerGroupDescribe lists under its instance id (`consumer`: its member epochs)."""
+    epochs = {m.member_id: m.member_epoch for m in (consumer.members if consumer else ())}
     holders = {
-        m.group_instance_id: IdHolder(m.member_id, m.client_id, m.client_host)
+        m.group_instance_id: IdHolder(
+            m.member_id,
+            m.client_id,
+            m.client_host,
+            left=epochs.get(m.member_id) == STATIC_LEAVE_EPOCH,
+        )
         for m in (described.members if described is not None else [])
         if m.group_instance_id
     }

@@ -418,7 +418,14 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
     kafka_standbys = kafka_standbys_enabled(spec, protocol)
     if kafka_standbys and describable:
         takeovers = plan_kafka_takeovers(
-            kafka_slots(spec, ref.name, observation.pods, observation.described, replicas),
+            kafka_slots(
+                spec,
+                ref.name,
+                observation.pods,
+                observation.described,
+                replicas,
+                observation.consumer_group,
+            ),
             observation.status,
             rollout_active=state.active,
             now=observation.now,

@@ -11,6 +11,7 @@ from typing import Any
 from coordinator import ErrorCode
 from coordinator.client import env
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.kafka_groups import ConsumerGroupDescription, ConsumerGroupMember
 from coordinator.messages import DescribedGroup, DescribedGroupMember
 from staticfleet_operator.actions import CreatePod, DeletePod
 from staticfleet_operator.crd import ConsumerGroupStatus, parse_spec
@@ -118,6 +119,13 @@ def test_unknown_holder_waits() -> None:
     same_ip = [pod("g-0-abc", "10.0.0.9", PodHealth.FAILED), pod("g-standby-0", "10.0.0.9")]
     holder = IdHolder("m-1", "consumer-g-1", "/10.0.0.9")
     assert decide_takeovers([slot(*same_ip, holder=holder)]) == ([], [])
+
+
+def test_left_once() -> None:
+    """The pass after the leave, before the standby's retry: the holder is listed at epoch
+    -2; no second leave (and no second Event)."""
+    left = IdHolder("m-1", "g-0-abc", "/10.0.0.1", left=True)
+    assert decide_takeovers([slot(STANDBY, holder=left)]) == ([], [])
 
 
 def test_no_holder_needs_no_takeover() -> None:
@@ -266,6 +274,13 @@ def test_the_slots_are_read_from_the_pods_and_consumer_group_describe() -> None:
     assert zero.holder == IdHolder("m-1", "ks-0", "/10.0.0.1")
     assert [p.name for p in zero.pods] == ["ks-0", "ks-standby-0"]
     assert zero.names == {"ks-0", "ks-standby-0"}
+    # ConsumerGroupDescribe's member epoch -2: the holder has left (statically).
+    member = ConsumerGroupMember(
+        "m-1", spec.instance_id(0), -2, "ks-0", "/10.0.0.1", ("t",), (), ()
+    )
+    consumer = ConsumerGroupDescription("g", 0, members=(member,))
+    [after] = kafka_slots(spec, "ks", [active, standby], described, 1, consumer)
+    assert after.holder is not None and after.holder.left
     assert one == KafkaSlot(1, spec.instance_id(1), (), None, frozenset({"ks-1", "ks-standby-1"}))
 
 
