@@ -160,6 +160,11 @@ class ConsumerProtocolMember:
     def closing(self) -> bool:
         return self._closing
 
+    @property
+    def waiting_for_instance_id(self) -> bool:
+        """A standby (InstanceIdWait) whose join the broker refuses while the id is held."""
+        return self._waiting_since_ms is not None
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, promoted: Promoted | None = None) -> None:
@@ -334,6 +339,8 @@ class ConsumerProtocolMember:
         """A standby's join refused (UNRELEASED_INSTANCE_ID): join again after `retry_ms`.
         Logged once: the retries are the standby's normal state until its member leaves."""
         assert self._standby is not None
+        # The refusal is the broker's answer: a standby hearing it is in contact (readiness).
+        self._last_contact_ms = self._clock.now_ms()
         if self._waiting_since_ms is None:
             self._waiting_since_ms = self._clock.now_ms()
             logger.warning(

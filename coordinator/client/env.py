@@ -41,6 +41,10 @@ REMOTE_ASSIGNOR: Final = "STATICFLEET_REMOTE_ASSIGNOR"
 # again while the broker still holds the id, for up to this long (docs/kafka.md, "Hot
 # standby"). Not in ALL: set only on such a standby.
 STANDBY_WAIT_MS: Final = "STATICFLEET_STANDBY_WAIT_MS"
+# The member's Kafka client id; unset: staticfleet-member-<instance id>. The operator sets
+# it to the pod's name on a consumer-protocol group with standbys, where two pods share an
+# instance id: ConsumerGroupDescribe's client id then names the pod holding it. Not in ALL.
+CLIENT_ID: Final = "STATICFLEET_CLIENT_ID"
 # A file holding the bearer token, read again when it changes: the pod's projected
 # ServiceAccount token (docs/server.md, "Members known by their pod"). Instead of TOKEN. Not
 # in ALL: the operator sets it only for groups whose members are known by their pod.

@@ -119,6 +119,17 @@ class PromoteStandbys:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaveForStandbys:
+    """Hot standby on a consumer-protocol Kafka group (kafka_standby.py): for each record,
+    a static leave (epoch -2) on behalf of `member_ids[i]`, whose pod is not alive, so the
+    slot's waiting standby takes the instance id and its partitions. A None member id: the
+    standby holds the id already, the record is only completed. Status first (write-ahead)."""
+
+    records: tuple[PromotionStatus, ...]
+    member_ids: tuple[str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class SettleSlots:
     """Adopted mode: keep the slot table (shared with the admission webhook, so applied
     under its lock) true to the pods, and retire vacant slots past their grace period with
@@ -143,6 +154,7 @@ Action = (
     | CreatePodDisruptionBudget
     | PatchPodDisruptionBudget
     | PromoteStandbys
+    | LeaveForStandbys
     | SettleSlots
 )
 

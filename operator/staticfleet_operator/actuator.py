@@ -28,6 +28,7 @@ from staticfleet_operator.actions import (
     DeletePod,
     Event,
     ExpectMembers,
+    LeaveForStandbys,
     LeaveGroup,
     PassResult,
     PatchPodDisruptionBudget,
@@ -38,7 +39,7 @@ from staticfleet_operator.actions import (
     SettleSlots,
     UnregisterTokens,
 )
-from staticfleet_operator.backends import GroupBackend, leave_errors
+from staticfleet_operator.backends import GroupBackend, KafkaBackend, leave_errors
 from staticfleet_operator.context import Operator
 from staticfleet_operator.crd import ConsumerGroupSpec, ConsumerGroupStatus, PromotionStatus
 from staticfleet_operator.group_memory import GroupMemory
@@ -85,6 +86,8 @@ class Actuator:
                 summary = f"adopted: left {left}" if left else summary
             elif isinstance(action, PromoteStandbys):
                 summary = await self._promote(action.records)
+            elif isinstance(action, LeaveForStandbys):
+                summary = await self._leave_for_standbys(action)
             else:
                 await self._apply(action)
         if not result.write_ahead:
@@ -200,7 +203,7 @@ class Actuator:
                 await self.op.kube.patch_pod_disruption_budget(self.ref.namespace, name, patch)
                 self._budget_written()
                 log.info("%s: updated PodDisruptionBudget %s", self.ref, name)
-            case PromoteStandbys() | SettleSlots():
+            case PromoteStandbys() | LeaveForStandbys() | SettleSlots():
                 raise AssertionError(f"{action} is applied by `apply`")
 
     def _budget_written(self) -> None:
@@ -301,6 +304,49 @@ class Actuator:
             return  # made meanwhile: the next pass compares and patches it
         self.op.observed.secret_created(created)
         log.info("%s: wrote Secret %s", self.ref, manifest["metadata"]["name"])
+
+    async def _leave_for_standbys(self, action: LeaveForStandbys) -> str:
+        """Each takeover on a consumer-protocol Kafka group: a static leave (epoch -2) for the
+        dead pod's member id, so the slot's waiting standby joins in its place with its
+        partitions (no group epoch bump); then the status records what became of them."""
+        status = self.observation.status.model_copy(deep=True)
+        status.promotions = list(action.records)
+        done: list[str] = []
+        for record, member_id in zip(action.records, action.member_ids, strict=True):
+            code = 0
+            if member_id is not None:
+                if not isinstance(self.backend, KafkaBackend):
+                    raise AssertionError("a static leave needs the group's Kafka backend")
+                code = await self.backend.static_leave(
+                    self._spec.group_id, member_id, record.instance_id
+                )
+            status.promotions.remove(record)
+            # UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID: that member no longer holds the id (the
+            # standby or the session's end took it): nothing is left to hand over.
+            if code in (0, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_INSTANCE_ID):
+                finished = self.op.clock()
+                status.last_promotion = record.model_copy(update={"completed_at": finished})
+                seconds = (finished - (record.started_at or finished)).total_seconds()
+                self.op.metrics.promoted(self.ref.namespace, self.ref.name, seconds)
+                if member_id is not None:
+                    await self.post(
+                        Event(
+                            "StandbyPromoted",
+                            f"static leave for {record.instance_id} (slot {record.slot}, "
+                            f"{record.rule}, member {member_id}): standby {record.standby} "
+                            "takes its partitions, group epoch unchanged",
+                        )
+                    )
+                done.append(f"{record.standby} -> {record.instance_id}")
+                continue
+            self.op.metrics.promotion_failed(self.ref.namespace, self.ref.name)
+            message = (
+                f"static leave for {record.instance_id} (member {member_id}) answered Kafka "
+                f"error {code}; its partitions wait for the broker's session timeout"
+            )
+            await self.post(Event("PromotionFailed", message, True))
+        await self.write_status(status)
+        return "promoted: " + ", ".join(done) if done else "promotions in flight"
 
     async def _promote(self, records: Sequence[PromotionStatus]) -> str:
         """Each recorded promotion: the coordinator hands the standby the instance id (the

@@ -52,6 +52,9 @@ ROLE_LABEL: Final = "staticfleet.dev/role"
 STANDBY_ROLE: Final = "standby"
 MEMBER_ROLE: Final = "member"  # a promoted standby: the slot's pod now
 STANDBY_ID_ANNOTATION: Final = "staticfleet.dev/standby-id"
+# A Kafka consumer-protocol group's standby: the slot whose instance id it waits on
+# (kafka_standby.py). Such a pod is not one of this module's standbys.
+STANDBY_SLOT_ANNOTATION: Final = "staticfleet.dev/standby-slot"
 # A promotion the coordinator keeps refusing with REBALANCE_IN_PROGRESS is given up after
 # this long: the slot then gets a plain static replacement pod, as without standbys.
 PROMOTION_RETRY_SECONDS: Final = 30.0
@@ -75,9 +78,11 @@ def standby_pods(pods: Sequence[Mapping[str, Any]]) -> list[StandbyPod]:
     for pod in pods:
         metadata = pod.get("metadata") or {}
         labels = metadata.get("labels") or {}
+        annotations = metadata.get("annotations") or {}
         if labels.get(ROLE_LABEL) != STANDBY_ROLE or pod_slot(pod) is not None:
             continue
-        annotations = metadata.get("annotations") or {}
+        if STANDBY_SLOT_ANNOTATION in annotations:
+            continue
         found.append(
             StandbyPod(
                 name=str(metadata.get("name", "")),

@@ -83,6 +83,11 @@ def assignment_strategy(spec: ConsumerGroupSpec, protocol: RebalanceProtocolSett
     return ",".join(names)
 
 
+# How long a pod of a consumer-protocol group with standbys waits for its slot's instance id
+# while the slot's other pod holds it: a day (then it exits 3 and its container restarts).
+STANDBY_WAIT_MS: Final = 86_400_000
+
+
 def kafka_member_env(
     spec: ConsumerGroupSpec, instance_id: str, protocol: RebalanceProtocolSetting
 ) -> list[dict[str, Any]]:
@@ -104,6 +109,10 @@ def kafka_member_env(
         }
         if protocol is RebalanceProtocolSetting.CONSUMER:
             values[env.REMOTE_ASSIGNOR] = remote_assignor(spec)  # refused on classic
+            if spec.standbys > 0:
+                # Two pods per slot share its instance id (docs/kafka.md, "Hot standby"):
+                # whichever the broker refuses waits for it instead of exiting.
+                values[env.STANDBY_WAIT_MS] = str(STANDBY_WAIT_MS)
     elif protocol is RebalanceProtocolSetting.CONSUMER:
         # No partition.assignment.strategy (Java and librdkafka refuse it on this protocol).
         names = coordinator.env
@@ -124,7 +133,13 @@ def kafka_member_env(
             names.topics: topics,
             names.assignment_strategy: assignment_strategy(spec, protocol),
         }
-    entries = [{"name": name, "value": value} for name, value in values.items()]
+    entries: list[dict[str, Any]] = [
+        {"name": name, "value": value} for name, value in values.items()
+    ]
+    if env.STANDBY_WAIT_MS in values:
+        # The client id names the pod: ConsumerGroupDescribe then tells which pod holds the id.
+        pod_name = {"fieldRef": {"fieldPath": "metadata.name"}}
+        entries.append({"name": env.CLIENT_ID, "valueFrom": pod_name})
     return entries + client_config_env_entry(spec)
 
 

@@ -73,6 +73,12 @@ from staticfleet_operator.kafka_clients import (
     client_config_secret,
     client_config_secret_name,
 )
+from staticfleet_operator.kafka_standby import (
+    kafka_slots,
+    kafka_standbys_enabled,
+    keep_kafka_standbys,
+    plan_kafka_takeovers,
+)
 from staticfleet_operator.lag import group_lag, seconds_until_lag_due
 from staticfleet_operator.members import (
     MemberSettings,
@@ -408,6 +414,27 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         step.actions.append(PromoteStandbys(tuple(promotions.promotions)))
         gauges = _gauges(observation, spec, members, state, missing_expected=0)
         return step.result("promotions", promotions, gauges, write_ahead=True)
+    protocol = new_pod_protocol(spec, state, members)
+    kafka_standbys = kafka_standbys_enabled(spec, protocol)
+    if kafka_standbys and describable:
+        takeovers = plan_kafka_takeovers(
+            kafka_slots(
+                spec,
+                ref.name,
+                observation.pods,
+                observation.described,
+                replicas,
+                observation.consumer_group,
+            ),
+            observation.status,
+            rollout_active=state.active,
+            now=observation.now,
+        )
+        if takeovers is not None:
+            status, leaves = takeovers
+            step.actions.append(leaves)
+            gauges = _gauges(observation, spec, members, state, missing_expected=0)
+            return step.result("promotions", status, gauges, write_ahead=True)
     # The budget before the pods it covers (and before a bounce: it counts the bounced one).
     _disruption_budget(step, spec)
     step.actions.extend(
@@ -415,12 +442,26 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
             spec,
             settings,
             observation.pods,
-            new_pod_protocol(spec, state, members),
+            protocol,
             namespace=ref.namespace,
             owner_uid=observation.uid,
             pass_id=observation.pass_id,
         )
     )
+    if spec.coordinator.is_kafka:
+        step.actions.extend(
+            keep_kafka_standbys(
+                spec,
+                settings,
+                observation.pods,
+                replicas,
+                enabled=kafka_standbys,
+                rollout_active=state.active,
+                namespace=ref.namespace,
+                owner_uid=observation.uid,
+                pass_id=observation.pass_id,
+            )
+        )
     # Against the count the window allows: a scale-down held only for the rebalance in flight
     # still clears expected members above it (ending a join phase held for them).
     expected = _expected_after_clearing(step, spec, view, target.stabilized)

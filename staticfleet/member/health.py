@@ -8,7 +8,9 @@ the group (readiness). Pure decisions over an `Observation`; the HTTP edge is
   readiness matter only.
 - **Readiness** (`/readyz`): stable in its current generation (epoch on the consumer
   protocol) and heard by the coordinator within its session, or a standby whose heartbeats
-  are answered. Joining, rebalancing and lost (no answer for a session) are not ready.
+  are answered (on the consumer protocol: whose joins the broker refuses while the slot's
+  member holds the instance id, `--standby-wait-ms`).
+  Joining, rebalancing and lost (no answer for a session) are not ready.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ def member_phase(member: Member, was_stable: bool) -> Phase:
             return Phase.FATAL
         if member.closing:
             return Phase.CLOSING
+        if member.waiting_for_instance_id:  # a standby refused while the id is held
+            return Phase.STANDBY
         if member.generation_id <= 0 or member.reconciling:
             return Phase.REBALANCING if was_stable else Phase.JOINING
         return Phase.STABLE

@@ -212,7 +212,10 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         cooperative_assignor=(
             pick(given.cooperative_assignor, env.COOPERATIVE_ASSIGNOR) or "cooperative-sticky"
         ),
-        client_id=given.client_id or f"staticfleet-member-{instance_id or os.getpid()}",
+        client_id=(
+            pick(given.client_id, env.CLIENT_ID)
+            or f"staticfleet-member-{instance_id or os.getpid()}"
+        ),
         leave_group_on_close=given.leave_on_close,
         authorization_retry_ms=given.authorization_retry_ms,
     )

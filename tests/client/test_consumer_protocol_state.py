@@ -400,6 +400,10 @@ def test_the_standby_wait_is_for_a_static_consumer_protocol_member() -> None:
             settings_from(Overrides(standby_wait_ms=1_000), {**base, **wrong})
     with pytest.raises(ValueError, match="must be positive"):
         settings_from(Overrides(standby_wait_ms=1_000, standby_retry_ms=0), base)
+    # Two pods share the instance id: the operator names each by its client id (pod name).
+    assert standby.config.client_id == "staticfleet-member-orders-2"
+    named = settings_from(Overrides(), {**base, env.CLIENT_ID: "orders-standby-2"})
+    assert named.config.client_id == "orders-standby-2"
 
 
 class SilentBroker(ScriptedBroker):

@@ -3,6 +3,7 @@ the `--health-port` setting."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import urllib.error
@@ -14,6 +15,8 @@ import pytest
 from coordinator import ManualClock
 from coordinator.client import env
 from coordinator.client.config import MemberConfig
+from coordinator.client.consumer_protocol_member import ConsumerProtocolMember
+from coordinator.client.consumer_protocol_state import UNRELEASED_INSTANCE_ID, InstanceIdWait
 from coordinator.client.member import GroupMember
 from staticfleet.member.health import (
     STALL_MARGIN_MS,
@@ -26,6 +29,13 @@ from staticfleet.member.health import (
 )
 from staticfleet.member.health_server import HealthServer
 from staticfleet.member.settings import Overrides, settings_from
+from tests.client.test_consumer_protocol_state import (
+    Recorder,
+    ScriptedBroker,
+    answer,
+    assignment,
+    until,
+)
 
 SESSION = 10_000
 BASE = Observation(
@@ -133,6 +143,40 @@ async def test_a_standby_is_ready_while_its_heartbeats_are_answered() -> None:
     assert readiness(state.observe()).reason == "standby"
     await clock.advance(SESSION + 1)
     assert readiness(state.observe()).reason == "lost"
+
+
+async def test_a_consumer_protocol_standby_refused_the_held_id_answers_standby() -> None:
+    """A waiting standby (--standby-wait-ms) is refused with UNRELEASED_INSTANCE_ID until the
+    slot's member leaves: /readyz says `standby` (the refusal is the broker's answer), not
+    `joining`, then the phase of a member once it holds the id."""
+    clock = ManualClock(start_ms=50_000)
+    state = _state(clock)
+    journal: list[tuple[str, Any]] = []
+    held = [answer(UNRELEASED_INSTANCE_ID)] * 2
+    broker = ScriptedBroker([*held, answer(epoch=4, assignment=assignment(0, 1))], journal)
+    listener = Recorder(journal)
+    member = ConsumerProtocolMember(
+        broker,
+        MemberConfig("g", ("orders",), group_instance_id="i", session_timeout_ms=SESSION),
+        listener,
+        clock=clock,
+        standby=InstanceIdWait(limit_ms=60_000, retry_ms=150),
+    )
+    listener.member = member
+    state.member = member
+    await member.start()
+    await until(lambda: len(journal) == 1 and clock.pending_timers() > 0)
+    verdict = readiness(state.observe())
+    assert (verdict.ok, verdict.reason) == (True, "standby")
+    assert state.observe().phase is Phase.STANDBY
+    await clock.advance(150)  # the retry: refused again, still a standby
+    await until(lambda: len(journal) == 2 and clock.pending_timers() > 0)
+    assert readiness(state.observe()).reason == "standby"
+    await clock.advance(150)
+    await asyncio.wait_for(member.wait_for_assignment(), 5)
+    await until(lambda: state.observe().phase is Phase.STABLE)
+    assert readiness(state.observe()).reason == "stable"
+    await member.close()
 
 
 def _get(port: int, path: str) -> tuple[int, dict[str, Any]]:

@@ -52,8 +52,12 @@ from coordinator.client import (
 )
 from coordinator.client import env as member_env
 from coordinator.client.config import RebalanceProtocolSetting
+from coordinator.client.consumer_protocol_member import ConsumerProtocolMember
+from coordinator.client.consumer_protocol_state import InstanceIdWait
 from coordinator.client.kafka_transport import KafkaTransport
+from coordinator.client.listener import NoopRebalanceListener
 from coordinator.client.standby import wait_for_promotion
+from coordinator.client.transport import TransportError
 from coordinator.server import (
     AuthConfig,
     RunningServer,
@@ -215,6 +219,46 @@ class JavaPod:
         await asyncio.to_thread(self.peer.stop)
 
 
+class Severable:
+    """A transport that can be cut: every request then fails, as a process killed with
+    SIGKILL sends nothing more (no revocation commit, no closing heartbeat)."""
+
+    def __init__(self, inner: KafkaTransport) -> None:
+        self.inner = inner
+        self.cut = False
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name == "close" or not callable(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.cut:
+                raise TransportError("the process was killed")
+            return await attr(*args, **kwargs)
+
+        return call
+
+
+@dataclass
+class ConsumerPod:
+    """Our member on Kafka's consumer protocol (KIP-848) in the role of a pod's container,
+    waiting on a held instance id when its env says so (STATICFLEET_STANDBY_WAIT_MS)."""
+
+    member: ConsumerProtocolMember
+    transport: Severable
+
+    @property
+    def state(self) -> MemberState:
+        return MemberState.FATAL if self.member.error is not None else MemberState.STABLE
+
+    async def close(self, leave: bool = False) -> None:
+        await self.member.close(leave=leave)
+
+    def kill(self) -> None:
+        self.transport.cut = True
+
+
 @dataclass
 class StandbyContainer:
     """A hot standby pod's container: heartbeats as a standby until promoted, then runs as
@@ -263,7 +307,9 @@ class StandbyContainer:
 class Kubelet:
     kube: KubeApi
     coordinator: GroupCoordinator
-    members: dict[str, GroupMember | JavaPod | StandbyContainer] = field(default_factory=dict)
+    members: dict[str, GroupMember | JavaPod | StandbyContainer | ConsumerPod] = field(
+        default_factory=dict
+    )
     history: list[PodEvent] = field(default_factory=list)
     # Set: members join over HTTP at this URL with their pod's STATICFLEET_TOKEN.
     server_url: str | None = None
@@ -325,14 +371,19 @@ class Kubelet:
             if key not in seen:
                 await self._stop(key)
 
-    async def exit(self, name: str, code: int = 1) -> None:
+    async def exit(self, name: str, code: int = 1, killed: bool = False) -> None:
         """The pod's container exits for good (restartPolicy Never, as Spark makes its
         executors, which exit when their driver disappears): the member stops without a
-        LeaveGroup, and the pod stays, in phase Succeeded (code 0) or Failed."""
+        LeaveGroup, and the pod stays, in phase Succeeded (code 0) or Failed. `killed`: a
+        consumer-protocol member sends nothing more at all (SIGKILL: no epoch -2)."""
         pods = await self.kube.list_pods(NAMESPACE, {})
         [pod] = [p for p in pods if p["metadata"]["name"] == name]
         key = pod["metadata"]["annotations"][POD_KEY_ANNOTATION]
         self.exited.add(key)  # before anything: a `sync` under way must not restart it
+        member = self.members.get(key)
+        if killed:
+            assert isinstance(member, ConsumerPod), "only a consumer-protocol pod is killed"
+            member.kill()
         terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
         finished = {
             "phase": "Succeeded" if code == 0 else "Failed",
@@ -408,6 +459,9 @@ class Kubelet:
             )
             await self._ready(pod)
             return
+        if url.startswith("kafka://") and values[member_env.REBALANCE_PROTOCOL] == "consumer":
+            await self._start_consumer(key, pod, values, config, listener)
+            return
         if url.startswith("kafka://"):
             kafka = KafkaTransport(url)
             self.transports[key] = kafka
@@ -429,6 +483,35 @@ class Kubelet:
                 values[member_env.REBALANCE_PROTOCOL],
             )
         )
+        await self._ready(pod)
+
+    async def _start_consumer(
+        self,
+        key: str,
+        pod: Mapping[str, Any],
+        values: Mapping[str, str],
+        config: MemberConfig,
+        listener: RebalanceListener | None,
+    ) -> None:
+        """`member run --group-protocol consumer`, with `--standby-wait-ms` from the env."""
+        # The client id as `member run` sends it: the operator's STATICFLEET_CLIENT_ID, the pod.
+        url = values[member_env.COORDINATOR_URL]
+        severable = Severable(KafkaTransport(url, client_id=config.client_id))
+        self.transports[key] = severable.inner
+        wait_ms = int(values.get(member_env.STANDBY_WAIT_MS) or 0)
+        member = ConsumerProtocolMember(
+            severable,  # a KafkaTransport, its methods proxied
+            config,
+            listener or NoopRebalanceListener(),
+            remote_assignor=values.get(member_env.REMOTE_ASSIGNOR) or None,
+            standby=InstanceIdWait(limit_ms=wait_ms) if wait_ms else None,
+        )
+        await self._hold(pod)
+        await member.start()
+        self.members[key] = ConsumerPod(member, severable)
+        name = pod["metadata"]["name"]
+        instance_id = values.get(member_env.INSTANCE_ID, "")
+        self.history.append(PodEvent("started", name, instance_id, "consumer"))
         await self._ready(pod)
 
     async def _hold(self, pod: Mapping[str, Any]) -> None:

@@ -1095,7 +1095,10 @@ class ConsumerGroupSpec(SpecModel):
     """Managed mode on the embedded coordinator: hot standby member pods that hold no
     partitions. When an active member's pod is deleted, fails or loses its node, a Ready
     standby is promoted into its instance id and takes its assignment with no rebalance; a
-    new standby replaces it. Ignored for Kafka-coordinated groups (Kafka has no standby)."""
+    new standby replaces it. On a Kafka group of our members on the consumer protocol: the
+    first N slots each get a standby waiting on the slot's instance id, which takes it over
+    after a static leave for a dead pod's member. Ignored for other Kafka-coordinated groups
+    (classic protocol, or clients that cannot wait on an instance id)."""
     token_secret_ref: SecretKeyRef | None = None
     """Secret holding the member token the coordinator checks (injected as STATICFLEET_TOKEN)."""
     coordinator: CoordinatorSpec = Field(
