@@ -99,15 +99,82 @@ def logged_holding(log: Path) -> set[tuple[str, int]]:
     return held
 
 
-async def wait_logged(peers: dict[str, JavaPeer], found: ConsumerGroupDescription) -> None:
+async def wait_logged(logs: dict[str, Path], found: ConsumerGroupDescription) -> None:
     """Until every member's callbacks have caught up with what the broker says it holds (the
     broker can see a member's acknowledgement before its log line is written)."""
     deadline = time.monotonic() + 10
     for member in found.members:
-        log = peers[str(member.instance_id)].event_log
+        log = logs[str(member.instance_id)]
         while logged_holding(log) != set(member.assignment):
             assert time.monotonic() < deadline, (member, logged_holding(log))
             await asyncio.sleep(0.05)
+
+
+async def restart_in_place(
+    backend: KafkaBackend,
+    found: ConsumerGroupDescription,
+    restarted: str,
+    *,
+    stop: Callable[[str], object],
+    start: Callable[[str], None],
+    logs: dict[str, Path],
+) -> ConsumerGroupDescription:
+    """A static restart: the member closes (a static member's close leaves it in the group at
+    epoch -2 keeping its partitions); back within the session it gets them again, with no
+    group epoch bump and no callback in any other member's log. The group, back."""
+    group_id = found.group_id
+    before = owned(found)
+    since_ms = int(time.time() * 1000)
+    stop(restarted)
+    _, away = await backend.describe_typed(group_id)
+    assert away is not None
+    [absent] = [m for m in away.members if m.instance_id == restarted]
+    assert absent.member_epoch == -2 and absent.assignment == before[restarted], away
+    assert not away.converged and away.group_epoch == found.group_epoch, (found, away)
+    assert not CoordinatorView.from_consumer_group(away).settled  # the gate waits
+    started = time.monotonic()
+    start(restarted)
+    back, epochs = await wait_converged(backend, group_id, len(found.members))
+    rejoin_s = time.monotonic() - started
+    assert owned(back) == before, (found, back)  # 0 partitions moved
+    assert epochs == {found.group_epoch}, (found, back, epochs)  # no reassignment at all
+    for other, log in logs.items():
+        if other != restarted:
+            assert moves_after(log, since_ms) == [], other
+    print(f"static restart: rejoined with its partitions in {rejoin_s:.2f}s, epoch unchanged")
+    return back
+
+
+async def scale_down_by_one_leave(
+    backend: KafkaBackend,
+    found: ConsumerGroupDescription,
+    retired: str,
+    *,
+    stop: Callable[[str], object],
+) -> ConsumerGroupDescription:
+    """A scale-down: the member's pod is gone (its static close leaves it at epoch -2), then
+    one batch LeaveGroup by instance id: one group epoch bump, the survivors keep what they
+    held and take the rest. The group after it."""
+    stop(retired)
+    started = time.monotonic()
+    answer = await backend.leave(found.group_id, [retired])
+    leave_ms = (time.monotonic() - started) * 1000
+    assert leave_errors(answer) == []
+    after, epochs = await wait_converged(backend, found.group_id, len(found.members) - 1)
+    converged_s = time.monotonic() - started
+    assert retired not in {m.instance_id for m in after.members}
+    assert after.group_epoch == found.group_epoch + 1
+    assert epochs <= {found.group_epoch, found.group_epoch + 1}
+    kept = owned(found)
+    for member in after.members:
+        assert set(kept[member.instance_id]) <= set(member.assignment)
+    every = {tp for m in found.members for tp in m.assignment}
+    assert {tp for m in after.members for tp in m.assignment} == every
+    print(
+        f"scale-down: LeaveGroup answered in {leave_ms:.1f} ms, converged with "
+        f"{len(after.members)} members {converged_s:.2f}s later, 1 group epoch bump"
+    )
+    return after
 
 
 @pytest.fixture
@@ -161,59 +228,30 @@ async def test_a_java_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
         assert view.protocol is GroupProtocol.CONSUMER and view.settled
         assert view.instance_ids == frozenset(instances)
 
-        # --- a static restart: the member is away at epoch -2 keeping its partitions; back
-        # within the session timeout it gets them again, and nobody else moves.
-        restarted = instances[1]
-        await wait_logged(peers, found)
-        before = owned(found)
-        since_ms = int(time.time() * 1000)
-        peers[restarted].stop()
-        _, away = await backend.describe_typed(group_id)
-        assert away is not None
-        [absent] = [m for m in away.members if m.instance_id == restarted]
-        assert absent.member_epoch == -2 and absent.assignment == before[restarted], away
-        assert not away.converged and away.group_epoch == found.group_epoch, (found, away)
-        assert not CoordinatorView.from_consumer_group(away).settled  # the gate waits
-        peers[restarted] = JavaPeer(
-            kafka_broker.bootstrap,
-            group_id,
-            [topic],
-            tmp_path / f"{restarted}-again.jsonl",
-            instance_id=restarted,
-            group_protocol="consumer",
-        )
-        started = time.monotonic()
-        peers[restarted].start()
-        back, epochs = await wait_converged(backend, group_id, 3)  # every member epoch >= 0
-        rejoin_s = time.monotonic() - started
-        assert owned(back) == before, (found, back)  # 0 partitions moved
-        # No group epoch bump: no reassignment at all.
-        assert epochs == {found.group_epoch}, (found, back, epochs)
-        for other in (instances[0], instances[2]):
-            assert moves_after(peers[other].event_log, since_ms) == [], other
-        print(f"static restart: rejoined with its partitions in {rejoin_s:.2f}s, epoch unchanged")
+        # --- a static restart, then a scale-down by one batch LeaveGroup.
+        await wait_logged({i: peers[i].event_log for i in instances}, found)
 
-        # --- a scale-down: the last member's pod is gone (a static member's close leaves
-        # it in the group at epoch -2), then one batch LeaveGroup by instance id.
-        retired = instances[2]
-        peers[retired].stop()
-        started = time.monotonic()
-        answer = await backend.leave(group_id, [retired])
-        leave_ms = (time.monotonic() - started) * 1000
-        assert leave_errors(answer) == []
-        after, epochs = await wait_converged(backend, group_id, 2)
-        converged_s = time.monotonic() - started
-        assert retired not in {m.instance_id for m in after.members}
-        # One group epoch bump for the one removal; the survivors keep what they held.
-        assert after.group_epoch == back.group_epoch + 1
-        assert epochs <= {back.group_epoch, back.group_epoch + 1}
-        kept = owned(back)
-        for member in after.members:
-            assert set(kept[member.instance_id]) <= set(member.assignment)
-        assert {tp for m in after.members for tp in m.assignment} == every
-        print(
-            f"scale-down: LeaveGroup answered in {leave_ms:.1f} ms, converged with 2 members "
-            f"{converged_s:.2f}s later, 1 member removed, 1 group epoch bump"
+        def restart(instance: str) -> None:
+            peers[instance] = JavaPeer(
+                kafka_broker.bootstrap,
+                group_id,
+                [topic],
+                tmp_path / f"{instance}-again.jsonl",
+                instance_id=instance,
+                group_protocol="consumer",
+            )
+            peers[instance].start()
+
+        back = await restart_in_place(
+            backend,
+            found,
+            instances[1],
+            stop=lambda instance: peers[instance].stop(),
+            start=restart,
+            logs={i: peers[i].event_log for i in instances},
+        )
+        await scale_down_by_one_leave(
+            backend, back, instances[2], stop=lambda instance: peers[instance].stop()
         )
         # An instance id the group does not hold is refused per member, not for the batch.
         unknown = await backend.leave(group_id, [f"{group_id}-9"])
@@ -237,28 +275,44 @@ def rdkafka_pod(bootstrap: str, group_id: str, topic: str, slot: int, log: Path)
     return MemberProcess(command, env, log, stdout=True)
 
 
-async def test_a_librdkafka_consumer_protocol_fleet_is_seen_converged(
+async def test_a_librdkafka_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
     kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
 ) -> None:
     topic = kafka_topic(PARTITIONS)
     group_id = f"{topic}-group"
     backend = KafkaBackend(kafka_broker.bootstrap)
-    pods = [
-        rdkafka_pod(kafka_broker.bootstrap, group_id, topic, slot, tmp_path / f"rd-{slot}.jsonl")
-        for slot in range(3)
-    ]
+    instances = [f"{group_id}-{slot}" for slot in range(3)]
+    logs = {instance: tmp_path / f"rd-{instance}.jsonl" for instance in instances}
+    pods = {
+        instance: rdkafka_pod(kafka_broker.bootstrap, group_id, topic, slot, logs[instance])
+        for slot, instance in enumerate(instances)
+    }
+
+    def stop(instance: str) -> None:
+        assert pods[instance].stop() == 0, pods[instance].stderr_path.read_text()
+
+    def start(instance: str) -> None:
+        slot = instances.index(instance)
+        pods[instance] = rdkafka_pod(kafka_broker.bootstrap, group_id, topic, slot, logs[instance])
+
     try:
         found, _ = await wait_converged(backend, group_id, 3)
-        assert [m.instance_id for m in found.members] == [f"{group_id}-{s}" for s in range(3)]
+        assert [m.instance_id for m in found.members] == instances
         assert {m.member_type for m in found.members} == {MemberType.CONSUMER}
         assert all(m.member_epoch == found.group_epoch for m in found.members)
         assert sorted(tp for m in found.members for tp in m.assignment) == [
             (topic, p) for p in range(PARTITIONS)
         ]
         assert CoordinatorView.from_consumer_group(found).settled
+        await wait_logged(logs, found)
+        back = await restart_in_place(
+            backend, found, instances[1], stop=stop, start=start, logs=logs
+        )
+        await scale_down_by_one_leave(backend, back, instances[2], stop=stop)
     finally:
-        for pod in pods:
-            assert pod.stop() == 0, pod.stderr_path.read_text()
+        for instance, pod in pods.items():
+            if pod.process.poll() is None:
+                stop(instance)
         await backend.close()
 
 
