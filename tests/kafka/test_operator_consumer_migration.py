@@ -6,6 +6,7 @@ of ownership. Prints each direction's duration and unowned partition-seconds (do
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,13 @@ import pytest
 
 from coordinator.client.kafka_groups import MemberType
 from coordinator.client.kafka_transport import KafkaTransport
-from staticfleet.demo.ownership import all_holdings, ownership_overlaps, unowned_partition_seconds
+from coordinator.protocol import TopicPartition
+from staticfleet.demo.ownership import (
+    MemberLog,
+    all_holdings,
+    ownership_overlaps,
+    unowned_partition_seconds,
+)
 from staticfleet.kafka.broker import KafkaBroker
 from staticfleet_operator.backends import KafkaBackend
 from staticfleet_operator.rollout.migration import BrokerFacts, MigrationPolicy
@@ -47,6 +54,24 @@ async def migrate(cluster: Cluster, protocol: str, group_protocol: str) -> tuple
 async def bounce_reasons(cluster: Cluster, since: int) -> list[str]:
     bounced = [e for e in await cluster.events() if e.get("reason") == "MemberBounced"]
     return [str(e["message"]) for e in bounced][since:]
+
+
+def judge(
+    logs: Path, topic: str, up: tuple[float, float], down: tuple[float, float], fleet: str
+) -> list[MemberLog]:
+    """Every member process's event log in `logs`: no partition ever held by two processes;
+    prints each direction's duration and unowned partition-seconds. The logs."""
+    everything = member_logs([(path.stem.rsplit("-", 1)[0], path) for path in logs.glob("*.jsonl")])
+    holdings = all_holdings(everything)
+    end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
+    assert list(ownership_overlaps(holdings, end_ms)) == []
+    partitions = [(topic, p) for p in range(PARTITIONS)]
+    for name, (start, stop) in (("classic -> consumer", up), ("consumer -> classic", down)):
+        gap = unowned_partition_seconds(holdings, partitions, int(start), int(stop))
+        print(
+            f"{fleet}, {name}: {(stop - start) / 1000:.1f} s, {gap:.1f} unowned partition-seconds"
+        )
+    return everything
 
 
 async def test_java_fleet_migrates_to_the_consumer_protocol_and_back_without_double_ownership(
@@ -90,15 +115,8 @@ async def test_java_fleet_migrates_to_the_consumer_protocol_and_back_without_dou
     finally:
         await transport.close()
 
-    everything = member_logs([(path.stem.rsplit("-", 1)[0], path) for path in logs.glob("*.jsonl")])
+    everything = judge(logs, topic, up, down, "java")
     assert len(everything) == 3 + 3 + 3  # the fleet, then one bounce each way
-    holdings = all_holdings(everything)
-    end_ms = max(int(row["ts_ms"]) for log in everything for row in log.rows) + 1
-    assert list(ownership_overlaps(holdings, end_ms)) == []
-    partitions = [(topic, p) for p in range(PARTITIONS)]
-    for name, (start, stop) in (("classic -> consumer", up), ("consumer -> classic", down)):
-        gap = unowned_partition_seconds(holdings, partitions, int(start), int(stop))
-        print(f"{name}: {(stop - start) / 1000:.1f} s, {gap:.1f} unowned partition-seconds")
 
 
 async def test_the_broker_facts_the_pre_checks_read(kafka_broker: KafkaBroker) -> None:
@@ -151,3 +169,85 @@ async def test_a_kafka_python_fleet_is_refused_and_left_alone(
         await cluster.passes(3)  # and not again on the passes after it
         assert len(await refusals()) == 1
         assert len(cluster.kubelet.history) == started  # no member stopped or started
+
+
+class EventRows:
+    """Our in-process members' callbacks, as event-log rows: one file per member process
+    (each start of a pod's member asks for a new listener), in `member run`'s shape, so the
+    same ownership code as for the Java peers' logs judges them."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.started = 0
+
+    def for_pod(self, pod: str) -> Any:
+        self.started += 1
+        path = self.directory / f"{pod}-{self.started}.jsonl"
+
+        def write(event: str, partitions: frozenset[TopicPartition]) -> None:
+            row = {
+                "event": event,
+                "ts_ms": int(time.time() * 1000),
+                "partitions": [[tp.topic, tp.partition] for tp in sorted(partitions)],
+            }
+            with path.open("a", encoding="utf-8") as stream:
+                stream.write(json.dumps(row) + "\n")
+
+        class Listener:
+            def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+                write("revoked", partitions)
+
+            def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+                write("assigned", partitions)
+
+            def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+                write("lost", partitions)
+
+        return Listener()
+
+
+async def test_our_members_migrate_to_the_consumer_protocol_and_back_without_double_ownership(
+    kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
+) -> None:
+    """The same migration with our own member in every pod (client family `staticfleet`:
+    `member run --coordinator kafka://`, classic `GroupMember` before, `ConsumerProtocolMember`
+    after, in the harness's kubelet)."""
+    topic = kafka_topic(PARTITIONS)
+    bootstrap = kafka_broker.bootstrap
+    group_id = f"mig-ours-{int(time.time() * 1000) % 10**8}"
+    spec = managed_spec(
+        group_id=group_id,
+        replicas=3,
+        topics=[{"name": topic}],
+        coordinator={"type": "kafka", "bootstrapServers": bootstrap, "clientFamily": "staticfleet"},
+    )
+    rows = EventRows(tmp_path)
+    transport = KafkaTransport(bootstrap)
+    try:
+        async with running_cluster() as cluster:
+            cluster.kubelet.listener_for = rows.for_pod
+            await cluster.create_group("mig", spec)
+            await cluster.eventually(lambda: cluster.group_settled("mig", 3), timeout=120)
+
+            up = await migrate(cluster, "consumer", "consumer")
+            pods = await cluster.pods("mig")
+            assert {env_of(p).get("STATICFLEET_REBALANCE_PROTOCOL") for p in pods} == {"consumer"}
+            described = await transport.describe_consumer_group(group_id)
+            assert described.converged and len(described.members) == 3
+            assert {m.member_type for m in described.members} == {MemberType.CONSUMER}
+            assert sorted(str(m.instance_id) for m in described.members) == [
+                f"{group_id}-{slot}" for slot in range(3)
+            ]
+            upgrade = await bounce_reasons(cluster, 0)
+            assert len(upgrade) == 3 and all("to consumer" in r for r in upgrade)
+
+            down = await migrate(cluster, "cooperative", "classic")
+            classic = await transport.describe_group(group_id)
+            assert classic.group_state == "Stable" and len(classic.members) == 3
+            assert sorted(str(m.group_instance_id) for m in classic.members) == [
+                f"{group_id}-{slot}" for slot in range(3)
+            ]
+    finally:
+        await transport.close()
+
+    judge(tmp_path, topic, up, down, "ours")
