@@ -88,7 +88,7 @@ def lag_due(
 ) -> bool:
     """Whether a pass at `now` reads lag again (never read, or the last figure is older
     than the interval)."""
-    return last_read is None or (now - last_read).total_seconds() >= interval_s
+    return seconds_until_lag_due(last_read, now, interval_s) == 0
 
 
 def seconds_until_lag_due(
