@@ -177,6 +177,21 @@ async def scale_down_by_one_leave(
     return after
 
 
+def consumer_peer(
+    bootstrap: str, group_id: str, topic: str, instance: str, logs: Path, run: str = ""
+) -> JavaPeer:
+    """A static Java consumer (kafka-clients 4.4) on the consumer protocol, its event log at
+    `logs/<instance><run>.jsonl` (not started)."""
+    return JavaPeer(
+        bootstrap,
+        group_id,
+        [topic],
+        logs / f"{instance}{run}.jsonl",
+        instance_id=instance,
+        group_protocol="consumer",
+    )
+
+
 @pytest.fixture
 def java_fleet(
     kafka_broker: KafkaBroker, kafka_topic: Callable[[int], str], tmp_path: Path
@@ -184,13 +199,8 @@ def java_fleet(
     topic = kafka_topic(PARTITIONS)
     group_id = f"{topic}-group"
     peers = {
-        f"{group_id}-{slot}": JavaPeer(
-            kafka_broker.bootstrap,
-            group_id,
-            [topic],
-            tmp_path / f"{group_id}-{slot}.jsonl",
-            instance_id=f"{group_id}-{slot}",
-            group_protocol="consumer",
+        f"{group_id}-{slot}": consumer_peer(
+            kafka_broker.bootstrap, group_id, topic, f"{group_id}-{slot}", tmp_path
         )
         for slot in range(3)
     }
@@ -232,13 +242,8 @@ async def test_a_java_consumer_protocol_fleet_is_seen_restarted_and_scaled_down(
         await wait_logged({i: peers[i].event_log for i in instances}, found)
 
         def restart(instance: str) -> None:
-            peers[instance] = JavaPeer(
-                kafka_broker.bootstrap,
-                group_id,
-                [topic],
-                tmp_path / f"{instance}-again.jsonl",
-                instance_id=instance,
-                group_protocol="consumer",
+            peers[instance] = consumer_peer(
+                kafka_broker.bootstrap, group_id, topic, instance, tmp_path, "-again"
             )
             peers[instance].start()
 
@@ -340,14 +345,7 @@ async def test_a_static_restart_that_outlasts_the_session_is_a_removal_and_a_rea
         broker.create_topic(topic, PARTITIONS)
         for slot in range(3):
             instance = f"{group_id}-{slot}"
-            peers[instance] = JavaPeer(
-                broker.bootstrap,
-                group_id,
-                [topic],
-                tmp_path / f"{instance}.jsonl",
-                instance_id=instance,
-                group_protocol="consumer",
-            )
+            peers[instance] = consumer_peer(broker.bootstrap, group_id, topic, instance, tmp_path)
             peers[instance].start()
         found, _ = await wait_converged(backend, group_id, 3, limit_s=60)
         restarted = f"{group_id}-1"
@@ -362,13 +360,8 @@ async def test_a_static_restart_that_outlasts_the_session_is_a_removal_and_a_rea
         assert {tp for m in gone.members for tp in m.assignment} == {
             (topic, p) for p in range(PARTITIONS)
         }
-        peers[restarted] = JavaPeer(
-            broker.bootstrap,
-            group_id,
-            [topic],
-            tmp_path / f"{restarted}-again.jsonl",
-            instance_id=restarted,
-            group_protocol="consumer",
+        peers[restarted] = consumer_peer(
+            broker.bootstrap, group_id, topic, restarted, tmp_path, "-again"
         )
         peers[restarted].start()
         back, _ = await wait_converged(backend, group_id, 3, limit_s=60)
