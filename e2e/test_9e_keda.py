@@ -306,6 +306,48 @@ def figures(logs: list[MemberLog], burst: Burst, topic: str) -> dict[str, Any]:
     }
 
 
+def rebalances_and_leaves(
+    cluster: Cluster,
+    ns: str,
+    burst: Burst,
+    group: str,
+    container: str,
+    peak: int,
+    down: list[int],
+) -> tuple[list[int], dict[str, Any]]:
+    """A group's burst judged from its members' logs and the operator's Events: one
+    rebalance per step (the first member, there throughout, is assigned once per rebalance:
+    eager, every rebalance revokes and reassigns everything), each step down one batch
+    LeaveGroup naming exactly the ids it removed, and the figures from every member's log,
+    whose rebalances agree with the first member's. The rebalances per step, the figures."""
+    logs = member_logs_from_text(f"{group}-0", cluster.container_log(ns, f"{group}-0", container))
+    assigned = [int(r["ts_ms"]) for log in logs for r in log.rows if r["event"] == "assigned"]
+    bounds = [s["since_ms"] for s in burst.steps[1:]] + [burst.end_ms]
+    per_step = [sum(1 for t in assigned if lo <= t < hi) for lo, hi in itertools.pairwise(bounds)]
+    assert per_step == [1] * len(per_step), (per_step, burst.steps)
+
+    left = sorted(
+        operator_events(cluster, ns, "MembersLeft"),
+        key=lambda e: e["metadata"]["creationTimestamp"],
+    )
+    assert len(left) == len(down) - 1, left
+    for event, (before, after) in zip(left, itertools.pairwise(down), strict=True):
+        for slot in range(peak):
+            named = f"{group}-{slot}" in event["message"]
+            assert named == (after <= slot < before), (slot, event["message"])
+
+    every_log = [
+        log
+        for slot in range(PARTITIONS)
+        for log in member_logs_from_text(
+            f"{group}-{slot}", cluster.container_log(ns, f"{group}-{slot}", container)
+        )
+    ]
+    found = figures(every_log, burst, group)
+    assert found["rebalances"] == len(per_step), (found, per_step)
+    return per_step, found
+
+
 def ratios(deployment_figures: dict[str, Any], group_figures: dict[str, Any]) -> dict[str, Any]:
     return {
         key: (
@@ -355,39 +397,10 @@ def test_keda_scales_a_kafka_group_through_scale(
         burst.end_ms = int(time.time() * 1000)
         peak, down = check_steps(burst)
 
-        # Rebalances per step: the first member, there throughout, is assigned once per
-        # rebalance (eager `range`: every rebalance revokes and reassigns everything).
-        text = cluster.container_log(ns, f"{GROUP}-0", "consumer")
-        logs = member_logs_from_text(f"{GROUP}-0", text)
-        assigned = [int(r["ts_ms"]) for log in logs for r in log.rows if r["event"] == "assigned"]
-        bounds = [s["since_ms"] for s in burst.steps[1:]] + [burst.end_ms]
-        per_step = [
-            sum(1 for t in assigned if lo <= t < hi) for lo, hi in itertools.pairwise(bounds)
-        ]
-        assert per_step == [1] * len(per_step), (per_step, burst.steps)
-
-        # Each step down is one batch LeaveGroup naming exactly the ids it removed.
-        left = sorted(
-            operator_events(cluster, ns, "MembersLeft"),
-            key=lambda e: e["metadata"]["creationTimestamp"],
+        per_step, group_figures = rebalances_and_leaves(
+            cluster, ns, burst, GROUP, "consumer", peak, down
         )
-        assert len(left) == len(down) - 1, left
-        for event, (before, after) in zip(left, itertools.pairwise(down), strict=True):
-            for slot in range(peak):
-                named = f"{GROUP}-{slot}" in event["message"]
-                assert named == (after <= slot < before), (slot, event["message"])
         assert sorted(describe(bootstrap, GROUP)["members"]) == [f"{GROUP}-0"]
-
-        group_logs = [
-            log
-            for slot in range(PARTITIONS)
-            for log in member_logs_from_text(
-                f"{GROUP}-{slot}", cluster.container_log(ns, f"{GROUP}-{slot}", "consumer")
-            )
-        ]
-        group_figures = figures(group_logs, burst, GROUP)
-        # Counted from all the members' logs, the rebalances agree with the first member's.
-        assert group_figures["rebalances"] == len(per_step), (group_figures, per_step)
 
         record("burst_records", BURST)
         record("lag_threshold", LAG_THRESHOLD)
@@ -633,38 +646,7 @@ def test_keda_scales_an_embedded_group_on_the_lag_route(
         burst.end_ms = int(time.time() * 1000)
         peak, down = check_steps(burst)
 
-        # One rebalance per step: the first member, there throughout, is assigned once per
-        # rebalance (eager: every rebalance revokes and reassigns everything).
-        logs = member_logs_from_text(
-            f"{EMBEDDED}-0", cluster.container_log(ns, f"{EMBEDDED}-0", "member")
-        )
-        assigned = [int(r["ts_ms"]) for log in logs for r in log.rows if r["event"] == "assigned"]
-        bounds = [s["since_ms"] for s in burst.steps[1:]] + [burst.end_ms]
-        per_step = [
-            sum(1 for t in assigned if lo <= t < hi) for lo, hi in itertools.pairwise(bounds)
-        ]
-        assert per_step == [1] * len(per_step), (per_step, burst.steps)
-
-        # Each step down is one batch LeaveGroup naming exactly the ids it removed.
-        left = sorted(
-            operator_events(cluster, ns, "MembersLeft"),
-            key=lambda e: e["metadata"]["creationTimestamp"],
-        )
-        assert len(left) == len(down) - 1, left
-        for event, (before, after) in zip(left, itertools.pairwise(down), strict=True):
-            for slot in range(peak):
-                named = f"{EMBEDDED}-{slot}" in event["message"]
-                assert named == (after <= slot < before), (slot, event["message"])
-
-        member_logs = [
-            log
-            for slot in range(PARTITIONS)
-            for log in member_logs_from_text(
-                f"{EMBEDDED}-{slot}", cluster.container_log(ns, f"{EMBEDDED}-{slot}", "member")
-            )
-        ]
-        found = figures(member_logs, burst, EMBEDDED)
-        assert found["rebalances"] == len(per_step), (found, per_step)
+        per_step, found = rebalances_and_leaves(cluster, ns, burst, EMBEDDED, "member", peak, down)
         found["burst_records"] = EMBEDDED_BURST
         found["rebalances_per_step"] = per_step
         found["trigger"] = "metrics-api on GET /v1/groups/{groupId}/lag (bearer: member token)"
