@@ -2,18 +2,21 @@
 operator and back, then the same fleet migrated by hand as a StatefulSet, side by side.
 
 Both fleets are three static Java KafkaConsumer pods (kafka-clients 4.4, `python -m
-staticfleet.kafka.java_pod`) on the secured broker's mutual-TLS listener, classic eager `range`,
-each with a 6-partition topic of its own into which a producer writes a numbered sequence
-throughout. The operator's fleet moves by `spec.rebalance.protocol: consumer`, then `eager`
-(one static bounce each way, each step gated on the member being back and the group settled);
-the StatefulSet's by what a user does today: the template's env gets `group.protocol=consumer`
-(and back), rolled by the StatefulSet's RollingUpdate, which waits for each new pod to be Ready
-and nothing else. Both are measured by the same code from the consumers' own event logs
-(staticfleet.demo.ownership): each direction's duration (change to the group settled on the new
-protocol with every pod updated), unowned partition-seconds, rebalances and moves, partitions
-owned twice, and records lost: a produced sequence number is consumed once its offset lies
-below the position its partition's consumers committed by the end (the Java peer commits only
-positions it has read, `enable.auto.commit=false`, and starts a partition at the group's commit).
+staticfleet.kafka.java_pod`) on the secured broker's mutual-TLS listener, classic cooperative
+(`cooperative-sticky`, remote assignor `uniform`), each with a 6-partition topic of its own into
+which a producer writes a numbered sequence throughout. Cooperative, because an eager fleet's
+classic members give up every partition at each rebalance of a migration, whoever bounces them
+(docs/operator.md, "Migrating a fleet to the consumer protocol"). The operator's fleet moves by
+`spec.rebalance.protocol: consumer`, then `cooperative` (one static bounce each way, each step
+gated on the member being back and the group settled); the StatefulSet's by what a user does
+today: the template's env gets `group.protocol=consumer` (and back), rolled by the
+StatefulSet's RollingUpdate, which waits for each new pod to be Ready and nothing else. Both
+are measured by the same code from the consumers' own event logs (staticfleet.demo.ownership):
+each direction's duration (change to the group settled on the new protocol with every pod
+updated), unowned partition-seconds, rebalances and moves, partitions owned twice, and records
+lost: a produced sequence number is consumed once its offset lies below the position its
+partition's consumers committed by the end (the Java peer commits only positions it has read,
+`enable.auto.commit=false`, and starts a partition at the group's commit).
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ RECORDS_PER_SECOND = 50
 CONSUMER = ["python", "-m", "staticfleet.kafka.java_pod"]
 CLIENT_CONFIG_DIR = "/etc/staticfleet/kafka"  # where the operator mounts its client Secret
 Protocol = Literal["classic", "consumer"]
+# Both fleets: Java's CooperativeStickyAssignor on the classic side, the broker's sticky
+# `uniform` on the consumer side (the operator's mapping for the non-range assignors).
+CLASSIC_ASSIGNOR = "cooperative-sticky"
+REMOTE_ASSIGNOR = "uniform"
 
 
 @dataclass
@@ -137,12 +144,13 @@ def fleet_logs(cluster: LocalCluster, ns: str, prefix: str) -> list[MemberLog]:
 
 def on_protocol(bootstrap: str, group: str, protocol: Protocol) -> bool:
     """The broker's view: a consumer group converged with REPLICAS consumer-protocol members
-    (ConsumerGroupDescribe), or a classic group Stable on `range` with REPLICAS members."""
+    (ConsumerGroupDescribe), or a classic group Stable on CLASSIC_ASSIGNOR with REPLICAS
+    members."""
     if protocol == "classic":
         described = describe(bootstrap, group)
         return bool(
             described["state"] == "Stable"
-            and described["protocol"] == "range"
+            and described["protocol"] == CLASSIC_ASSIGNOR
             and len(described["members"]) == REPLICAS
         )
 
@@ -232,8 +240,8 @@ def drain(
 
 
 def statefulset(name: str, bootstrap: str, secret: str) -> dict[str, Any]:
-    """The same consumers by hand: the env the operator gives a Java member of an eager
-    `range` group, group.instance.id = the pod's name (a StatefulSet keeps it), the client
+    """The same consumers by hand: the env the operator gives a Java member of a cooperative
+    group, group.instance.id = the pod's name (a StatefulSet keeps it), the client
     configuration from a Secret mounted where the operator mounts its own."""
     return {
         "apiVersion": "apps/v1",
@@ -267,8 +275,9 @@ def statefulset(name: str, bootstrap: str, secret: str) -> dict[str, Any]:
 
 
 def manual_env(name: str, bootstrap: str, protocol: Protocol) -> list[dict[str, Any]]:
-    """Classic: the strategy; consumer: group.protocol and the remote assignor mapped from
-    `range` (Java refuses a strategy on the consumer protocol), as docs/kafka.md says."""
+    """Classic: the strategy; consumer: group.protocol and the remote assignor the operator
+    maps a cooperative fleet to (Java refuses a strategy on the consumer protocol), as
+    docs/kafka.md says."""
     values = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "KAFKA_GROUP_ID": name,
@@ -276,9 +285,12 @@ def manual_env(name: str, bootstrap: str, protocol: Protocol) -> list[dict[str, 
         "KAFKA_CLIENT_CONFIG": f"{CLIENT_CONFIG_DIR}/client.properties",
     }
     if protocol == "consumer":
-        values |= {"KAFKA_GROUP_PROTOCOL": "consumer", "KAFKA_GROUP_REMOTE_ASSIGNOR": "range"}
+        values |= {
+            "KAFKA_GROUP_PROTOCOL": "consumer",
+            "KAFKA_GROUP_REMOTE_ASSIGNOR": REMOTE_ASSIGNOR,
+        }
     else:
-        values["KAFKA_PARTITION_ASSIGNMENT_STRATEGY"] = "range"
+        values["KAFKA_PARTITION_ASSIGNMENT_STRATEGY"] = CLASSIC_ASSIGNOR
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     env.append(
         {
@@ -323,10 +335,12 @@ def test_migration_by_the_operator_and_by_hand(
         group = kafka_group(
             GROUP, access.bootstrap, "java", container, kafka=access.kafka, replicas=REPLICAS
         )
+        # cooperativeAssignor is cooperative-sticky by default; the remote one is said.
+        group["spec"]["rebalance"] = {"protocol": "cooperative", "remoteAssignor": REMOTE_ASSIGNOR}
         apply(cluster, ns, group)
         wait_settled(cluster, ns, plain, GROUP, REPLICAS)
 
-        # --- the operator: consumer, then back to eager ----------------------------------
+        # --- the operator: consumer, then back to cooperative ----------------------------------
         producer = SequenceProducer(plain, GROUP).start()
         up = migrate(
             "classic_to_consumer",
@@ -337,8 +351,10 @@ def test_migration_by_the_operator_and_by_hand(
         assert group_status(cluster, ns, GROUP).get("groupProtocol") == "consumer"
         down = migrate(
             "consumer_to_classic",
-            lambda: patch_spec(cluster, ns, GROUP, {"rebalance": {"protocol": "eager"}}),
-            lambda: rollout_done(cluster, ns, "eager") and on_protocol(plain, GROUP, "classic"),
+            lambda: patch_spec(cluster, ns, GROUP, {"rebalance": {"protocol": "cooperative"}}),
+            lambda: (
+                rollout_done(cluster, ns, "cooperative") and on_protocol(plain, GROUP, "classic")
+            ),
             "the operator's migration back to the classic protocol",
         )
         produced = producer.stop()
@@ -410,6 +426,8 @@ def test_migration_by_the_operator_and_by_hand(
     assert by_operator["partitions_owned_twice"] == 0, by_operator
     assert by_operator["records_lost"] == 0, by_operator
     assert by_operator["records_produced"] > 0
-    # One member out at a time: never the whole topic without an owner.
+    # One member out at a time, and cooperative members keep what does not move: never the
+    # whole topic without an owner (an eager fleet's classic members revoke everything at each
+    # step's rebalance, so there it can happen for a few ms: docs/operator.md).
     assert all(by_operator[w.name]["peak_unowned_partitions"] < PARTITIONS for w in (up, down))
     assert by_operator["member_processes"] == 3 * REPLICAS, by_operator
