@@ -185,6 +185,10 @@ class LocalCluster(Cluster):
             f"webhook.port={self.webhook_port}",
             "--set",
             f"health.port={self.health_port}",
+            # Every pod shares the host's ports here: one default health port would refuse
+            # every member after the first (templates that want probes set their own).
+            "--set",
+            "members.healthPort=0",
         ]
 
     def coordinator_base_url(self) -> str:

@@ -73,6 +73,15 @@ def _run_scenario(
         urls = [v for v in env.values() if "coordinator" in v and v.startswith("http")]
         record("member_coordinator_url", urls)
         assert any(".svc" in url for url in urls), env
+        # The chart's members.healthPort (8081): the template sets no port, so the operator
+        # gave each member its health port and httpGet probes; Ready above means /readyz
+        # said the member holds its place (docs/operator.md, "Member health probes").
+        member = pods[0]["spec"]["containers"][0]
+        assert env.get("STATICFLEET_HEALTH_PORT") == "8081", env
+        # (The API server adds `scheme: HTTP`, its default.)
+        for probe_key, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
+            http_get = member[probe_key]["httpGet"]
+            assert (http_get["path"], http_get["port"]) == (path, 8081), member
         assert {m["group_instance_id"] for m in described["members"]} == {
             f"{GROUP}-{slot}" for slot in range(MEMBERS)
         }

@@ -95,6 +95,9 @@ class OperatorOptions:
     # token for this audience, each only as its pod's instance id (docs/server.md, "Members
     # known by their pod"); None: each group's token Secret.
     member_token_audience: str | None = None
+    # Set: member pods whose template sets no health port get this one, and probes on it
+    # (member_probes.py); None: only templates that set one.
+    member_health_port: int | None = None
     # False: no Secret informer (no list/watch on Secrets); each pass GETs the Secrets it
     # reads, so a rotation is seen on the group's next pass, at the latest after `resync`.
     secret_watch: bool = True
@@ -211,6 +214,7 @@ async def run_operator(
         options.coordinator_url,
         authenticator=authenticator_of(app),
         member_token_audience=options.member_token_audience,
+        member_health_port=options.member_health_port,
         # The server's registry: its /metrics shows the operator's series too.
         metrics=OperatorMetrics(
             app[CONTEXT].metrics.registry, partition_lag=options.partition_lag_metrics

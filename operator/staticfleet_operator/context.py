@@ -42,6 +42,7 @@ class Operator:
     # the embedded server reviews (docs/server.md, "Members known by their pod"); None: the
     # group's token Secret.
     member_token_audience: str | None = None
+    member_health_port: int | None = None  # `--member-health-port` (MemberSettings)
     # Prometheus series (the process passes the coordinator server's registry in).
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Readiness after a restart: told of each group whose token was reconciled (readiness.py).
@@ -85,6 +86,7 @@ class Operator:
             coordinator_url=self.coordinator_url,
             group_name=name,
             token_audience=self.member_token_audience,
+            member_health_port=self.member_health_port,
         )
 
 

@@ -77,6 +77,8 @@ class GroupObservation:
     pass_id: str
     # Set: members present their pod's ServiceAccount token for this audience (MemberSettings).
     member_token_audience: str | None = None
+    # Set: the members' health port where the template sets none (MemberSettings).
+    member_health_port: int | None = None
     problems: tuple[str, ...] = ()
     spec: ConsumerGroupSpec | None = None
     pods: tuple[Mapping[str, Any], ...] = ()

@@ -1,12 +1,14 @@
 """httpGet probes on the member's health endpoints (`staticfleet member run --health-port`,
 docs/client.md, "Health endpoints"), for the containers of a member pod that serve them. Pure.
 
-A container gets them when its command line runs `member run` and its template turns the
-endpoints on (`STATICFLEET_HEALTH_PORT` or `--health-port`, not 0): a sidecar, a Kafka
-client of another family or a Spark executor serves no such endpoint. The port is the
-template's choice, not injected: on the e2e node agent every pod shares the host's ports,
-and one fixed port would refuse every member after the first. A probe the template already
-has is kept as it is: a user's probe wins.
+A container gets them when its command line runs `member run` and its endpoints are on: the
+template's port (`STATICFLEET_HEALTH_PORT` or `--health-port`, not 0), else the operator's
+default (`operator run --member-health-port`, the chart's `members.healthPort`), which is
+then set as `STATICFLEET_HEALTH_PORT`. A sidecar, a Kafka client of another family or a
+Spark executor serves no such endpoint. The default is the operator's, not a constant: on
+the e2e node agent every pod shares the host's ports, and one fixed port would refuse every
+member after the first, so there it is off. A template's 0 turns them off for its group. A
+probe the template already has is kept as it is: a user's probe wins.
 """
 
 from __future__ import annotations
@@ -75,11 +77,19 @@ def _template_port(container: Mapping[str, Any]) -> str | None:
     return None
 
 
-def with_health_probes(container: Mapping[str, Any]) -> dict[str, Any]:
+def with_health_probes(
+    container: Mapping[str, Any], default_port: int | None = None
+) -> dict[str, Any]:
     """A copy of `container` with a containerPort for the health endpoints and the probes
-    it lacks, if it runs `member run` with the endpoints on."""
+    it lacks, if it runs `member run` with the endpoints on: the template's port, else
+    `default_port` (set as the container's STATICFLEET_HEALTH_PORT; None: off)."""
     result = copy.deepcopy(dict(container))
-    given = _template_port(result) if runs_member(result) else None
+    if not runs_member(result):
+        return result
+    given = _template_port(result)
+    if given is None and default_port:
+        given = str(default_port)
+        result["env"] = [*(result.get("env") or []), {"name": env.HEALTH_PORT, "value": given}]
     if given is None or not given.isdigit() or not 0 < int(given) <= 65535:
         return result  # unset or 0 (off), or a value the member refuses with a clear error
     port = int(given)

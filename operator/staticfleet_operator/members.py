@@ -63,6 +63,9 @@ class MemberSettings:
     # Set: members present their pod's ServiceAccount token for this audience (read from a
     # projected volume) instead of the group's token Secret; the embedded coordinator only.
     token_audience: str | None = None
+    # The member's health port where the template sets none (`--member-health-port`); None:
+    # the endpoints and probes only where the template turns them on (member_probes).
+    member_health_port: int | None = None
 
 
 def template_hash(spec: ConsumerGroupSpec, token_audience: str | None = None) -> str:
@@ -311,7 +314,9 @@ def member_manifest(
             "annotations": {**(metadata.get("annotations") or {}), **annotations},
             "ownerReferences": [owner],
         },
-        "spec": with_member_env(template["spec"], entries, env_from, mount),
+        "spec": with_member_env(
+            template["spec"], entries, env_from, mount, settings.member_health_port
+        ),
     }
 
 
@@ -320,14 +325,18 @@ def with_member_env(
     entries: list[dict[str, Any]],
     env_from: list[dict[str, Any]] | None = None,
     mount: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    health_port: int | None = None,
 ) -> dict[str, Any]:
     """A copy of `pod_spec` whose every container carries `entries` (replacing same names)
     and `env_from` (the Kafka client Secret, appended once), and, with `mount`, the client
     configuration Secret's volume mounted read-only in every container. A container that
-    runs `member run` also gets httpGet probes on its health endpoints (member_probes)."""
+    runs `member run` also gets httpGet probes on its health endpoints (member_probes; on
+    `health_port` where the template sets no port)."""
     result = copy.deepcopy(dict(pod_spec))
     if "containers" in result:
-        result["containers"] = [with_health_probes(c) for c in result["containers"] or []]
+        result["containers"] = [
+            with_health_probes(c, health_port) for c in result["containers"] or []
+        ]
     owned = MEMBER_ENV_NAMES | {str(e["name"]) for e in entries}
     for container in result.get("containers") or []:
         kept = [e for e in container.get("env") or [] if e.get("name") not in owned]

@@ -148,6 +148,7 @@ def _base(op: Operator, ref: GroupRef, body: Mapping[str, Any]) -> GroupObservat
         coordinator_url=op.coordinator_url,
         pass_id=uuid.uuid4().hex[:12],
         member_token_audience=op.member_token_audience,
+        member_health_port=op.member_health_port,
     )
 
 

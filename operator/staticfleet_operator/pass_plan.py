@@ -400,6 +400,7 @@ def _managed(step: _Pass, spec: ConsumerGroupSpec) -> PassResult:
         coordinator_url=observation.coordinator_url,
         group_name=ref.name,
         token_audience=observation.member_token_audience,
+        member_health_port=observation.member_health_port,
     )
     promotions = plan_promotions(
         spec,

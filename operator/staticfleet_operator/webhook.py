@@ -75,6 +75,7 @@ def pod_mutation(
             member_env(spec, settings, instance_id, protocol),
             client_env_from(spec),
             member_mount(spec, settings),
+            settings.member_health_port,
         ),
     )
 

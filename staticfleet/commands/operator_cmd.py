@@ -26,6 +26,17 @@ log = logging.getLogger("staticfleet.operator")
 ENV_MEMBER_TOKEN_SECRET = "STATICFLEET_MEMBER_TOKEN_SECRET"
 
 
+def health_port(value: str) -> int:
+    """A member health port: 0 (off) to 65535, as `member run --health-port` takes it."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0 (off) to 65535, not {port}")
+    return port
+
+
 def register(subparsers: Any) -> None:
     # Registering imports nothing of the `operator` extra (kopf): the command is listed on the
     # base install, and running it without the extra says which one to install (staticfleet.cli).
@@ -164,6 +175,15 @@ def register(subparsers: Any) -> None:
         "their pod's instance id only; unset: each group's token Secret (docs/server.md)",
     )
     run.add_argument(
+        "--member-health-port",
+        type=health_port,
+        default=0,
+        metavar="PORT",
+        help="member pods whose template sets no health port serve /livez and /readyz on "
+        "PORT (STATICFLEET_HEALTH_PORT) and get httpGet probes on them; 0 (the default): "
+        "only where the template turns them on (docs/operator.md, 'Member health probes')",
+    )
+    run.add_argument(
         "--no-secret-watch",
         dest="secret_watch",
         action="store_false",
@@ -242,6 +262,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
         kafka_journal_dir=args.kafka_journal_dir,
         partition_lag_metrics=args.partition_lag_metrics,
         member_token_audience=args.member_token_audience or None,
+        member_health_port=args.member_health_port or None,
         secret_watch=args.secret_watch,
         interval=args.interval,
         resync=args.resync,

@@ -133,6 +133,14 @@ def test_partition_lag_metrics_only_when_asked(helm: Path) -> None:
     assert "--partition-lag-metrics" in on
 
 
+@slow
+@builds_helm
+def test_member_health_probes_off_with_0(helm: Path) -> None:
+    """On by default (the contract test above); 0 passes no port, so templates decide."""
+    off = deployment_args(documents(render(helm, "--set", "members.healthPort=0")))
+    assert not any(a.startswith("--member-health-port") for a in off)
+
+
 def test_default_deployment_follows_the_operator_contract(helm: Path) -> None:
     docs = documents(render(helm))
     assert deployment_args(docs) == [
@@ -148,6 +156,7 @@ def test_default_deployment_follows_the_operator_contract(helm: Path) -> None:
         "--peering=staticfleet-system-sf-staticfleet",
         "--health-port=8080",
         "--log-format=text",
+        "--member-health-port=8081",
     ]
     services = {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
     assert "sf-staticfleet-coordinator" in services
@@ -290,6 +299,7 @@ def rendered_notes(helm: Path, *extra: str) -> str:
         ("store.persistence.enabled=maybe", "enabled"),
         ("podLabels.staticfleet\\.dev/group=x", "podLabels"),
         ("no.such.key=1", "additional properties"),
+        ("members.healthPort=70000", "healthPort"),
         # Without an objectSelector every pod would depend on the webhook.
         ("webhook.objectSelector=null", "objectSelector"),
     ],

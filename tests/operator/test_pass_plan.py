@@ -11,6 +11,7 @@ kmock tier.
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -1132,3 +1133,20 @@ def test_a_protocol_change_and_a_convergence_are_events_once() -> None:
         replace(after, body={**after.body, "status": done.status.to_patch()}, status=done.status)
     )
     assert reasons(again) == []
+
+
+def test_new_members_get_the_operators_default_health_port_and_probes() -> None:
+    """`--member-health-port` reaches the pods a pass creates (the template sets no port)."""
+    container = {"name": "member", "image": "m:1", "args": ["member", "run"]}
+    spec = spec_body(template={"spec": {"containers": [container]}})
+
+    def created(**fields: Any) -> list[Mapping[str, Any]]:
+        result = plan(group(spec, token=token_secret(), seen=described(), **fields))
+        return [a.manifest for a in result.actions if isinstance(a, CreatePod)]
+
+    with_port = created(member_health_port=8081)
+    assert len(with_port) == 3
+    for pod in with_port:
+        (member_container,) = pod["spec"]["containers"]
+        assert member_container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8081}
+    assert all("readinessProbe" not in p["spec"]["containers"][0] for p in created())
