@@ -86,6 +86,8 @@ class OperatorOptions:
     # get it: coordinator.server.limits.group_body_limit).
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     initial_rebalance_delay_ms: int = 3000
+    # Kafka's group.min.session.timeout.ms: a member asking for less is refused.
+    min_session_timeout_ms: int = 6000
     # Where rebalances of Kafka-coordinated groups, seen by describe, are journaled (JSON
     # lines per group id, the analytics' input); none: not recorded.
     kafka_journal_dir: Path | None = None
@@ -159,7 +161,10 @@ async def run_operator(
     """Run until `stop_flag` is set (or Kopf stops on a signal). `credentials` bypasses the
     usual login (service account in a pod, else kubeconfig): tests point it at an emulator."""
     coordinator = GroupCoordinator(
-        CoordinatorConfig(group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms),
+        CoordinatorConfig(
+            group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms,
+            group_min_session_timeout_ms=options.min_session_timeout_ms,
+        ),
         SystemClock(),
         # Only the default path's directory is created; a mistyped --store fails loudly.
         open_store(options.store, create_dirs=options.store == DEFAULT_STORE),

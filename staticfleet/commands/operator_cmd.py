@@ -37,6 +37,26 @@ def health_port(value: str) -> int:
     return port
 
 
+def _ms(value: str, least: int) -> int:
+    try:
+        ms = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of ms: {value!r}") from None
+    if ms < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, not {ms}")
+    return ms
+
+
+def positive_ms(value: str) -> int:
+    """A duration in ms, above 0 (a session the coordinator's config refuses otherwise)."""
+    return _ms(value, 1)
+
+
+def non_negative_ms(value: str) -> int:
+    """A delay in ms, 0 for none."""
+    return _ms(value, 0)
+
+
 def register(subparsers: Any) -> None:
     # Registering imports nothing of the `operator` extra (kopf): the command is listed on the
     # base install, and running it without the extra says which one to install (staticfleet.cli).
@@ -147,6 +167,20 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_FULL_INTERVAL_S,
         help="seconds between full garbage collections, which reclaim what died after being "
         "frozen (one pause of about 1 s at 1,000 groups) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--min-session-timeout-ms",
+        type=positive_ms,
+        default=6000,
+        help="the embedded coordinator's shortest session a member may ask for, as Kafka's "
+        "group.min.session.timeout.ms (default: %(default)s)",
+    )
+    run.add_argument(
+        "--initial-rebalance-delay-ms",
+        type=non_negative_ms,
+        default=3000,
+        help="how long a new group's first rebalance waits for more members, as Kafka's "
+        "group.initial.rebalance.delay.ms (default: %(default)s)",
     )
     run.add_argument(
         "--insecure",
@@ -267,6 +301,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         interval=args.interval,
         resync=args.resync,
         max_body_bytes=args.max_body_bytes,
+        min_session_timeout_ms=args.min_session_timeout_ms,
+        initial_rebalance_delay_ms=args.initial_rebalance_delay_ms,
         gc_freeze_interval=args.gc_freeze_interval,
         gc_full_interval=args.gc_full_interval,
     )
