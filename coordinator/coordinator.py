@@ -118,8 +118,8 @@ class GroupCoordinator:
             return failed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         try:
             return await handler
-        except StoreError:
-            log.exception("store failure while handling a request")
+        except StoreError as error:
+            self._ctx.store_failures.failed(error)
             return failed(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         except Exception:
             log.exception("unexpected error while handling a request")

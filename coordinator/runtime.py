@@ -25,6 +25,7 @@ from coordinator.group import ClassicGroup, ClassicMember
 from coordinator.journal import JournalEvent, JournalKind
 from coordinator.records import StoreBatch
 from coordinator.store import Store, StoreError
+from coordinator.store_failures import StoreFailures
 from coordinator.timers import Timers
 
 log = logging.getLogger("coordinator")
@@ -69,6 +70,8 @@ class CoordinatorContext:
         # The lock of records that belong to no group (topic metadata, and the expected
         # members and standby records of a group that does not exist).
         self.lock = asyncio.Lock()
+        # A failing store is logged once, then summed (store_failures.py).
+        self.store_failures = StoreFailures(clock, logging.getLogger("coordinator"))
 
     def validate_member(
         self, group: ClassicGroup, member_id: str, instance_id: str | None, operation: str
@@ -156,7 +159,13 @@ class CoordinatorContext:
 
     async def run_timer(self, group: ClassicGroup, operation: Callable[[], bool]) -> None:
         """Timer expiry through the write path; `operation` returns whether it ran."""
-        await self.write(group, self._timer_result, group, operation)
+        try:
+            await self.write(group, self._timer_result, group, operation)
+        except StoreError as error:
+            # No request to answer: logged and counted as a request's failure would be
+            # (an exception out of a timer's task reached nobody). The group stays dirty
+            # (_persist), so its next write stores it.
+            self.store_failures.failed(error)
 
     def _timer_result(
         self, group: ClassicGroup, operation: Callable[[], bool]
@@ -185,6 +194,7 @@ class CoordinatorContext:
             if batch.groups and scope is not None:
                 scope.needs_persist = True
             raise
+        self.store_failures.succeeded()
         for event in batch.journal:
             for listener in self.journal_listeners:
                 try:

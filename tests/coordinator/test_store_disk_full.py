@@ -21,7 +21,7 @@ from coordinator import (
     SqliteStore,
 )
 from staticfleet.soak.disk import StoreDisk
-from tests.coordinator.harness import GROUP, Harness
+from tests.coordinator.harness import GROUP, SESSION_MS, Harness
 
 
 @pytest.fixture
@@ -56,18 +56,32 @@ async def test_a_full_disk_refuses_commits_clearly_keeps_acknowledged_ones_and_r
 
     assert disk.fill() > 0
     assert disk.free_bytes() == 0
-    with caplog.at_level(logging.ERROR, logger="coordinator"):
-        refused = await harness.coordinator.commit_offsets(commit(member.member_id, 200))
-    assert refused.partitions[0].error_code is ErrorCode.COORDINATOR_NOT_AVAILABLE
-    # The store's error names the cause (SQLite's SQLITE_FULL), not a consequence of it.
-    (record,) = [r for r in caplog.records if r.exc_info]
-    assert record.exc_info is not None
-    assert "database or disk is full" in str(record.exc_info[1])
-    assert await committed(harness) == 100
+    with caplog.at_level(logging.WARNING, logger="coordinator"):
+        for offset in (200, 201, 202, 203):
+            refused = await harness.coordinator.commit_offsets(commit(member.member_id, offset))
+            assert refused.partitions[0].error_code is ErrorCode.COORDINATOR_NOT_AVAILABLE
+        # The store's error names the cause (SQLite's SQLITE_FULL), not a consequence of
+        # it, once: the members keep committing, and a traceback each would fill the logs.
+        (record,) = [r for r in caplog.records if r.exc_info]
+        assert record.exc_info is not None
+        assert "database or disk is full" in str(record.exc_info[1])
+        assert await committed(harness) == 100
 
-    disk.free()
-    again = await harness.coordinator.commit_offsets(commit(member.member_id, 300))
-    assert again.partitions[0].error_code is ErrorCode.NONE
+        disk.free()
+        again = await harness.coordinator.commit_offsets(commit(member.member_id, 300))
+        assert again.partitions[0].error_code is ErrorCode.NONE
+        recovered = caplog.records[-1]
+        assert recovered.levelno == logging.WARNING
+        assert "succeed again after 0.0 s and 4 failed request(s)" in recovered.getMessage()
+
+        # A write a timer makes (the member's session expiring) fails the same way: logged
+        # and counted, not an exception out of the timer's task.
+        caplog.clear()
+        assert disk.fill() > 0
+        await harness.clock.advance(SESSION_MS + 1)
+        (expiry,) = [r for r in caplog.records if r.exc_info]
+        assert "database or disk is full" in str(expiry.exc_info[1])  # type: ignore[index]
+        disk.free()
     await harness.coordinator.close()
 
     reopened = await Harness(store=SqliteStore(path)).start()
