@@ -329,6 +329,11 @@ class GroupMember:
             response = await self._within_session(self._transport.commit_offsets(request))
         except CoordinatorError as error:
             raise self._on_request_error(error.code, "offset commit", sent) or error from None
+        except TransportError:
+            # Unanswered past the session: the partitions go first, before the caller hears
+            # of the failure and logs it (a woken zombie's first act is to give them up).
+            await self.lose_partitions_if_session_expired()
+            raise
         code = response.error_code
         if code is ErrorCode.NONE:
             code = next(
