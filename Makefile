@@ -36,20 +36,32 @@ demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka b
 
 # Parallel workers (pytest-xdist): the suite waits on processes, brokers and JVMs more than it
 # computes; tests sharing a long-lived fixture stay on one worker (tests/conftest.py).
+# The 25 slowest are listed at the end: where the suite's minutes go (issue 26).
 TEST_WORKERS ?= 3
-test: install java-assignors kafka java-peer ## the whole test suite on TEST_WORKERS workers (builds the Kafka broker's jars and the Java peers once)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+test: install java-assignors kafka java-peer soak-tools ## the whole test suite on TEST_WORKERS workers (builds the Kafka broker's jars and the Java peers once)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The fault soak (docs/soak.md): not in CI (30 minutes); its 35 s smoke is in make test, as is
-# the Kafka variant's (45-80 s). SOAK_COORDINATOR=kafka puts the groups on a Kafka broker of
-# the soak's own (the jars from the kafka target) and reports to soak_kafka.json.
+# the Kafka variant's (45-80 s), and the operator variant's is in make e2e.
+# SOAK_COORDINATOR=kafka puts the groups on a Kafka broker of the soak's own (the jars from
+# the kafka target); SOAK_COORDINATOR=operator on `operator run` beside a control plane of
+# its own (the binaries from e2e-build), with the operator's and the API server's kills.
 SOAK_SEED ?= 25
 SOAK_DURATION ?= 30m
 SOAK_COORDINATOR ?= embedded
-SOAK_REPORT = bench/results/$(if $(filter kafka,$(SOAK_COORDINATOR)),soak_kafka,soak).json
-.PHONY: soak
-soak: install $(if $(filter kafka,$(SOAK_COORDINATOR)),kafka) ## the seeded fault soak (SOAK_SEED, SOAK_DURATION=30m, SOAK_COORDINATOR=embedded|kafka) -> bench/results/soak.json or soak_kafka.json
-	nice -n 10 $(VENV)/bin/staticfleet soak --coordinator $(SOAK_COORDINATOR) --seed $(SOAK_SEED) --duration $(SOAK_DURATION) --report $(SOAK_REPORT)
+SOAK_REPORT = bench/results/soak$(if $(filter-out embedded,$(SOAK_COORDINATOR)),_$(SOAK_COORDINATOR)).json
+SOAK_ARGS = --seed $(SOAK_SEED) --duration $(SOAK_DURATION) --report $(SOAK_REPORT)
+.PHONY: soak soak-tools
+# As root the soak's network and disk kinds run (namespaces, iptables, tmpfs): iptables is
+# installed from Debian when absent; as another user they are left out, and the soak says so.
+soak-tools: ## install iptables (Debian) for the soak's network kinds, as root (else nothing)
+	@if [ "$$(id -u)" = 0 ]; then NAME="soak packages" scripts/install-debian-packages.sh iptables=iptables; fi
+soak: install soak-tools $(if $(filter kafka,$(SOAK_COORDINATOR)),kafka) $(if $(filter operator,$(SOAK_COORDINATOR)),e2e-build) ## the seeded fault soak (SOAK_SEED, SOAK_DURATION=30m, SOAK_COORDINATOR=embedded|kafka|operator) -> bench/results/soak[_kafka|_operator].json
+ifeq ($(SOAK_COORDINATOR),operator)
+	nice -n 10 $(PY) -m e2e.soak_operator $(SOAK_ARGS)
+else
+	nice -n 10 $(VENV)/bin/staticfleet soak --coordinator $(SOAK_COORDINATOR) $(SOAK_ARGS)
+endif
 
 test-fast: install java-assignors ## the tests without the slow process-level, crash and Kafka broker tests
 	$(PY) -m pytest -q -m "not slow and not crash and not kafka"
@@ -160,7 +172,7 @@ prometheus: ## build prometheus (tools/prometheus/go.mod) into build/bin/prometh
 # kubelet, containerd, kube-proxy and CoreDNS; test_11_faults_on_node.py: liveness, OOM, drain)
 # run here; the node probe with both containerds (e2e/node/test_node.py) is `make e2e-node`
 # with scenarios 10 and 11 (docs/node.md).
-e2e: install e2e-build ## the end-to-end scenarios on a local control plane (e2e/README.md)
+e2e: install e2e-build soak-tools ## the end-to-end scenarios on a local control plane (e2e/README.md)
 	$(E2E_PYTEST) e2e --ignore=e2e/node/test_node.py
 
 e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and a fleet (docs/node.md)

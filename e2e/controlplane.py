@@ -127,6 +127,7 @@ class _Process:
     popen: subprocess.Popen[bytes]
     log: Path
     log_file: IO[bytes]
+    argv: list[str]
 
 
 def node_ip() -> str:
@@ -209,7 +210,7 @@ def write_kubeconfig(path: Path, server: str, ca: Path, client: KeyPair, user: s
         f.write("\n")
 
 
-class _Runner:
+class Runner:
     """Starts the processes and stops them all, once, whatever happened."""
 
     def __init__(self, logs: Path) -> None:
@@ -231,9 +232,25 @@ class _Runner:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        proc = _Process(name, popen, log, log_file)
+        proc = _Process(name, popen, log, log_file, argv)
         self.processes.append(proc)
         return proc
+
+    def kill(self, name: str) -> _Process:
+        """SIGKILL one process and its group, as a crash would; returns it (to restart)."""
+        process = next(p for p in self.processes if p.name == name)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.popen.pid, signal.SIGKILL)
+        process.popen.wait(timeout=10)
+        process.log_file.close()
+        return process
+
+    def restart(self, process: _Process) -> _Process:
+        """Start a killed process again with the same arguments, in its place."""
+        again = self.start(process.name, process.argv)
+        self.processes.remove(again)
+        self.processes[self.processes.index(process)] = again
+        return again
 
     def check_alive(self) -> None:
         for p in self.processes:
@@ -276,7 +293,7 @@ def _get(cp: ControlPlane, path: str, ctx: ssl.SSLContext) -> tuple[int, str]:
 def _wait(
     what: str,
     check: Callable[[], bool],
-    runner: _Runner,
+    runner: Runner,
     deadline: float,
     log: Path,
 ) -> None:
@@ -328,13 +345,15 @@ def start_control_plane(
     cluster. stop() is idempotent and also registered with atexit. On a failure to start,
     everything started is stopped and ControlPlaneError carries the relevant log's tail.
     """
-    cp, runner = _start(workdir, bin_dir, timeout_s, real_node)
+    cp, runner = start_processes(workdir, bin_dir, timeout_s, real_node)
     return cp, runner.stop
 
 
-def _start(
+def start_processes(
     workdir: Path, bin_dir: Path, timeout_s: float, real_node: bool = False
-) -> tuple[ControlPlane, _Runner]:
+) -> tuple[ControlPlane, Runner]:
+    """start_control_plane, with the Runner itself: its processes can be restarted
+    (restart_apiserver) and runner.stop() stops them all."""
     workdir = workdir.resolve()
     bin_dir = bin_dir.resolve()
     _require_binaries(bin_dir)
@@ -369,7 +388,7 @@ def _start(
         node_ip=ip,
         bin_dir=bin_dir,
     )
-    runner = _Runner(logs)
+    runner = Runner(logs)
     try:
         deadline = time.monotonic() + timeout_s
         etcd_url = f"http://127.0.0.1:{etcd_client}"
@@ -408,6 +427,26 @@ def _start(
         runner.stop()
         raise
     return cp, runner
+
+
+def restart_apiserver(
+    cp: ControlPlane, runner: Runner, down_s: float, timeout_s: float = 60
+) -> int:
+    """kill -9 kube-apiserver, start it again after `down_s` on the same etcd, flags and
+    port; ms from the new start until /readyz answers ok (the soak's `apiserver_restart`)."""
+    process = runner.kill("kube-apiserver")
+    time.sleep(down_s)
+    started = time.monotonic()
+    again = runner.restart(process)
+    ctx = cp.ssl_context()
+    _wait(
+        f"{cp.server}/readyz after a restart",
+        lambda: _get(cp, "/readyz", ctx) == (200, "ok"),
+        runner,
+        started + timeout_s,
+        again.log,
+    )
+    return int((time.monotonic() - started) * 1000)
 
 
 def _etcd_argv(bin_dir: Path, workdir: Path, url: str, client: int, peer: int) -> list[str]:
@@ -520,7 +559,7 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        cp, runner = _start(args.workdir, args.bin_dir, args.timeout)
+        cp, runner = start_processes(args.workdir, args.bin_dir, args.timeout)
     except ControlPlaneError as e:
         print(f"control plane failed to start: {e}", file=sys.stderr, flush=True)
         return 1

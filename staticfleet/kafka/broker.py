@@ -244,6 +244,9 @@ class KafkaBroker:
             picked.add(chosen)
             return chosen
 
+        self._pick = pick
+        # A plaintext listener off loopback (add_listener): name -> (host, port, advertised).
+        self.extra_listeners: dict[str, tuple[str, int, str]] = {}
         self.port = pick(port, "PLAINTEXT")
         self.controller_port = pick(controller_port, "CONTROLLER")
         self.settings = {**FAST_TEST_SETTINGS, **(settings or {})}
@@ -272,6 +275,19 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def add_listener(self, name: str, host: str, advertise: str | None = None) -> int:
+        """Before start: a PLAINTEXT listener `name` on `host` (a port kept across restarts,
+        as the others), advertised as `advertise` ("host:port", e.g. a relay in front of it)
+        or as itself. Returns its port. The soak's members reach the broker so, through its
+        relay on the soak's bridge (docs/soak.md, "The Kafka variant")."""
+        if self.secured:
+            raise BrokerError("add_listener: a secured broker's listeners are fixed")
+        if name in ("PLAINTEXT", "CONTROLLER"):
+            raise ValueError(f"listener name {name!r} is taken")
+        port = self._pick(None, name)
+        self.extra_listeners[name] = (host, port, advertise or f"{host}:{port}")
+        return port
 
     @property
     def sasl_ssl_bootstrap(self) -> str:
@@ -660,18 +676,30 @@ class KafkaBroker:
         return [self.port, self.sasl_ssl_port, self.ssl_port]
 
     def _write_config(self) -> Path:
-        listeners = (
-            f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+        extra = self.extra_listeners
+        listeners = ",".join(
+            [
+                f"PLAINTEXT://127.0.0.1:{self.port}",
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                *(f"{name}://{host}:{port}" for name, (host, port, _) in extra.items()),
+            ]
         )
+        advertised = ",".join(
+            [
+                f"PLAINTEXT://127.0.0.1:{self.port}",
+                *(f"{name}://{address}" for name, (_, _, address) in extra.items()),
+            ]
+        )
+        protocols = ",".join(f"{name}:PLAINTEXT" for name in ["PLAINTEXT", "CONTROLLER", *extra])
         properties = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"127.0.0.1:{self.controller_port}",
             "listeners": listeners,
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(self.data_dir),
             **self.settings,
         }

@@ -20,14 +20,16 @@ from staticfleet.demo.fleet import FleetError
 from staticfleet.kafka.broker import BrokerError
 from staticfleet.soak.arguments import add_arguments
 from staticfleet.soak.checker import check, load_run
-from staticfleet.soak.driver import Soak, SoakConfig, SoakError
+from staticfleet.soak.driver import HostFactory, Soak, SoakConfig, SoakError
 
 
 def _interrupted(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run(args: Any) -> int:
+def run(args: Any, make_host: HostFactory | None = None) -> int:
+    """Run (unless --check-only) and judge; `make_host` gives the operator variant's host
+    (e2e/soak_operator.py)."""
     run_dir: Path = args.run_dir or Path(tempfile.mkdtemp(prefix="staticfleet-soak-"))
     if args.check_only and args.run_dir is None:
         print("soak: --check-only needs --run-dir", file=sys.stderr)
@@ -41,9 +43,9 @@ def run(args: Any) -> int:
                 seed=args.seed,
                 duration_s=args.duration,
                 run_dir=run_dir,
-                coordinator=args.coordinator,
+                coordinator="operator" if make_host is not None else args.coordinator,
             )
-            Soak(config).run(progress=lambda line: print(line, flush=True))
+            Soak(config, make_host).run(progress=lambda line: print(line, flush=True))
         except (SoakError, FleetError, BrokerError, RuntimeError) as error:
             print(f"soak: {error}", file=sys.stderr)
             return 2

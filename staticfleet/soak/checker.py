@@ -391,7 +391,7 @@ def offsets_of(sample: Row) -> dict[PartitionKey, int]:
 
 
 # Faults after which the process holding the groups is a new one, on the same store or log.
-_RESTARTS = frozenset({"coordinator_kill", "broker_kill"})
+_RESTARTS = frozenset({"coordinator_kill", "broker_kill", "operator_kill"})
 
 
 def lost_at_restart(run: Run, commits: Sequence[Ack]) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """Runs a soak: a real `coordinator serve` on its SQLite store (or, in the Kafka variant, a
-real Kafka broker), real member processes of a few groups, and the seeded faults, one after
-another; then hands the run to the checker.
+real Kafka broker; in the operator variant, `operator run` beside a real kube-apiserver,
+given by e2e/soak_operator.py), real member processes of a few groups, and the seeded
+faults, one after another; then hands the run to the checker.
 
 Faults are sequential: each one ends (the process is continued or restarted), then the
 driver waits for every group to converge again (up to `recovery_bound_s`) before the next,
@@ -17,13 +18,14 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from staticfleet.demo.admin import AdminClient, AdminError
 from staticfleet.demo.fleet import CoordinatorProcess, Fleet, MemberProcess, now_ms, slot_name
-from staticfleet.demo.kafka_mode import KafkaCoordinator
+from staticfleet.demo.kafka_mode import KAFKA_SCHEME, KafkaCoordinator
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.soak import records
 from staticfleet.soak.checker import GroupSpec, converged, latest_member_id
@@ -35,6 +37,8 @@ from staticfleet.soak.plan import (
     DECK,
     KAFKA_DECK,
     NETWORK_KINDS,
+    OPERATOR_DECK,
+    OPERATOR_KINDS,
     Fault,
     FaultKind,
     fault_plan,
@@ -52,24 +56,20 @@ NETWORK_MECHANISM = (
 )
 
 
-# What holds the groups: our coordinator (`coordinator serve`) or a Kafka broker; named as
-# `staticfleet demo --coordinator` names them.
-Coordinator = Literal["embedded", "kafka"]
+# What holds the groups: our coordinator (`coordinator serve`), a Kafka broker (named as
+# `staticfleet demo --coordinator` names them), or the operator's embedded coordinator.
+Coordinator = Literal["embedded", "kafka", "operator"]
 # Within this of a fault's end every group must be converged again. Ours: a rejoin round and
 # a session (3 s) with a wide margin. On the broker a fault ends once it answers metadata
 # again, but its group coordinator still loads __consumer_offsets, and an eager round waits
 # up to the rebalance timeout (6 s) for every member, a dynamic member's old id its session
 # (3 s) first: docs/soak.md, "The Kafka variant".
-RECOVERY_BOUND_S: dict[Coordinator, float] = {"embedded": 30.0, "kafka": 60.0}
+# The operator's: ours, its restart counted from when it serves again (its tokens are back).
+RECOVERY_BOUND_S: dict[Coordinator, float] = {"embedded": 30.0, "kafka": 60.0, "operator": 30.0}
 # Not in the Kafka variant's deck, and why (run.json and the report say it).
-KAFKA_LEFT_OUT = {
-    **{
-        kind: "the Kafka variant: the broker listens on loopback, not on the soak's bridge "
-        "(docs/soak.md)"
-        for kind in NETWORK_KINDS
-    },
-    FaultKind.DISK_FULL: "the Kafka variant: no store of ours to fill",
-}
+KAFKA_LEFT_OUT = {FaultKind.DISK_FULL: "the Kafka variant: no store of ours to fill"}
+# The broker's listener for the members on the soak's bridge, behind the relay.
+MEMBERS_LISTENER = "MEMBERS"
 
 
 PAUSES = frozenset(
@@ -80,8 +80,54 @@ PAUSES = frozenset(
         FaultKind.BROKER_PAUSE_LONG,
     }
 )
-# The kinds aimed at what holds the groups (our coordinator or the broker).
-PROCESS_OR_BROKER = PAUSES | {FaultKind.COORDINATOR_KILL, FaultKind.BROKER_KILL}
+# The kinds aimed at what holds the groups (our coordinator, the broker or the operator).
+KILLS = frozenset({FaultKind.COORDINATOR_KILL, FaultKind.BROKER_KILL, FaultKind.OPERATOR_KILL})
+# Each variant's kinds that have nothing to aim at in it.
+FOREIGN_KINDS: dict[Coordinator, frozenset[FaultKind]] = {
+    "embedded": BROKER_KINDS | OPERATOR_KINDS,
+    "kafka": (PAUSES | KILLS) - BROKER_KINDS | OPERATOR_KINDS,
+    "operator": BROKER_KINDS | {FaultKind.COORDINATOR_KILL},
+}
+DECKS: dict[Coordinator, tuple[FaultKind, ...]] = {
+    "embedded": DECK,
+    "kafka": KAFKA_DECK,
+    "operator": OPERATOR_DECK,
+}
+
+
+class GroupHost(Protocol):
+    """What holds the groups and can be killed and started again on the same store and
+    port: `coordinator serve` (CoordinatorProcess) or the operator (e2e/soak_operator.py)."""
+
+    host: str  # the address it listens on, set before the first start
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def start(self, timeout_s: float = 30.0) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def stop(self) -> int | None: ...
+
+
+@runtime_checkable
+class ApiServerHost(Protocol):
+    """A host beside a Kubernetes API server the soak may restart."""
+
+    def restart_apiserver(self, down_s: float) -> int:
+        """Kill -9 the API server, start it again after `down_s`; ms until it is ready."""
+        ...
+
+
+# Makes the operator variant's host: (the soak, its store's path, group id -> member token).
+HostFactory = Callable[["SoakConfig", Path, Mapping[str, str]], GroupHost]
 
 
 class SoakError(RuntimeError):
@@ -114,9 +160,7 @@ class SoakConfig:
     )
 
     def fault_deck(self) -> tuple[FaultKind, ...]:
-        if self.deck is not None:
-            return self.deck
-        return KAFKA_DECK if self.coordinator == "kafka" else DECK
+        return self.deck if self.deck is not None else DECKS[self.coordinator]
 
     def bound_s(self) -> float:
         if self.recovery_bound_s is not None:
@@ -156,8 +200,13 @@ class _Slot:
 class Soak:
     SETTLE_S = 3.0
 
-    def __init__(self, config: SoakConfig) -> None:
+    def __init__(self, config: SoakConfig, make_host: HostFactory | None = None) -> None:
         self.config = config
+        if (config.coordinator == "operator") != (make_host is not None):
+            raise SoakError(
+                "the operator variant runs beside a Kubernetes API server: "
+                "python -m e2e.soak_operator (docs/soak.md)"
+            )
         run_dir = config.run_dir
         if run_dir.exists() and any(run_dir.iterdir()):
             raise SoakError(f"{run_dir} is not empty: give a new --run-dir")
@@ -166,7 +215,7 @@ class Soak:
         kafka = config.coordinator == "kafka"
         deck = config.fault_deck()
         # Our coordinator's process kinds have nothing to aim at on a broker, and back.
-        wrong = sorted(set(deck) & ((PROCESS_OR_BROKER - BROKER_KINDS) if kafka else BROKER_KINDS))
+        wrong = sorted(set(deck) & FOREIGN_KINDS[config.coordinator])
         if wrong:
             raise SoakError(f"not kinds of the {config.coordinator} variant: {', '.join(wrong)}")
         # The network and disk kinds need root (namespaces, iptables, mount).
@@ -188,15 +237,18 @@ class Soak:
             else None
         )
         tokens = {g.group_id: f"soak-token-{g.group_id}" for g in config.groups}
-        self.coordinator: CoordinatorProcess | KafkaCoordinator
-        if kafka:
+        self.coordinator: GroupHost | KafkaCoordinator
+        store = (self.disk.path if self.disk else run_dir) / records.STORE
+        if make_host is not None:
+            self.coordinator = make_host(config, store, tokens)
+        elif kafka:
             # Its own broker (a kill -9 of a shared one would break other tests), on a log
             # directory in the run directory, kept for a look afterwards.
             self.coordinator = KafkaCoordinator(run_dir / records.BROKER_DIR)
         else:
             self.coordinator = CoordinatorProcess(
                 settings=self.settings,
-                db_path=(self.disk.path if self.disk else run_dir) / records.STORE,
+                db_path=store,
                 run_dir=run_dir,
                 log_path=run_dir / "coordinator.log",
                 admin_token=ADMIN_TOKEN,
@@ -344,11 +396,15 @@ class Soak:
                 time.sleep(seconds)
             finally:
                 self.disk.free()
-        elif fault.kind in (FaultKind.COORDINATOR_KILL, FaultKind.BROKER_KILL):
+        elif fault.kind is FaultKind.APISERVER_RESTART:
+            assert isinstance(self.coordinator, ApiServerHost)
+            extra["restart_ms"] = self.coordinator.restart_apiserver(seconds)
+        elif fault.kind in KILLS:
             self.coordinator.kill()
             time.sleep(seconds)
             restarted = now_ms()
-            # Returns once it serves again: ours listens, the broker answers metadata.
+            # Returns once it serves again: ours listens, the broker answers metadata, the
+            # operator's coordinator is ready (every group's token registered again).
             self.coordinator.start()
             extra["restart_ms"] = now_ms() - restarted
         elif fault.kind in PAUSES:
@@ -488,12 +544,18 @@ class Soak:
         if self.network is not None:
             network = self.network
             network.create()
-            # Not in the Kafka variant (its deck has no network kinds).
-            assert isinstance(self.coordinator, CoordinatorProcess)
-            self.coordinator.host = network.host
             self.relay = DelayRelay(network.host, network.host, seed=config.seed)
             self.relay.start()
-            member_url = f"http://{network.host}:{self.relay.port}"
+            if isinstance(self.coordinator, KafkaCoordinator):
+                # A listener on the bridge, advertised at the relay: the address every
+                # member reconnects to after metadata goes through the relay too.
+                self.relay.target_port = self.coordinator.broker.add_listener(
+                    MEMBERS_LISTENER, network.host, f"{network.host}:{self.relay.port}"
+                )
+                member_url = f"{KAFKA_SCHEME}{network.host}:{self.relay.port}"
+            else:
+                self.coordinator.host = network.host
+                member_url = f"http://{network.host}:{self.relay.port}"
             for spec in config.groups:
                 prefixes[spec.group_id] = lambda slot, group=spec.group_id: network.command_prefix(
                     f"{group}/{slot}"
@@ -507,7 +569,7 @@ class Soak:
             broker.create_topic(TOPIC, config.partitions)
             self.admin = BrokerGroupsApi(broker.bootstrap)
             self.sampler_admin = BrokerGroupsApi(broker.bootstrap)
-            member_url = self.coordinator.url
+            member_url = member_url or self.coordinator.url
         else:
             if self.relay is not None:
                 self.relay.target_port = self.coordinator.port

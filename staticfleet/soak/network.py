@@ -7,6 +7,7 @@ remove what an interrupted one left."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -17,6 +18,9 @@ from dataclasses import dataclass, field
 PREFIX = "sfs"  # + the driver's pid: the owner of a namespace, link or mount
 _OWNED = re.compile(rf"^{PREFIX}(\d+)-")
 _SUBNET = re.compile(r"^10\.203\.(\d+)\.")
+# Held while a soak picks its subnet and puts its bridge's address on it: two soaks started
+# at once (make test runs two smokes on two workers) read the same free subnet otherwise.
+SUBNET_LOCK = "/run/lock/staticfleet-soak-subnet.lock"
 
 
 class NetworkError(RuntimeError):
@@ -114,11 +118,15 @@ class SoakNetwork:
         return ["ip", "netns", "exec", self.namespace(slot)]
 
     def create(self) -> None:
-        self.subnet = free_subnet(run("ip", "route").stdout)
-        run("ip", "link", "add", self.bridge, "type", "bridge")
-        self._made.append(("link", self.bridge))
-        run("ip", "addr", "add", f"{self.host}/24", "dev", self.bridge)
-        run("ip", "link", "set", self.bridge, "up")
+        os.makedirs(os.path.dirname(SUBNET_LOCK), exist_ok=True)
+        with open(SUBNET_LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.subnet = free_subnet(run("ip", "route").stdout)
+            run("ip", "link", "add", self.bridge, "type", "bridge")
+            self._made.append(("link", self.bridge))
+            run("ip", "addr", "add", f"{self.host}/24", "dev", self.bridge)
+            # Up while locked: the /24's route appears in `ip route` only then.
+            run("ip", "link", "set", self.bridge, "up")
         for index, slot in enumerate(self.slots):
             namespace, veth = self.namespace(slot), f"{self.tag}-h{index}"
             run("ip", "netns", "add", namespace)

@@ -26,6 +26,10 @@ class FaultKind(StrEnum):
     BROKER_KILL = "broker_kill"  # kill -9, restart on the same log directory and ports
     BROKER_PAUSE_SHORT = "broker_pause_short"  # SIGSTOP below the session timeout
     BROKER_PAUSE_LONG = "broker_pause_long"  # SIGSTOP past the session timeout
+    # The operator variant (`python -m e2e.soak_operator`): the groups on the embedded
+    # coordinator of `staticfleet operator run`, beside a real kube-apiserver.
+    OPERATOR_KILL = "operator_kill"  # kill -9 the operator, restart on the same store
+    APISERVER_RESTART = "apiserver_restart"  # kill -9 kube-apiserver, restart it on etcd
 
 
 PROCESS_KINDS = frozenset(
@@ -49,6 +53,7 @@ NETWORK_KINDS = frozenset(
 BROKER_KINDS = frozenset(
     {FaultKind.BROKER_KILL, FaultKind.BROKER_PAUSE_SHORT, FaultKind.BROKER_PAUSE_LONG}
 )
+OPERATOR_KINDS = frozenset({FaultKind.OPERATOR_KILL, FaultKind.APISERVER_RESTART})
 MEMBER_KINDS = NETWORK_KINDS | {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE}
 # The plan deals the faults from a deck, shuffled anew each round: each kind comes up at
 # a fixed rate (its copies per round), in a seeded order. The network and disk kinds three
@@ -57,16 +62,28 @@ MEMBER_KINDS = NETWORK_KINDS | {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE}
 DECK = tuple(
     kind
     for kind in FaultKind
-    if kind not in BROKER_KINDS
+    if kind not in BROKER_KINDS | OPERATOR_KINDS
     for _ in range(1 if kind in PROCESS_KINDS else 3)
 )
 # The Kafka variant's: the broker's kinds in place of our coordinator's process and disk
-# kinds (a broker has no store of ours), the member kinds as they are. The network kinds are
-# not in it yet: docs/soak.md, "The Kafka variant", says why.
+# kinds (a broker has no store of ours), the member and network kinds as they are, each
+# once a round (the network kinds between a member and the broker, through its relay).
 KAFKA_DECK = (
     *sorted(BROKER_KINDS),
     FaultKind.MEMBER_KILL,
     FaultKind.MEMBER_PAUSE,
+    *sorted(NETWORK_KINDS),
+)
+
+# The operator variant's: the operator's kill in place of the coordinator's (the coordinator
+# runs in the operator's process; the pauses stop that process), the API server's restart,
+# and every other kind of ours, each twice a round, so 30 minutes inject each of the twelve
+# kinds ten times or more.
+OPERATOR_DECK = tuple(
+    kind
+    for kind in FaultKind
+    if kind not in BROKER_KINDS and kind is not FaultKind.COORDINATOR_KILL
+    for _ in range(2)
 )
 
 
@@ -128,7 +145,7 @@ def draw_fault(
         duration = rng.randint(timeout // 10, timeout // 2)
     elif kind in (FaultKind.PARTITION_LONG, FaultKind.DISK_FULL):
         duration = rng.randint(timeout * 5 // 4, timeout * 2)
-    else:  # kills: restart at once or after a while (a kubelet's back-off)
+    else:  # kills and restarts: at once or after a while (a kubelet's back-off)
         duration = rng.randint(0, timeout // 2)
     return Fault(
         kind=kind,

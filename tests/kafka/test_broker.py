@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from staticfleet.kafka.broker import PORT_RANGE, KafkaBroker, format_arguments
+from staticfleet.kafka.broker import PORT_RANGE, BrokerError, KafkaBroker, format_arguments
 
 from .helpers import end_offsets, produce
 
@@ -86,6 +86,32 @@ def test_a_log_directory_keeps_its_ports_across_broker_objects(tmp_path: Path) -
     first._write_config()
     again = KafkaBroker(tmp_path)
     assert (again.port, again.controller_port) == (first.port, first.controller_port)
+
+
+def test_an_added_listener_is_advertised_as_asked_and_keeps_its_port(tmp_path: Path) -> None:
+    """The soak's members reach the broker through a relay: the listener binds the bridge's
+    address and is advertised at the relay's, which every client reconnects to."""
+    first = KafkaBroker(tmp_path)
+    port = first.add_listener("MEMBERS", "10.203.40.1", "10.203.40.1:40000")
+    assert port not in (first.port, first.controller_port)
+    properties = dict(line.split("=", 1) for line in first._write_config().read_text().splitlines())
+    assert properties["listeners"].split(",") == [
+        f"PLAINTEXT://127.0.0.1:{first.port}",
+        f"CONTROLLER://127.0.0.1:{first.controller_port}",
+        f"MEMBERS://10.203.40.1:{port}",
+    ]
+    assert properties["advertised.listeners"].split(",") == [
+        f"PLAINTEXT://127.0.0.1:{first.port}",
+        "MEMBERS://10.203.40.1:40000",
+    ]
+    assert "MEMBERS:PLAINTEXT" in properties["listener.security.protocol.map"].split(",")
+    # A restart on the log directory (a new object, as after a kill -9) keeps it.
+    again = KafkaBroker(tmp_path)
+    assert again.add_listener("MEMBERS", "10.203.40.1", "10.203.40.1:40000") == port
+    with pytest.raises(ValueError, match="taken"):
+        again.add_listener("CONTROLLER", "10.203.40.1")
+    with pytest.raises(BrokerError, match="secured"):
+        KafkaBroker(tmp_path / "secured", secured=True).add_listener("MEMBERS", "10.203.40.1")
 
 
 def test_a_brokers_listeners_never_draw_the_same_port(

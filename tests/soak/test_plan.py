@@ -13,6 +13,8 @@ from staticfleet.soak.plan import (
     KAFKA_DECK,
     MEMBER_KINDS,
     NETWORK_KINDS,
+    OPERATOR_DECK,
+    OPERATOR_KINDS,
     PROCESS_KINDS,
     Fault,
     FaultKind,
@@ -46,14 +48,27 @@ def test_every_round_deals_each_kind_as_often_as_the_deck_holds_it() -> None:
     )
     counts = Counter(fault.kind for fault in faults)
     for kind in FaultKind:
-        copies = 0 if kind in BROKER_KINDS else 1 if kind in PROCESS_KINDS else 3
+        copies = 0 if kind in BROKER_KINDS | OPERATOR_KINDS else 1 if kind in PROCESS_KINDS else 3
         assert counts[kind] == rounds * copies, kind
 
 
 def test_the_kafka_deck_has_the_brokers_kinds_and_the_members_not_ours() -> None:
     kinds = {fault.kind for fault in plan(5, 10 * len(KAFKA_DECK), KAFKA_DECK)}
-    assert kinds == BROKER_KINDS | {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE}
+    assert kinds == BROKER_KINDS | NETWORK_KINDS | {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE}
     assert not kinds & (PROCESS_KINDS - {FaultKind.MEMBER_KILL, FaultKind.MEMBER_PAUSE})
+
+
+def test_the_operator_deck_has_its_kinds_for_the_coordinators_kill_each_twice() -> None:
+    counts = Counter(OPERATOR_DECK)
+    ours = set(FaultKind) - BROKER_KINDS - {FaultKind.COORDINATOR_KILL}
+    assert set(counts) == ours
+    assert ours >= OPERATOR_KINDS
+    assert set(counts.values()) == {2}
+    # Dealt round by round: 20 rounds give every kind 40 times, in a seeded order.
+    faults = plan(11, 20 * len(OPERATOR_DECK), OPERATOR_DECK)
+    assert Counter(f.kind for f in faults) == {kind: 40 for kind in ours}
+    # The operator's and the API server's kinds aim at no member.
+    assert {f.target for f in faults if f.kind in OPERATOR_KINDS} == {""}
 
 
 def test_durations_sit_on_the_stated_side_of_the_session_timeout() -> None:
