@@ -56,6 +56,16 @@ def wait_for(
 # --- the coordinator, over HTTP ---------------------------------------------------------------
 
 
+def answers_ready(base_url: str, timeout_s: float = 5) -> bool:
+    """The coordinator at `base_url` answers /readyz with 200 (anything else, a refused
+    connection included: not yet)."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/readyz", timeout=timeout_s) as response:
+            return int(response.status) == 200
+    except OSError:  # urllib's URLError and HTTPError are OSErrors
+        return False
+
+
 @dataclass(frozen=True)
 class CoordinatorAdmin:
     """The embedded coordinator's admin API (the operator's /v1 routes), with the chart's

@@ -23,8 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -37,6 +35,7 @@ from e2e.controlplane import (
     restart_apiserver,
     start_processes,
 )
+from e2e.fleet import answers_ready
 from staticfleet.demo.fleet import FleetError
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.kafka.broker import free_port
@@ -91,14 +90,6 @@ def group_manifests(
             }
         )
     return manifests
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
-            return int(response.status) == 200
-    except (OSError, urllib.error.HTTPError):
-        return False
 
 
 class OperatorHost:
@@ -185,7 +176,7 @@ class OperatorHost:
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
-        while not _ready(self.url):
+        while not answers_ready(self.url, timeout_s=2):
             if self._process.poll() is not None:
                 raise FleetError(
                     f"the operator exited with {self._process.returncode}: see {self._log_path}"

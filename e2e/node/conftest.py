@@ -15,8 +15,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +24,7 @@ import pytest
 
 from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.conftest import install_chart
-from e2e.fleet import wait_for
+from e2e.fleet import answers_ready, wait_for
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.test_node import ROOT, _host_state
@@ -130,7 +128,7 @@ def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> 
     coordinator = cluster.coordinator_base_url()
     wait_for(
         f"the coordinator's Service ({coordinator}) to route to the ready operator",
-        lambda: _answers_ready(coordinator),
+        lambda: answers_ready(coordinator),
         timeout_s=60,
     )
     figures["operator_ready_to_service_routed_s"] = round(time.monotonic() - ready, 1)
@@ -139,14 +137,6 @@ def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> 
     figures["versions"] = _versions(cluster)
     figures["image"] = {"name": node.image, "image_id": status["imageID"]}
     return figures
-
-
-def _answers_ready(base_url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base_url}/readyz", timeout=5) as response:
-            return int(response.status) == 200
-    except (OSError, urllib.error.HTTPError):
-        return False
 
 
 def _versions(cluster: NodeCluster) -> dict[str, str]:
