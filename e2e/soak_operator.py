@@ -36,7 +36,12 @@ from e2e.controlplane import (
     start_processes,
 )
 from e2e.fleet import answers_ready
-from staticfleet.demo.fleet import FleetError
+from staticfleet.demo.fleet import (
+    FleetError,
+    clean_environment,
+    staticfleet_command,
+    stop_process,
+)
 from staticfleet.demo.settings import DemoSettings
 from staticfleet.kafka.broker import free_port
 from staticfleet.soak import __main__ as soak_main
@@ -72,7 +77,6 @@ def group_manifests(
                 "stringData": {"token": tokens[group.group_id]},
             }
         )
-        rebalance: dict[str, Any] = {"protocol": group.protocol}
         manifests.append(
             {
                 "apiVersion": "staticfleet.dev/v1alpha1",
@@ -84,7 +88,7 @@ def group_manifests(
                     # No pod carries this label: the members are the soak's processes.
                     "selector": {"matchLabels": {"staticfleet.dev/soak-group": group.group_id}},
                     "membership": {"instanceIdPrefix": INSTANCE_ID_PREFIX},
-                    "rebalance": rebalance,
+                    "rebalance": {"protocol": group.protocol},
                     "tokenSecretRef": {"name": token_secret(group.group_id)},
                 },
             }
@@ -106,10 +110,10 @@ class OperatorHost:
         settings: DemoSettings,
         log_path: Path,
     ) -> None:
-        # Set to the soak bridge's address before the first start when the network kinds
-        # run (docs/soak.md, "The network and the disk").
         self.cp = cp
         self.runner = runner
+        # Set to the soak bridge's address before the first start when the network kinds
+        # run (docs/soak.md, "The network and the disk").
         self.host = "127.0.0.1"
         self._store = store
         self._settings = settings
@@ -137,16 +141,12 @@ class OperatorHost:
         if self._process is not None and self._process.poll() is None:
             raise FleetError("the operator is already running")
         self._port = self._port or free_port()
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("STATICFLEET_")}
-        environment |= {
+        environment = clean_environment() | {
             "KUBECONFIG": str(self.cp.kubeconfig),
             "STATICFLEET_ADMIN_TOKEN": ADMIN_TOKEN,
         }
         settings = self._settings
-        argv = [
-            sys.executable,
-            "-m",
-            "staticfleet.cli",
+        argv = staticfleet_command(
             "operator",
             "run",
             "--namespace",
@@ -165,7 +165,7 @@ class OperatorHost:
             str(settings.initial_rebalance_delay_ms),
             "--interval",
             "2",
-        ]
+        )
         self._log = self._log_path.open("ab")
         self._process = subprocess.Popen(
             argv,
@@ -190,20 +190,14 @@ class OperatorHost:
     def kill(self) -> None:
         if self._process is None:
             return
-        self._process.kill()
-        self._process.wait()
+        stop_process(self._process, signal.SIGKILL, 10.0)
         self.restarts += 1
         self._close_log()
 
     def stop(self) -> int | None:
         if self._process is None:
             return None
-        self._process.send_signal(signal.SIGTERM)
-        try:
-            code = self._process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            code = self._process.wait()
+        code = stop_process(self._process, signal.SIGTERM, 20.0)
         self._close_log()
         return code
 

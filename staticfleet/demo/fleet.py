@@ -34,18 +34,18 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _command(*args: str) -> list[str]:
+def staticfleet_command(*args: str) -> list[str]:
     # The interpreter running the demo, so the children use the same installation.
     return [sys.executable, "-m", "staticfleet.cli", *args]
 
 
-def _clean_environment() -> dict[str, str]:
+def clean_environment() -> dict[str, str]:
     # A STATICFLEET_* variable inherited from the caller's shell must not configure a child
     # (the server, for one, reads STATICFLEET_GROUP_ID and STATICFLEET_MEMBER_TOKEN).
     return {key: value for key, value in os.environ.items() if not key.startswith("STATICFLEET_")}
 
 
-def _stop(process: subprocess.Popen[bytes], sig: signal.Signals, timeout_s: float) -> int:
+def stop_process(process: subprocess.Popen[bytes], sig: signal.Signals, timeout_s: float) -> int:
     if process.poll() is None:
         process.send_signal(sig)
         try:
@@ -113,7 +113,7 @@ class CoordinatorProcess:
             raise FleetError("the coordinator is already running")
         # A ready file left by a killed process would point at a stale state.
         self._ready_file.unlink(missing_ok=True)
-        environment = _clean_environment()
+        environment = clean_environment()
         environment["STATICFLEET_ADMIN_TOKEN"] = self.admin_token
         environment["STATICFLEET_MEMBER_TOKEN"] = ",".join(
             f"{group}:{token}" for group, token in self._member_tokens.items()
@@ -121,7 +121,7 @@ class CoordinatorProcess:
         settings = self._settings
         self._log = self._log_path.open("ab")
         self._process = subprocess.Popen(
-            _command(
+            staticfleet_command(
                 "coordinator",
                 "serve",
                 "--store",
@@ -159,14 +159,14 @@ class CoordinatorProcess:
         """SIGKILL: no flush, no goodbye — the crash scenario."""
         if self._process is None:
             return
-        _stop(self._process, signal.SIGKILL, 10.0)
+        stop_process(self._process, signal.SIGKILL, 10.0)
         self.restarts += 1
         self._close_log()
 
     def stop(self) -> int | None:
         if self._process is None:
             return None
-        code = _stop(self._process, signal.SIGTERM, 15.0)
+        code = stop_process(self._process, signal.SIGTERM, 15.0)
         self._close_log()
         return code
 
@@ -253,7 +253,7 @@ class Fleet:
         log_path = self.log_dir / f"{slot}.{incarnation}.jsonl"
         stderr = (self.log_dir / f"{slot}.{incarnation}.stderr").open("wb")
         settings = self.settings
-        environment = _clean_environment()
+        environment = clean_environment()
         environment.update(
             {
                 member_env.COORDINATOR_URL: self.coordinator_url,
@@ -277,7 +277,7 @@ class Fleet:
             environment[member_env.KAFKA_CONFIG] = str(self.kafka_config)
         popen = subprocess.Popen(
             (self.command_prefix(slot) if self.command_prefix else [])
-            + _command(
+            + staticfleet_command(
                 "member",
                 "run",
                 # No --client-id: like pods of one Deployment, dynamic members get ids that
