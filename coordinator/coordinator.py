@@ -90,6 +90,18 @@ class GroupCoordinator:
         self._started = False
         self._closed = False
         self._journal_prune_timer: TimerHandle | None = None
+        self._serving = asyncio.Event()  # set while is_ready
+
+    def _drop_state(self) -> None:
+        """A fresh, empty in-memory state over the same settings, clock and store; the
+        journal listeners and the store-failure counts are the embedder's and carry over."""
+        previous = self._ctx
+        self._ctx = CoordinatorContext(self.config, self.clock, self.store)
+        self._ctx.journal_listeners = previous.journal_listeners
+        self._ctx.store_failures = previous.store_failures
+        self._membership = MembershipManager(self._ctx)
+        self._offsets = OffsetManager(self._ctx, self._membership)
+        self._standby = StandbyManager(self._ctx, self._membership)
 
     @property
     def timers(self) -> Timers[ClassicGroup]:
@@ -106,6 +118,18 @@ class GroupCoordinator:
     @property
     def is_ready(self) -> bool:
         return self._started and not self._closed
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        """Whether the coordinator serves within `timeout_s`: an operator replica loads the
+        store only once it is the active one (docs/operator.md, "Replicas")."""
+        if self.is_ready:
+            return True
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._serving.wait()
+        except TimeoutError:
+            return False
+        return self.is_ready
 
     def add_journal_listener(self, callback: JournalListener) -> None:
         self._ctx.journal_listeners.append(callback)
@@ -126,8 +150,9 @@ class GroupCoordinator:
             return failed(ErrorCode.UNKNOWN_SERVER_ERROR)
 
     async def start(self) -> None:
-        """Open the store and load every group as it was last persisted."""
-        if self._started:
+        """Open the store and load every group as it was last persisted (again after
+        `suspend()`)."""
+        if self._started or self._closed:
             return
         ctx = self._ctx
         await ctx.store.open()
@@ -147,6 +172,7 @@ class GroupCoordinator:
                 self._membership.schedule_session_timeout(group, member)
         await self._rebalance_stale_groups()
         self._started = True
+        self._serving.set()
         self._schedule_journal_prune()
         log.info("coordinator started with %d group(s)", len(ctx.groups))
 
@@ -155,8 +181,29 @@ class GroupCoordinator:
         if self._closed:
             return
         self._closed = True
+        self._serving.clear()
+        await self._stop_serving()
+
+    async def suspend(self) -> None:
+        """Give the store up until `start()` is called again: the operator's replica that
+        is no longer the active one, while another replica writes the same store
+        (docs/operator.md, "Replicas"). Requests are refused from now on
+        (COORDINATOR_NOT_AVAILABLE), parked ones answered so, timers stopped, the store
+        closed and the in-memory state dropped, so that no session of the state it held
+        expires into the store behind the active replica's back, and `start()` loads the
+        store as it is then, not as it was."""
+        if not self._started or self._closed:
+            return
+        self._started = False
+        self._serving.clear()
+        await self._stop_serving()
+        self._drop_state()
+        log.info("coordinator suspended: the store is given up, its state dropped")
+
+    async def _stop_serving(self) -> None:
         if self._journal_prune_timer is not None:
             self._journal_prune_timer.cancel()
+            self._journal_prune_timer = None
         self._ctx.timers.cancel_all()
         for group in list(self._ctx.groups.values()):
             await self._ctx.write(group, self._close_group, group)
@@ -391,13 +438,13 @@ class GroupCoordinator:
 
     def _schedule_journal_prune(self) -> None:
         async def prune_and_reschedule() -> None:
-            if self._closed:
+            if not self.is_ready:
                 return
             try:
                 await self.prune_journal()
             except StoreError:
                 log.exception("journal retention failed; trying again next interval")
-            if not self._closed:
+            if self.is_ready:  # not closed or suspended meanwhile
                 self._schedule_journal_prune()
 
         self._journal_prune_timer = self._ctx.clock.call_later(

@@ -169,7 +169,10 @@ async def run_operator(
         # Only the default path's directory is created; a mistyped --store fails loudly.
         open_store(options.store, create_dirs=options.store == DEFAULT_STORE),
     )
-    await coordinator.start()
+    if not options.peering:
+        # With peering the store is loaded only once this replica is the active one
+        # (peering.py: a paused replica must not hold it).
+        await coordinator.start()
     pod_auth = None
     bindings = PodBindings(lambda: operator.observed.pods)
     if options.member_token_audience:
@@ -281,6 +284,7 @@ async def run_operator(
                     watch_peering(
                         lambda: operator.kube,
                         gate,
+                        coordinator,
                         name=options.peering or "",
                         namespaces=list(options.namespaces),
                         identity=identity,

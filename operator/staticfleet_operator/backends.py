@@ -72,6 +72,9 @@ LEAVE_REASON = "removed by the staticfleet operator"
 KAFKA_REQUEST_TIMEOUT_MS = 10_000
 
 
+NOT_SERVING = "the embedded coordinator is not serving: this replica does not hold its store"
+
+
 class CoordinatorUnreachable(Exception):
     """The group's coordinator did not answer; nothing is decided on a guess."""
 
@@ -107,14 +110,23 @@ class EmbeddedBackend:
 
     coordinator: GroupCoordinator
 
+    def serving(self) -> None:
+        """Raises unless the coordinator serves: a replica that does not hold the store (not
+        the active one, or not yet loaded: peering.py) has no state to decide on."""
+        if not self.coordinator.is_ready:
+            raise CoordinatorUnreachable(NOT_SERVING)
+
     async def describe(self, group_id: str) -> DescribedGroup:
+        self.serving()
         [described] = await self.coordinator.describe_groups([group_id])
         return described
 
     async def leave(self, group_id: str, instance_ids: Sequence[str]) -> LeaveGroupResponse:
+        self.serving()
         return await self.coordinator.leave_group(leave_request(group_id, instance_ids))
 
     async def topic_partitions(self, wanted: dict[str, int | None]) -> dict[str, int]:
+        self.serving()
         counts = {topic: count for topic, count in wanted.items() if count is not None}
         raised = topics_to_raise(await self.coordinator.topic_metadata(), counts)
         if raised:
@@ -124,6 +136,7 @@ class EmbeddedBackend:
         return {topic: known[topic] for topic in counts if topic in known}
 
     async def forget(self, group_id: str) -> ErrorCode:
+        self.serving()
         results = await self.coordinator.delete_groups([group_id])
         return results.get(group_id, ErrorCode.NONE)
 

@@ -19,6 +19,7 @@ from typing import Any
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.messages import OffsetFetchRequest
 from staticfleet_operator.backends import (
+    NOT_SERVING,
     CoordinatorUnreachable,
     GroupBackend,
     KafkaBackend,
@@ -50,6 +51,10 @@ from staticfleet_operator.status import read_status
 from staticfleet_operator.tokens import needs_group_token, token_secret_ref
 
 logger = logging.getLogger(__name__)
+# How long a pass of an embedded group waits for this replica to load the coordinator's
+# store: Kopf resumes a replica's handlers as soon as it is the active one, the store is
+# loaded up to two peering polls later (peering.py); longer means something is wrong.
+STORE_WAIT_S = 30.0
 
 
 async def observe(
@@ -81,6 +86,10 @@ async def observe(
             found["disruption_budget"] = DisruptionBudget(budget)
     if not spec.coordinator.is_kafka:
         found["token"] = await _token_secret(op, ref, spec)
+        if not await op.coordinator.wait_ready(STORE_WAIT_S):
+            # Not the active replica any more, or its store cannot be loaded: say so.
+            found["unreachable"] = Unreachable(UNREACHABLE, NOT_SERVING)
+            return replace(base, **found), None
     backend: GroupBackend | None = None
     try:
         backend = await op.backend(ref, spec)
@@ -101,7 +110,11 @@ async def observe(
         else:
             described = await backend.describe(spec.group_id)
     except CoordinatorUnreachable as error:
-        message = f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {error}"
+        message = (
+            f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {error}"
+            if spec.coordinator.is_kafka
+            else str(error)
+        )
         found["unreachable"] = Unreachable(UNREACHABLE, message)
         return replace(base, **found), None
     except KafkaAccessError as error:

@@ -1,11 +1,18 @@
-"""Which replica is the active one, by the rule Kopf's peering applies.
+"""Which replica is the active one, by the rule Kopf's peering applies, and the handover
+of the embedded coordinator's store between replicas.
 
 Kopf pauses every replica but the one with the highest priority among the live peers in
 the peering object (equal priorities pause each other). Only the active replica holds the
 authoritative coordinator state, so only it may report ready: then the coordinator and
 webhook Services route to it alone. `is_active` is that rule as a pure function over the
-peering object's `status`; `watch_peering` polls the object and keeps a `PeeringGate` true
-while this replica is the active one.
+peering object's `status`; `watch_peering` polls the object and, by `handover_step`, has
+this replica take the store (load it, then open its `PeeringGate`) or give it up (close
+the gate, then suspend the coordinator).
+
+Every replica mounts the same store, so a paused replica must not hold it: state loaded at
+its own start would be stale when it becomes active, and its session timers, fed by no
+heartbeat, would expire members into the store behind the active replica's back
+(docs/operator.md, "Replicas").
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from enum import Enum
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -61,6 +69,44 @@ def is_active(status: Mapping[str, Any], identity: str, priority: int, now: date
     return not any(peer.priority >= priority for peer in live if peer.identity != identity)
 
 
+def others_alive(status: Mapping[str, Any], identity: str, now: datetime) -> bool:
+    """Whether a live peer other than this replica is listed (a replica that may still
+    hold the store, or the ghost of one that died: the two look alike)."""
+    return any(peer.identity != identity and peer.deadline > now for peer in peers_of(status))
+
+
+class HandoverStep(Enum):
+    TAKE = "take"
+    GIVE_UP = "give up"
+
+
+def handover_step(
+    holding: bool, active_since: datetime | None, others: bool, now: datetime, wait: timedelta
+) -> HandoverStep | None:
+    """What this replica does about the store after a poll. `active_since`: when the polls
+    began to find it active, without a break (None: the last one did not).
+
+    Paused, it gives the store up at once. Active, it takes the store at once when no other
+    peer is alive, else only after `wait` (two poll intervals): the replica it outranks
+    gives the store up at its own next poll, and must have done so before this one loads
+    what that one wrote last."""
+    if active_since is None:
+        return HandoverStep.GIVE_UP if holding else None
+    if holding:
+        return None
+    if not others or now - active_since >= wait:
+        return HandoverStep.TAKE
+    return None
+
+
+class StoreHolder(Protocol):
+    """What `watch_peering` hands the store to: the operator's `GroupCoordinator`."""
+
+    async def start(self) -> None: ...
+
+    async def suspend(self) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PeeringObject:
     plural: str
@@ -81,7 +127,7 @@ def peering_objects(name: str, namespaces: Sequence[str]) -> list[PeeringObject]
 
 @dataclass(slots=True)
 class PeeringGate:
-    """A readiness gate: open while this replica is the active one."""
+    """A readiness gate: open while this replica is the active one and holds the store."""
 
     active: bool = False
 
@@ -92,6 +138,7 @@ class PeeringGate:
 async def watch_peering(
     kube: Callable[[], KubeApi],
     gate: PeeringGate,
+    holder: StoreHolder,
     *,
     name: str,
     namespaces: Sequence[str],
@@ -100,11 +147,16 @@ async def watch_peering(
     interval: float = 5.0,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> None:
-    """Poll the peering object(s) until cancelled; the gate is open while this replica is
-    active in every one of them. An unreadable object closes the gate (fail safe: a
-    replica that cannot tell stops taking members)."""
+    """Poll the peering object(s) until cancelled. This replica takes the store when it is
+    active in every one of them (`handover_step`) and gives it up when it is not. An
+    unreadable object counts as paused (fail safe: a replica that cannot tell stops taking
+    members and stops writing)."""
     objects = peering_objects(name, namespaces)
+    wait = timedelta(seconds=2 * interval)
+    active_since: datetime | None = None
     while True:
+        now = clock()
+        others = False
         try:
             active = True
             for peering in objects:
@@ -118,13 +170,34 @@ async def watch_peering(
                         peering.namespace,
                     )
                 status = (body or {}).get("status") or {}
-                active = active and is_active(status, identity, priority, clock())
+                active = active and is_active(status, identity, priority, now)
+                others = others or others_alive(status, identity, now)
         except (TimeoutError, KubeError, aiohttp.ClientError) as error:
             log.warning(
                 "cannot read the peering object(s) %s: %s", ", ".join(map(str, objects)), error
             )
             active = False
-        if active != gate.active:
-            log.info("this replica is now %s", "active" if active else "paused")
-            gate.active = active
+        active_since = (active_since or now) if active else None
+        step = handover_step(gate.active, active_since, others, now, wait)
+        if step is HandoverStep.GIVE_UP:
+            gate.active = False  # unready first: the Services stop routing members here
+            log.info("this replica is now paused; giving the coordinator's store up")
+            try:
+                await holder.suspend()
+            except Exception:
+                log.exception("giving the coordinator's store up failed")
+        elif step is HandoverStep.TAKE:
+            try:
+                await holder.start()
+            except Exception:
+                # Tried again at the next poll; unready meanwhile.
+                log.exception("this replica is active but cannot load the coordinator's store")
+            else:
+                gate.active = True
+                log.info("this replica is now active; the coordinator's store is loaded")
+        elif active and not gate.active and active_since == now:
+            log.info(
+                "this replica is active; another peer is alive, so it loads the store in %s",
+                wait,
+            )
         await asyncio.sleep(interval)

@@ -20,12 +20,12 @@ from coordinator import ErrorCode
 from coordinator.client.kafka_errors import KafkaAccessError
 from staticfleet_operator.actions import PassResult
 from staticfleet_operator.actuator import Actuator
-from staticfleet_operator.backends import CoordinatorUnreachable, leave_errors
+from staticfleet_operator.backends import NOT_SERVING, CoordinatorUnreachable, leave_errors
 from staticfleet_operator.context import Operator
 from staticfleet_operator.crd import Mode, parse_spec, validate_spec
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kube import NamespaceTerminating
-from staticfleet_operator.observer import observe, observe_member_token
+from staticfleet_operator.observer import STORE_WAIT_S, observe, observe_member_token
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.pass_plan import plan_member_token, plan_pass
 from staticfleet_operator.rollout import CoordinatorView
@@ -134,6 +134,8 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
         except KafkaAccessError as error:
             raise RetryLater(f"{error.reason}: {error}") from error
         if not spec.coordinator.is_kafka:
+            if not await op.coordinator.wait_ready(STORE_WAIT_S):
+                raise RetryLater(NOT_SERVING)
             await op.coordinator.clear_expected_members(spec.group_id)
             await op.coordinator.forget_standbys(spec.group_id)
         try:
@@ -149,7 +151,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
                 )
             code = await backend.forget(spec.group_id)
         except CoordinatorUnreachable as error:
-            raise RetryLater(f"the group's Kafka cluster is unreachable: {error}") from error
+            raise RetryLater(f"the group's coordinator is unreachable: {error}") from error
         except KafkaAccessError as error:
             refused = f"the group's Kafka cluster refused: {error.reason}: {error}"
             raise RetryLater(refused) from error

@@ -1,5 +1,6 @@
-"""Only the active replica is ready: Kopf's peering rule as a pure function, the poller
-that feeds the readiness gate, and the gate on the coordinator server's /readyz."""
+"""Only the active replica is ready and holds the store: Kopf's peering rule and the
+handover rule as pure functions, the poller that takes and gives up the store and feeds the
+readiness gate, and the gate on the coordinator server's /readyz."""
 
 from __future__ import annotations
 
@@ -11,18 +12,22 @@ import kopf
 from aiohttp.test_utils import TestClient, TestServer
 from kopf._cogs.structs.credentials import Vault
 
-from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
+from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SqliteStore, SystemClock
 from coordinator.server import AuthConfig, add_readiness_gate, create_app
 from staticfleet_operator.app import default_priority
 from staticfleet_operator.kube import Forbidden, KubeApi
 from staticfleet_operator.peering import (
+    HandoverStep,
     PeeringGate,
     PeeringObject,
+    handover_step,
     is_active,
+    others_alive,
     peering_objects,
     peers_of,
     watch_peering,
 )
+from tests.coordinator.harness import Harness
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -91,14 +96,30 @@ async def _until(predicate: Any) -> None:
     raise AssertionError("condition never held")
 
 
+class RecordingHolder:
+    """Records what the poller does with the store, and whether the gate was open then."""
+
+    def __init__(self, gate: PeeringGate) -> None:
+        self.gate = gate
+        self.calls: list[tuple[str, bool]] = []
+
+    async def start(self) -> None:
+        self.calls.append(("start", self.gate.active))
+
+    async def suspend(self) -> None:
+        self.calls.append(("suspend", self.gate.active))
+
+
 async def test_the_poller_opens_and_closes_the_gate() -> None:
     path = "clusterkopfpeerings//p"
     api = FakePeeringApi({path: {"status": {"me": entry(10)}}})
     gate = PeeringGate()
+    holder = RecordingHolder(gate)
     task = asyncio.create_task(
         watch_peering(
             lambda: api,
             gate,
+            holder,
             name="p",
             namespaces=[],
             identity="me",
@@ -117,6 +138,111 @@ async def test_the_poller_opens_and_closes_the_gate() -> None:
         await _until(lambda: not gate.active)
     finally:
         task.cancel()
+    # The store is loaded before the gate opens, and the gate closed before it is given up.
+    assert holder.calls[:4] == [
+        ("start", False),
+        ("suspend", False),
+        ("start", False),
+        ("suspend", False),
+    ]
+
+
+def test_others_alive_counts_live_peers_but_this_replica() -> None:
+    assert not others_alive({"me": entry(10)}, "me", NOW)
+    assert others_alive({"me": entry(10), "ghost": entry(5)}, "me", NOW)
+    assert not others_alive({"me": entry(10), "gone": entry(5, seen_ago_s=120)}, "me", NOW)
+
+
+def test_the_store_is_taken_at_once_alone_and_after_the_wait_beside_another_peer() -> None:
+    wait = timedelta(seconds=10)
+    later = NOW + timedelta(seconds=4)
+    take, give_up = HandoverStep.TAKE, HandoverStep.GIVE_UP
+    assert handover_step(False, NOW, False, NOW, wait) is take
+    # Beside another live peer (a replica it outranks, or a ghost): not before the wait.
+    assert handover_step(False, NOW, True, later, wait) is None
+    assert handover_step(False, NOW, True, NOW + wait, wait) is take
+    # Paused (or the object unreadable): given up at once; nothing to do when not held.
+    assert handover_step(True, None, True, later, wait) is give_up
+    assert handover_step(False, None, False, later, wait) is None
+    assert handover_step(True, NOW, True, later, wait) is None
+
+
+async def test_a_replica_beside_a_live_peer_waits_two_intervals_before_it_loads() -> None:
+    path = "clusterkopfpeerings//p"
+    api = FakePeeringApi({path: {"status": {"me": entry(11), "old": entry(10)}}})
+    gate = PeeringGate()
+    holder = RecordingHolder(gate)
+    now = [NOW]
+    task = asyncio.create_task(
+        watch_peering(
+            lambda: api,
+            gate,
+            holder,
+            name="p",
+            namespaces=[],
+            identity="me",
+            priority=11,
+            interval=0.01,
+            clock=lambda: now[0],
+        )
+    )
+    try:
+        await asyncio.sleep(0.1)  # ten polls at the same instant: the wait has not passed
+        assert holder.calls == [] and not gate.active
+        now[0] = NOW + timedelta(seconds=0.02)
+        await _until(lambda: gate.active)
+        assert holder.calls == [("start", False)]
+    finally:
+        task.cancel()
+
+
+async def test_a_replica_that_is_paused_gives_the_store_up_and_loads_it_anew(
+    tmp_path: Any,
+) -> None:
+    """Two replicas on one SQLite file: what the active one wrote is what the next loads."""
+    db = tmp_path / "coordinator.db"
+    path = "clusterkopfpeerings//p"
+    api = FakePeeringApi({path: {"status": {"a": entry(10)}}})
+    first, second = Harness(store=SqliteStore(db)), Harness(store=SqliteStore(db))
+    gates = PeeringGate(), PeeringGate()
+    tasks = [
+        asyncio.create_task(
+            watch_peering(
+                lambda: api,
+                gate,
+                harness.coordinator,
+                name="p",
+                namespaces=[],
+                identity=identity,
+                priority=priority,
+                interval=0.01,
+                clock=lambda: NOW,
+            )
+        )
+        for harness, gate, identity, priority in (
+            (first, gates[0], "a", 10),
+            (second, gates[1], "b", 11),
+        )
+    ]
+    try:
+        await _until(lambda: gates[0].active)
+        assert not second.coordinator.is_ready  # paused: not even loaded
+        await first.form_group(["i-0", "i-1"])
+        generation = first.coordinator.generation_of("g")
+        # "b" starts (a rolling update) and outranks "a".
+        api.objects[path] = {"status": {"a": entry(10), "b": entry(11)}}
+        await _until(lambda: not gates[0].active)
+        assert not first.coordinator.is_ready
+        api.objects[path] = {"status": {"b": entry(11)}}  # "a" has left the peering
+        await _until(lambda: gates[1].active)
+        assert second.coordinator.generation_of("g") == generation
+        (described,) = await second.coordinator.describe_groups(["g"])
+        assert {m.group_instance_id for m in described.members} == {"i-0", "i-1"}
+    finally:
+        for task in tasks:
+            task.cancel()
+        await first.coordinator.close()
+        await second.coordinator.close()
 
 
 async def test_a_closed_gate_makes_the_server_unready_and_refuse_members() -> None:
