@@ -90,7 +90,6 @@ class GroupCoordinator:
         self._started = False
         self._closed = False
         self._journal_prune_timer: TimerHandle | None = None
-        self._serving = asyncio.Event()  # set while is_ready
 
     def _drop_state(self) -> None:
         """A fresh, empty in-memory state over the same settings, clock and store; the
@@ -118,18 +117,6 @@ class GroupCoordinator:
     @property
     def is_ready(self) -> bool:
         return self._started and not self._closed
-
-    async def wait_ready(self, timeout_s: float) -> bool:
-        """Whether the coordinator serves within `timeout_s`: an operator replica loads the
-        store only once it is the active one (docs/operator.md, "Replicas")."""
-        if self.is_ready:
-            return True
-        try:
-            async with asyncio.timeout(timeout_s):
-                await self._serving.wait()
-        except TimeoutError:
-            return False
-        return self.is_ready
 
     def add_journal_listener(self, callback: JournalListener) -> None:
         self._ctx.journal_listeners.append(callback)
@@ -172,7 +159,6 @@ class GroupCoordinator:
                 self._membership.schedule_session_timeout(group, member)
         await self._rebalance_stale_groups()
         self._started = True
-        self._serving.set()
         self._schedule_journal_prune()
         log.info("coordinator started with %d group(s)", len(ctx.groups))
 
@@ -181,7 +167,6 @@ class GroupCoordinator:
         if self._closed:
             return
         self._closed = True
-        self._serving.clear()
         await self._stop_serving()
 
     async def suspend(self) -> None:
@@ -195,7 +180,6 @@ class GroupCoordinator:
         if not self._started or self._closed:
             return
         self._started = False
-        self._serving.clear()
         await self._stop_serving()
         self._drop_state()
         log.info("coordinator suspended: the store is given up, its state dropped")

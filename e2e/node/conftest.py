@@ -33,7 +33,7 @@ RUNC = Path("/usr/bin/runc")
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
 # "orders": docs/getting-started.md's (scenario 12).
-SCENARIO_NAMESPACES = ("e2e-node-fleet", "e2e-node-faults", "orders")
+SCENARIO_NAMESPACES = ("e2e-node-fleet", "e2e-node-faults", "orders", "e2e-node-replicas")
 
 
 # Set on a test whose call failed, for fixtures that print diagnostics at their teardown.

@@ -169,9 +169,12 @@ async def run_operator(
         # Only the default path's directory is created; a mistyped --store fails loudly.
         open_store(options.store, create_dirs=options.store == DEFAULT_STORE),
     )
-    if not options.peering:
-        # With peering the store is loaded only once this replica is the active one
-        # (peering.py: a paused replica must not hold it).
+    if options.peering:
+        # The store is loaded only once this replica is the active one (peering.py: a
+        # paused replica must not hold it); opened now all the same, for the server's
+        # startup, which reads the store's instance secret (the members' keys).
+        await coordinator.store.open()
+    else:
         await coordinator.start()
     pod_auth = None
     bindings = PodBindings(lambda: operator.observed.pods)
@@ -250,6 +253,9 @@ async def run_operator(
     if options.peering:
         gate = PeeringGate()
         add_readiness_gate(app, gate)
+        # Passes too: a replica that does not hold the store decides nothing (Kopf's pause
+        # holds its handlers, not the operator's own informers and resync).
+        operator.acting = gate
     # Not ready before every existing group's member token is registered again (readiness.py).
     add_readiness_gate(app, operator.tokens_gate)
     if pod_auth is not None:
@@ -289,6 +295,7 @@ async def run_operator(
                         namespaces=list(options.namespaces),
                         identity=identity,
                         priority=operator_settings.peering.priority,
+                        on_active=operator.request_every_pass,
                     ),
                     name="staticfleet-peering",
                 )

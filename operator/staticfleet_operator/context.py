@@ -29,6 +29,10 @@ from staticfleet_operator.passes import Passes
 from staticfleet_operator.readiness import TokensGate
 
 
+class NotActing(Exception):
+    """This replica stopped being the active one during a pass: the pass decides nothing."""
+
+
 @dataclass
 class Operator:
     coordinator: GroupCoordinator
@@ -67,6 +71,15 @@ class Operator:
     lag_figures: dict[str, LagFigure] = field(default_factory=dict)
     # Runs the passes events ask for (passes.py); made by the handlers on first use.
     passes: Passes | None = None
+    # Whether this replica acts: with peering, only the active one that holds the store
+    # (peering.py); a pass elsewhere is dropped, and taking over asks for every group's.
+    acting: Callable[[], bool] = field(default=lambda: True)
+
+    def request_every_pass(self) -> None:
+        """A pass for every indexed group (this replica has just taken over)."""
+        if self.passes is not None:
+            for namespace, name in list(self.observed.groups or {}):
+                self.passes.request(namespace, name)
 
     async def backend(self, ref: GroupRef, spec: ConsumerGroupSpec) -> GroupBackend:
         """The group's coordinator: the Kafka cluster it names (reached with the settings

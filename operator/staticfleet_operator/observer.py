@@ -25,7 +25,7 @@ from staticfleet_operator.backends import (
     KafkaBackend,
     committed_of,
 )
-from staticfleet_operator.context import Operator, read_client_settings
+from staticfleet_operator.context import NotActing, Operator, read_client_settings
 from staticfleet_operator.crd import (
     ConsumerGroupSpec,
     KafkaSourceSpec,
@@ -51,10 +51,6 @@ from staticfleet_operator.status import read_status
 from staticfleet_operator.tokens import needs_group_token, token_secret_ref
 
 logger = logging.getLogger(__name__)
-# How long a pass of an embedded group waits for this replica to load the coordinator's
-# store: Kopf resumes a replica's handlers as soon as it is the active one, the store is
-# loaded up to two peering polls later (peering.py); longer means something is wrong.
-STORE_WAIT_S = 30.0
 
 
 async def observe(
@@ -86,8 +82,10 @@ async def observe(
             found["disruption_budget"] = DisruptionBudget(budget)
     if not spec.coordinator.is_kafka:
         found["token"] = await _token_secret(op, ref, spec)
-        if not await op.coordinator.wait_ready(STORE_WAIT_S):
-            # Not the active replica any more, or its store cannot be loaded: say so.
+        if not op.coordinator.is_ready:
+            # Passes run only while this replica holds the store (`Operator.acting`).
+            if not op.acting():
+                raise NotActing(NOT_SERVING)  # paused meanwhile: the active one reports
             found["unreachable"] = Unreachable(UNREACHABLE, NOT_SERVING)
             return replace(base, **found), None
     backend: GroupBackend | None = None

@@ -146,11 +146,12 @@ async def watch_peering(
     priority: int,
     interval: float = 5.0,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    on_active: Callable[[], None] = lambda: None,
 ) -> None:
     """Poll the peering object(s) until cancelled. This replica takes the store when it is
-    active in every one of them (`handover_step`) and gives it up when it is not. An
-    unreadable object counts as paused (fail safe: a replica that cannot tell stops taking
-    members and stops writing)."""
+    active in every one of them (`handover_step`), then calls `on_active`; it gives the
+    store up when it is not. An unreadable object counts as paused (fail safe: a replica
+    that cannot tell stops taking members and stops writing)."""
     objects = peering_objects(name, namespaces)
     wait = timedelta(seconds=2 * interval)
     active_since: datetime | None = None
@@ -195,6 +196,7 @@ async def watch_peering(
             else:
                 gate.active = True
                 log.info("this replica is now active; the coordinator's store is loaded")
+                on_active()
         elif active and not gate.active and active_since == now:
             log.info(
                 "this replica is active; another peer is alive, so it loads the store in %s",

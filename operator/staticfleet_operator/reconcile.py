@@ -21,11 +21,11 @@ from coordinator.client.kafka_errors import KafkaAccessError
 from staticfleet_operator.actions import PassResult
 from staticfleet_operator.actuator import Actuator
 from staticfleet_operator.backends import NOT_SERVING, CoordinatorUnreachable, leave_errors
-from staticfleet_operator.context import Operator
+from staticfleet_operator.context import NotActing, Operator
 from staticfleet_operator.crd import Mode, parse_spec, validate_spec
 from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.kube import NamespaceTerminating
-from staticfleet_operator.observer import STORE_WAIT_S, observe, observe_member_token
+from staticfleet_operator.observer import observe, observe_member_token
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.pass_plan import plan_member_token, plan_pass
 from staticfleet_operator.rollout import CoordinatorView
@@ -49,9 +49,14 @@ async def reconcile_pass(op: Operator, namespace: str, name: str) -> bool:
     the pass acted (its effects are to be observed), a rollout is under way, writes of its
     own are not yet in the watch, it waits on a clock, or its Kafka cluster must be polled.
     A settled group waits for events."""
+    if not op.acting():
+        return False  # not the active replica: it decides nothing (taking over asks again)
     ref = GroupRef(namespace, name)
     acted_before = (op.kube.writes, op.status_writes)
-    done, result = await _pass(op, ref)
+    try:
+        done, result = await _pass(op, ref)
+    except NotActing:
+        return False
     if done == "gone":
         return False
     if (op.kube.writes, op.status_writes) != acted_before:
@@ -113,6 +118,8 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
     batch, the coordinator drops the group, and the operator forgets it (its memory, its
     token, its Kafka connection, its series). Raises (so Kopf retries) until all of it
     holds."""
+    if not op.acting():
+        raise RetryLater("this replica is not the active one")
     ref = GroupRef(namespace, name)
     memory = op.memories.of(ref)
     async with memory.lock:
@@ -134,7 +141,7 @@ async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, A
         except KafkaAccessError as error:
             raise RetryLater(f"{error.reason}: {error}") from error
         if not spec.coordinator.is_kafka:
-            if not await op.coordinator.wait_ready(STORE_WAIT_S):
+            if not op.coordinator.is_ready:
                 raise RetryLater(NOT_SERVING)
             await op.coordinator.clear_expected_members(spec.group_id)
             await op.coordinator.forget_standbys(spec.group_id)
