@@ -90,6 +90,7 @@ class GroupCoordinator:
         self._started = False
         self._closed = False
         self._journal_prune_timer: TimerHandle | None = None
+        self._holder: str | None = None  # the mark this coordinator put on the store
 
     def _drop_state(self) -> None:
         """A fresh, empty in-memory state over the same settings, clock and store; the
@@ -136,13 +137,18 @@ class GroupCoordinator:
             log.exception("unexpected error while handling a request")
             return failed(ErrorCode.UNKNOWN_SERVER_ERROR)
 
-    async def start(self) -> None:
+    async def start(self, holder: str | None = None) -> None:
         """Open the store and load every group as it was last persisted (again after
-        `suspend()`)."""
+        `suspend()`). `holder`: mark the store held by this name first, released again by
+        `suspend()` and `close()` (operator replicas hand it over; docs/operator.md,
+        "Replicas and the store")."""
         if self._started or self._closed:
             return
         ctx = self._ctx
         await ctx.store.open()
+        if holder is not None:
+            await ctx.store.set_holder(holder)
+            self._holder = holder
         snapshot = await ctx.store.load()
         ctx.journal_seq = snapshot.last_journal_seq
         ctx.topics = dict(snapshot.topics)
@@ -168,21 +174,26 @@ class GroupCoordinator:
             return
         self._closed = True
         await self._stop_serving()
+        await self._ctx.store.close()
 
     async def suspend(self) -> None:
         """Give the store up until `start()` is called again: the operator's replica that
         is no longer the active one, while another replica writes the same store
-        (docs/operator.md, "Replicas"). Requests are refused from now on
-        (COORDINATOR_NOT_AVAILABLE), parked ones answered so, timers stopped, the store
-        closed and the in-memory state dropped, so that no session of the state it held
-        expires into the store behind the active replica's back, and `start()` loads the
-        store as it is then, not as it was."""
+        (docs/operator.md, "Replicas and the store"). Requests are refused from now on
+        (COORDINATOR_NOT_AVAILABLE), parked ones answered so, timers stopped, the
+        in-memory state dropped and the store marked released (it stays open, for
+        `store_holder`), so that no session of the state it held expires into the store
+        behind the active replica's back, and `start()` loads the store as it is then."""
         if not self._started or self._closed:
             return
         self._started = False
         await self._stop_serving()
         self._drop_state()
-        log.info("coordinator suspended: the store is given up, its state dropped")
+        log.info("coordinator suspended: the store is released, its state dropped")
+
+    async def store_holder(self) -> str | None:
+        """Who holds the store, by its mark (`start(holder=...)`); None: released."""
+        return await self._ctx.store.holder()
 
     async def _stop_serving(self) -> None:
         if self._journal_prune_timer is not None:
@@ -191,7 +202,15 @@ class GroupCoordinator:
         self._ctx.timers.cancel_all()
         for group in list(self._ctx.groups.values()):
             await self._ctx.write(group, self._close_group, group)
-        await self._ctx.store.close()
+        # Released only once nothing of ours can write any more; only our own mark (a
+        # replica that took the store over meanwhile has put its own).
+        if self._holder is not None:
+            holder, self._holder = self._holder, None
+            try:
+                if await self._ctx.store.holder() == holder:
+                    await self._ctx.store.set_holder(None)
+            except StoreError:
+                log.exception("could not mark the store released; the next holder waits")
 
     def _close_group(self, group: ClassicGroup) -> CoordinatorResult[None]:
         for member in group.members.values():

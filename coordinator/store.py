@@ -57,6 +57,16 @@ class Store(ABC):
         does (the HTTP server derives members' leave keys from it). Call after `open`."""
 
     @abstractmethod
+    async def holder(self) -> str | None:
+        """Who holds the store now, as the last `set_holder` said (None: nobody; a holder
+        that died keeps its mark). Call after `open`."""
+
+    @abstractmethod
+    async def set_holder(self, holder: str | None) -> None:
+        """Mark the store held by `holder`, or released (None). Operator replicas share one
+        store and hand it over (docs/operator.md, "Replicas and the store")."""
+
+    @abstractmethod
     async def expected_members(self) -> dict[str, ExpectedMembers]:
         """Every group's expected members, as last written."""
 
@@ -82,12 +92,19 @@ class MemoryStore(Store):
         self._expected_members: dict[str, ExpectedMembers] = {}
         self._promotions: dict[str, dict[str, StandbyPromotion]] = {}
         self._secret = secrets.token_bytes(32)
+        self._holder: str | None = None
 
     async def open(self) -> None:
         return None
 
     async def instance_secret(self) -> bytes:
         return self._secret
+
+    async def holder(self) -> str | None:
+        return self._holder
+
+    async def set_holder(self, holder: str | None) -> None:
+        self._holder = holder
 
     async def close(self) -> None:
         return None
@@ -473,6 +490,24 @@ class SqliteStore(Store):
             return result
 
         return await self._run(read)
+
+    async def holder(self) -> str | None:
+        def read(connection: sqlite3.Connection) -> str | None:
+            row = connection.execute("SELECT value FROM meta WHERE key = 'holder'").fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(read)
+
+    async def set_holder(self, holder: str | None) -> None:
+        def write(connection: sqlite3.Connection) -> None:
+            if holder is None:
+                connection.execute("DELETE FROM meta WHERE key = 'holder'")
+            else:
+                connection.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('holder', ?)", (holder,)
+                )
+
+        await self._run(write)
 
     async def instance_secret(self) -> bytes:
         def read_or_create(connection: sqlite3.Connection) -> bytes:

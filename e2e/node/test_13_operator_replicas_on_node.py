@@ -10,7 +10,7 @@ On scenario 10's node and chart release (e2e/node/conftest.py), `helm upgrade` t
 - **the standby takes the store over**: a managed group of 2 goes Stable; the active pod is
   deleted; the Deployment's replacement and the standby hand the store over between them
   (peering.py: the newest live replica is active; a replica loads the store only once it is
-  the active one, and gives it up when it is paused); afterwards one pod is Ready, the
+  the active one, and releases it when it is paused); afterwards one pod is Ready, the
   Service routes to it, and the group is Stable **in the same generation** with the same
   members, its journal showing no member removed and no rebalance: the replica that took
   over served the store as the active one had left it. (Before this was fixed, every
@@ -44,11 +44,9 @@ from e2e.node.conftest import FleetNode, print_diagnostics
 GROUP = "node-replicas"
 NAMESPACE = "e2e-node-replicas"
 MEMBERS = 2
-# Kafka's default. A handover here takes up to ~20 s (the replacement, the newest replica,
-# waits two peering polls beside the paused one, then the readiness probe and kube-proxy):
-# a member that hears nothing for its whole session rejoins, which a 20 s session did once
-# (generation 2, the rejoin's reason "no contact with the coordinator for a session
-# timeout").
+# Kafka's default. A member that hears nothing for its whole session rejoins: with 20 s,
+# a handover that waited two peering polls (before the store's holder mark) once cost a
+# rebalance (docs/node.md, scenario 13).
 SESSION_TIMEOUT_MS = 45_000
 # After the handover: long enough for a member the new active replica did not know to have
 # been told so at its next heartbeat (3 s) and to have rejoined.

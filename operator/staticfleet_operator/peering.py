@@ -84,12 +84,14 @@ def handover_step(
     holding: bool, active_since: datetime | None, others: bool, now: datetime, wait: timedelta
 ) -> HandoverStep | None:
     """What this replica does about the store after a poll. `active_since`: when the polls
-    began to find it active, without a break (None: the last one did not).
+    began to find it active, without a break (None: the last one did not). `others`:
+    another live peer is listed and the store is marked held by another replica.
 
-    Paused, it gives the store up at once. Active, it takes the store at once when no other
-    peer is alive, else only after `wait` (two poll intervals): the replica it outranks
-    gives the store up at its own next poll, and must have done so before this one loads
-    what that one wrote last."""
+    Paused, it gives the store up at once. Active, it takes the store at once when nobody
+    else may hold it, else only after `wait` (two poll intervals): the replica it outranks
+    gives the store up (and clears its mark) at its own next poll, and must have done so
+    before this one loads what that one wrote last; a holder that died keeps its mark, so
+    after the wait the mark is taken as stale."""
     if active_since is None:
         return HandoverStep.GIVE_UP if holding else None
     if holding:
@@ -102,9 +104,21 @@ def handover_step(
 class StoreHolder(Protocol):
     """What `watch_peering` hands the store to: the operator's `GroupCoordinator`."""
 
-    async def start(self) -> None: ...
+    async def start(self, holder: str | None = None) -> None: ...
 
     async def suspend(self) -> None: ...
+
+    async def store_holder(self) -> str | None: ...
+
+
+async def held_by_another(holder: StoreHolder, identity: str) -> bool:
+    """Whether the store's mark names another replica (unreadable: assume so, and wait)."""
+    try:
+        marked = await holder.store_holder()
+    except Exception as error:  # the store's own error, or a closed store
+        log.warning("cannot read who holds the coordinator's store: %s", error)
+        return True
+    return marked is not None and marked != identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +193,8 @@ async def watch_peering(
             )
             active = False
         active_since = (active_since or now) if active else None
+        if active and others and not gate.active:
+            others = await held_by_another(holder, identity)
         step = handover_step(gate.active, active_since, others, now, wait)
         if step is HandoverStep.GIVE_UP:
             gate.active = False  # unready first: the Services stop routing members here
@@ -189,7 +205,7 @@ async def watch_peering(
                 log.exception("giving the coordinator's store up failed")
         elif step is HandoverStep.TAKE:
             try:
-                await holder.start()
+                await holder.start(identity)
             except Exception:
                 # Tried again at the next poll; unready meanwhile.
                 log.exception("this replica is active but cannot load the coordinator's store")
@@ -199,7 +215,8 @@ async def watch_peering(
                 on_active()
         elif active and not gate.active and active_since == now:
             log.info(
-                "this replica is active; another peer is alive, so it loads the store in %s",
+                "this replica is active; another replica holds the store, so this one "
+                "loads it once that one releases it, or in %s",
                 wait,
             )
         await asyncio.sleep(interval)

@@ -81,3 +81,25 @@ async def test_requests_are_refused_while_suspended_and_parked_ones_answered(
     await harness.form_group(["i-2"])
     assert "member_joined" in seen
     await harness.coordinator.close()
+
+
+async def test_the_holder_mark_is_put_on_start_and_cleared_only_by_its_owner(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "coordinator.db"
+    first = Harness(store=SqliteStore(path))
+    await first.coordinator.start(holder="a")
+    assert await first.coordinator.store_holder() == "a"
+    await first.coordinator.suspend()
+    assert await first.coordinator.store_holder() is None  # released, the store still open
+    await first.coordinator.start(holder="a")
+    # Another replica took the store over (a's mark was stale to it): a must not clear b's.
+    second = Harness(store=SqliteStore(path))
+    await second.coordinator.start(holder="b")
+    await first.coordinator.close()
+    assert await second.coordinator.store_holder() == "b"
+    await second.coordinator.close()
+    reader = SqliteStore(path)
+    await reader.open()
+    assert await reader.holder() is None  # b released it when it closed
+    await reader.close()

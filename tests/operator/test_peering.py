@@ -99,15 +99,21 @@ async def _until(predicate: Any) -> None:
 class RecordingHolder:
     """Records what the poller does with the store, and whether the gate was open then."""
 
-    def __init__(self, gate: PeeringGate) -> None:
+    def __init__(self, gate: PeeringGate, mark: str | None = None) -> None:
         self.gate = gate
         self.calls: list[tuple[str, bool]] = []
+        self.mark = mark  # who the store says holds it
 
-    async def start(self) -> None:
+    async def start(self, holder: str | None = None) -> None:
         self.calls.append(("start", self.gate.active))
+        self.mark = holder
 
     async def suspend(self) -> None:
         self.calls.append(("suspend", self.gate.active))
+        self.mark = None
+
+    async def store_holder(self) -> str | None:
+        return self.mark
 
 
 async def test_the_poller_opens_and_closes_the_gate() -> None:
@@ -167,11 +173,11 @@ def test_the_store_is_taken_at_once_alone_and_after_the_wait_beside_another_peer
     assert handover_step(True, NOW, True, later, wait) is None
 
 
-async def test_a_replica_beside_a_live_peer_waits_two_intervals_before_it_loads() -> None:
+async def test_a_replica_waits_two_intervals_while_the_store_is_marked_held_by_a_peer() -> None:
     path = "clusterkopfpeerings//p"
     api = FakePeeringApi({path: {"status": {"me": entry(11), "old": entry(10)}}})
     gate = PeeringGate()
-    holder = RecordingHolder(gate)
+    holder = RecordingHolder(gate, mark="old")  # "old" has not released it (or died)
     now = [NOW]
     task = asyncio.create_task(
         watch_peering(
@@ -191,7 +197,35 @@ async def test_a_replica_beside_a_live_peer_waits_two_intervals_before_it_loads(
         assert holder.calls == [] and not gate.active
         now[0] = NOW + timedelta(seconds=0.02)
         await _until(lambda: gate.active)
-        assert holder.calls == [("start", False)]
+        assert holder.calls == [("start", False)] and holder.mark == "me"
+    finally:
+        task.cancel()
+
+
+async def test_a_replica_takes_a_released_store_at_once_beside_a_live_peer() -> None:
+    path = "clusterkopfpeerings//p"
+    api = FakePeeringApi({path: {"status": {"me": entry(11), "old": entry(10)}}})
+    gate = PeeringGate()
+    holder = RecordingHolder(gate, mark="old")
+    task = asyncio.create_task(
+        watch_peering(
+            lambda: api,
+            gate,
+            holder,
+            name="p",
+            namespaces=[],
+            identity="me",
+            priority=11,
+            interval=0.01,
+            clock=lambda: NOW,  # frozen: the two intervals never pass
+        )
+    )
+    try:
+        await asyncio.sleep(0.1)
+        assert not gate.active
+        holder.mark = None  # "old" gave the store up at its own poll
+        await _until(lambda: gate.active)
+        assert holder.mark == "me"
     finally:
         task.cancel()
 
@@ -205,6 +239,8 @@ async def test_a_replica_that_is_paused_gives_the_store_up_and_loads_it_anew(
     api = FakePeeringApi({path: {"status": {"a": entry(10)}}})
     first, second = Harness(store=SqliteStore(db)), Harness(store=SqliteStore(db))
     gates = PeeringGate(), PeeringGate()
+    for harness in (first, second):
+        await harness.store.open()  # as run_operator opens it at the replica's start
     tasks = [
         asyncio.create_task(
             watch_peering(
@@ -233,8 +269,10 @@ async def test_a_replica_that_is_paused_gives_the_store_up_and_loads_it_anew(
         api.objects[path] = {"status": {"a": entry(10), "b": entry(11)}}
         await _until(lambda: not gates[0].active)
         assert not first.coordinator.is_ready
-        api.objects[path] = {"status": {"b": entry(11)}}  # "a" has left the peering
+        # "a" is still listed alive, and the clock does not move: "b" takes the store at
+        # once because "a" marked it released.
         await _until(lambda: gates[1].active)
+        assert await second.coordinator.store_holder() == "b"
         assert second.coordinator.generation_of("g") == generation
         (described,) = await second.coordinator.describe_groups(["g"])
         assert {m.group_instance_id for m in described.members} == {"i-0", "i-1"}
