@@ -35,6 +35,10 @@ PEERING_GROUP = "kopf.dev"
 PEERING_VERSION = "v1"
 
 
+# How often a replica that does not hold the store reads the peering object.
+STANDBY_INTERVAL_S = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class Peer:
     identity: str
@@ -219,4 +223,7 @@ async def watch_peering(
                 "loads it once that one releases it, or in %s",
                 wait,
             )
-        await asyncio.sleep(interval)
+        # A replica that does not hold the store looks more often: the one that just
+        # started misses its own peering entry at its first look (Kopf writes it a moment
+        # later), and a restart's readiness waited a whole interval for the second.
+        await asyncio.sleep(interval if gate.active else min(interval, STANDBY_INTERVAL_S))

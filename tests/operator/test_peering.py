@@ -307,3 +307,32 @@ def test_a_restarted_operator_outranks_its_own_ghost() -> None:
     status = {"ghost": entry(ghost, seen_ago_s=10), "new": entry(restarted, seen_ago_s=1)}
     assert is_active(status, "new", restarted, NOW)
     assert not is_active(status, "ghost", ghost, NOW)
+
+
+async def test_a_replica_that_does_not_hold_the_store_looks_every_second() -> None:
+    """Kopf writes a starting replica's entry a moment after its first look; the second
+    look comes a second later, not a whole interval (5 s) later."""
+    path = "clusterkopfpeerings//p"
+    api = FakePeeringApi({path: {"status": {}}})  # this replica's entry not written yet
+    gate = PeeringGate()
+    holder = RecordingHolder(gate)
+    task = asyncio.create_task(
+        watch_peering(
+            lambda: api,
+            gate,
+            holder,
+            name="p",
+            namespaces=[],
+            identity="me",
+            priority=10,
+            interval=5.0,
+            clock=lambda: NOW,
+        )
+    )
+    try:
+        await asyncio.sleep(0.1)
+        assert not gate.active  # the first look found no entry
+        api.objects[path] = {"status": {"me": entry(10)}}
+        await _until(lambda: gate.active)  # within 2 s, not 5
+    finally:
+        task.cancel()
