@@ -42,15 +42,18 @@ class NodeCluster(Cluster):
         raise NotImplementedError("not a scenario on the real node yet (docs/node.md)")
 
 
-def node_volume(path: Path) -> dict[str, Any]:
-    """The node's PersistentVolume for the chart's claim (as e2e/cluster.py's node_volume)."""
+def node_volume(
+    path: Path, name: str = "node-data", access_mode: str = "ReadWriteOnce"
+) -> dict[str, Any]:
+    """The node's PersistentVolume for the chart's claim (as e2e/cluster.py's node_volume);
+    scenario 13's shared one is ReadWriteMany."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": "node-data"},
+        "metadata": {"name": name},
         "spec": {
             "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteOnce"],
+            "accessModes": [access_mode],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
             "hostPath": {"path": str(path), "type": "Directory"},

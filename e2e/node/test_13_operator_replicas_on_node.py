@@ -38,7 +38,7 @@ import pytest
 from e2e.cluster import CHART, COORDINATOR_PORT, FULLNAME, OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.fleet import answers_ready, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
-from e2e.node.cluster import IMAGE_UID, NodeCluster
+from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.conftest import FleetNode, print_diagnostics
 
 GROUP = "node-replicas"
@@ -149,18 +149,7 @@ def _shared_volume(cluster: NodeCluster, fleet_node: FleetNode) -> None:
     data = fleet_node.workdir / "persistent-volumes" / "shared-data"
     data.mkdir(parents=True)
     os.chown(data, IMAGE_UID, IMAGE_UID)
-    volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": SHARED_VOLUME},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(data), "type": "Directory"},
-        },
-    }
+    volume = node_volume(data, SHARED_VOLUME, "ReadWriteMany")
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -169,7 +158,7 @@ def _shared_volume(cluster: NodeCluster, fleet_node: FleetNode) -> None:
             "accessModes": ["ReadWriteMany"],
             "storageClassName": "",
             "volumeName": SHARED_VOLUME,
-            "resources": {"requests": {"storage": "1Gi"}},
+            "resources": {"requests": {"storage": "10Gi"}},
         },
     }
     for item in (volume, claim):

@@ -88,6 +88,31 @@ class FakePeeringApi(KubeApi):
         return body
 
 
+def _watching(
+    api: KubeApi,
+    gate: PeeringGate,
+    holder: Any,
+    identity: str,
+    priority: int,
+    interval: float,
+    clock: Any,
+) -> asyncio.Task[None]:
+    """A replica's poller on the peering object "p" (cluster-wide)."""
+    return asyncio.create_task(
+        watch_peering(
+            lambda: api,
+            gate,
+            holder,
+            name="p",
+            namespaces=[],
+            identity=identity,
+            priority=priority,
+            interval=interval,
+            clock=clock,
+        )
+    )
+
+
 async def _until(predicate: Any) -> None:
     for _ in range(400):  # polls the poller's effect: 2 s at most
         if predicate():
@@ -121,19 +146,7 @@ async def test_the_poller_opens_and_closes_the_gate() -> None:
     api = FakePeeringApi({path: {"status": {"me": entry(10)}}})
     gate = PeeringGate()
     holder = RecordingHolder(gate)
-    task = asyncio.create_task(
-        watch_peering(
-            lambda: api,
-            gate,
-            holder,
-            name="p",
-            namespaces=[],
-            identity="me",
-            priority=10,
-            interval=0.01,
-            clock=lambda: NOW,
-        )
-    )
+    task = _watching(api, gate, holder, "me", 10, 0.01, lambda: NOW)
     try:
         await _until(lambda: gate.active)
         api.objects[path] = {"status": {"me": entry(10), "other": entry(11)}}
@@ -179,19 +192,7 @@ async def test_a_replica_waits_two_intervals_while_the_store_is_marked_held_by_a
     gate = PeeringGate()
     holder = RecordingHolder(gate, mark="old")  # "old" has not released it (or died)
     now = [NOW]
-    task = asyncio.create_task(
-        watch_peering(
-            lambda: api,
-            gate,
-            holder,
-            name="p",
-            namespaces=[],
-            identity="me",
-            priority=11,
-            interval=0.01,
-            clock=lambda: now[0],
-        )
-    )
+    task = _watching(api, gate, holder, "me", 11, 0.01, lambda: now[0])
     try:
         await asyncio.sleep(0.1)  # ten polls at the same instant: the wait has not passed
         assert holder.calls == [] and not gate.active
@@ -207,19 +208,8 @@ async def test_a_replica_takes_a_released_store_at_once_beside_a_live_peer() -> 
     api = FakePeeringApi({path: {"status": {"me": entry(11), "old": entry(10)}}})
     gate = PeeringGate()
     holder = RecordingHolder(gate, mark="old")
-    task = asyncio.create_task(
-        watch_peering(
-            lambda: api,
-            gate,
-            holder,
-            name="p",
-            namespaces=[],
-            identity="me",
-            priority=11,
-            interval=0.01,
-            clock=lambda: NOW,  # frozen: the two intervals never pass
-        )
-    )
+    # The clock is frozen: the two intervals never pass.
+    task = _watching(api, gate, holder, "me", 11, 0.01, lambda: NOW)
     try:
         await asyncio.sleep(0.1)
         assert not gate.active
@@ -242,19 +232,7 @@ async def test_a_replica_that_is_paused_gives_the_store_up_and_loads_it_anew(
     for harness in (first, second):
         await harness.store.open()  # as run_operator opens it at the replica's start
     tasks = [
-        asyncio.create_task(
-            watch_peering(
-                lambda: api,
-                gate,
-                harness.coordinator,
-                name="p",
-                namespaces=[],
-                identity=identity,
-                priority=priority,
-                interval=0.01,
-                clock=lambda: NOW,
-            )
-        )
+        _watching(api, gate, harness.coordinator, identity, priority, 0.01, lambda: NOW)
         for harness, gate, identity, priority in (
             (first, gates[0], "a", 10),
             (second, gates[1], "b", 11),
@@ -316,19 +294,7 @@ async def test_a_replica_that_does_not_hold_the_store_looks_every_second() -> No
     api = FakePeeringApi({path: {"status": {}}})  # this replica's entry not written yet
     gate = PeeringGate()
     holder = RecordingHolder(gate)
-    task = asyncio.create_task(
-        watch_peering(
-            lambda: api,
-            gate,
-            holder,
-            name="p",
-            namespaces=[],
-            identity="me",
-            priority=10,
-            interval=5.0,
-            clock=lambda: NOW,
-        )
-    )
+    task = _watching(api, gate, holder, "me", 10, 5.0, lambda: NOW)
     try:
         await asyncio.sleep(0.1)
         assert not gate.active  # the first look found no entry
