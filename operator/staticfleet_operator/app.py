@@ -247,7 +247,8 @@ async def run_operator(
     operator_settings = settings or kopf_settings(options)
     # With peering, only the active replica is ready (Kopf's rule, see peering.py), so the
     # coordinator and webhook Services route to it alone; a paused one also refuses members.
-    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
+    pod_name = os.environ.get("POD_NAME") or None
+    identity = f"{pod_name or socket.gethostname()}-{uuid.uuid4().hex[:8]}"
     gate: PeeringGate | None = None
     watcher: asyncio.Task[None] | None = None
     if options.peering:
@@ -296,6 +297,7 @@ async def run_operator(
                         identity=identity,
                         priority=operator_settings.peering.priority,
                         on_active=operator.request_every_pass,
+                        pod=pod_name,
                     ),
                     name="staticfleet-peering",
                 )

@@ -115,14 +115,25 @@ class StoreHolder(Protocol):
     async def store_holder(self) -> str | None: ...
 
 
-async def held_by_another(holder: StoreHolder, identity: str) -> bool:
-    """Whether the store's mark names another replica (unreadable: assume so, and wait)."""
+def marked_by_another(marked: str | None, identity: str, pod: str | None) -> bool:
+    """Whether a store mark names a replica other than this one. With `pod` (this replica's
+    pod name; identities are `<pod name>-<random>`, app.py), a mark of the same pod is this
+    container's previous process, which the kubelet restarted this one in place of: a pod
+    runs one operator container, so that process is dead, whatever its mark says."""
+    if marked is None or marked == identity:
+        return False
+    return pod is None or not marked.startswith(f"{pod}-")
+
+
+async def held_by_another(holder: StoreHolder, identity: str, pod: str | None) -> bool:
+    """Whether the store is marked held by another replica (unreadable: assume so, and
+    wait)."""
     try:
         marked = await holder.store_holder()
     except Exception as error:  # the store's own error, or a closed store
         log.warning("cannot read who holds the coordinator's store: %s", error)
         return True
-    return marked is not None and marked != identity
+    return marked_by_another(marked, identity, pod)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +176,13 @@ async def watch_peering(
     interval: float = 5.0,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     on_active: Callable[[], None] = lambda: None,
+    pod: str | None = None,
 ) -> None:
     """Poll the peering object(s) until cancelled. This replica takes the store when it is
     active in every one of them (`handover_step`), then calls `on_active`; it gives the
-    store up when it is not. An unreadable object counts as paused (fail safe: a replica
-    that cannot tell stops taking members and stops writing)."""
+    store up when it is not. `pod`: this replica's pod name, when it runs in one. An
+    unreadable object counts as paused (fail safe: a replica that cannot tell stops taking
+    members and stops writing)."""
     objects = peering_objects(name, namespaces)
     wait = timedelta(seconds=2 * interval)
     active_since: datetime | None = None
@@ -198,7 +211,7 @@ async def watch_peering(
             active = False
         active_since = (active_since or now) if active else None
         if active and others and not gate.active:
-            others = await held_by_another(holder, identity)
+            others = await held_by_another(holder, identity, pod)
         step = handover_step(gate.active, active_since, others, now, wait)
         if step is HandoverStep.GIVE_UP:
             gate.active = False  # unready first: the Services stop routing members here

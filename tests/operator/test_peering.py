@@ -22,6 +22,7 @@ from staticfleet_operator.peering import (
     PeeringObject,
     handover_step,
     is_active,
+    marked_by_another,
     others_alive,
     peering_objects,
     peers_of,
@@ -96,6 +97,7 @@ def _watching(
     priority: int,
     interval: float,
     clock: Any,
+    pod: str | None = None,
 ) -> asyncio.Task[None]:
     """A replica's poller on the peering object "p" (cluster-wide)."""
     return asyncio.create_task(
@@ -109,6 +111,7 @@ def _watching(
             priority=priority,
             interval=interval,
             clock=clock,
+            pod=pod,
         )
     )
 
@@ -300,5 +303,38 @@ async def test_a_replica_that_does_not_hold_the_store_looks_every_second() -> No
         assert not gate.active  # the first look found no entry
         api.objects[path] = {"status": {"me": entry(10)}}
         await _until(lambda: gate.active)  # within 2 s, not 5
+    finally:
+        task.cancel()
+
+
+def test_a_mark_of_this_pods_previous_process_does_not_count() -> None:
+    me = "sf-staticfleet-7d9-abcde-1234abcd"
+    # The kubelet restarted the container: the mark names the same pod, another process.
+    assert not marked_by_another(
+        "sf-staticfleet-7d9-abcde-9f9f9f9f", me, "sf-staticfleet-7d9-abcde"
+    )
+    # Another pod of the Deployment (a prefix of a name is not the name).
+    assert marked_by_another("sf-staticfleet-7d9-abcdf-9f9f9f9f", me, "sf-staticfleet-7d9-abcde")
+    assert marked_by_another("sf-staticfleet-7d9-abcde-x-9f9f9f9f", me, "sf-staticfleet-7d9-abcd")
+    # Outside a pod (no POD_NAME) only this very process's own mark is its own.
+    assert marked_by_another("host-9f9f9f9f", "host-1234abcd", None)
+    assert not marked_by_another("host-1234abcd", "host-1234abcd", None)
+    assert not marked_by_another(None, me, None)
+
+
+async def test_a_restarted_container_takes_its_dead_predecessors_store_at_once() -> None:
+    """A crash: the peering object still lists the dead process alive (its lifetime has not
+    run out) and the store still carries its mark; the restarted container in the same pod
+    loads at once instead of waiting two intervals."""
+    path = "clusterkopfpeerings//p"
+    ghost = "pod-a-0000dead"
+    api = FakePeeringApi({path: {"status": {"pod-a-1234abcd": entry(11), ghost: entry(10)}}})
+    gate = PeeringGate()
+    holder = RecordingHolder(gate, mark=ghost)
+    # The clock is frozen: the two intervals never pass.
+    task = _watching(api, gate, holder, "pod-a-1234abcd", 11, 0.01, lambda: NOW, pod="pod-a")
+    try:
+        await _until(lambda: gate.active)
+        assert holder.mark == "pod-a-1234abcd"
     finally:
         task.cancel()
