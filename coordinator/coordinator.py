@@ -184,7 +184,10 @@ class GroupCoordinator:
         in-memory state dropped and the store marked released (it stays open, for
         `store_holder`), so that no session of the state it held expires into the store
         behind the active replica's back, and `start()` loads the store as it is then."""
-        if not self._started or self._closed:
+        if self._closed:
+            return
+        if not self._started:
+            await self._release()  # a start that marked the store, then failed to load it
             return
         self._started = False
         await self._stop_serving()
@@ -202,15 +205,19 @@ class GroupCoordinator:
         self._ctx.timers.cancel_all()
         for group in list(self._ctx.groups.values()):
             await self._ctx.write(group, self._close_group, group)
-        # Released only once nothing of ours can write any more; only our own mark (a
-        # replica that took the store over meanwhile has put its own).
-        if self._holder is not None:
-            holder, self._holder = self._holder, None
-            try:
-                if await self._ctx.store.holder() == holder:
-                    await self._ctx.store.set_holder(None)
-            except StoreError:
-                log.exception("could not mark the store released; the next holder waits")
+        await self._release()
+
+    async def _release(self) -> None:
+        """Clear the store's mark, only once nothing of ours can write any more, and only
+        our own (a replica that took the store over meanwhile has put its own)."""
+        if self._holder is None:
+            return
+        holder, self._holder = self._holder, None
+        try:
+            if await self._ctx.store.holder() == holder:
+                await self._ctx.store.set_holder(None)
+        except StoreError:
+            log.exception("could not mark the store released; the next holder waits")
 
     def _close_group(self, group: ClassicGroup) -> CoordinatorResult[None]:
         for member in group.members.values():

@@ -12,7 +12,7 @@ the gate, then suspend the coordinator).
 Every replica mounts the same store, so a paused replica must not hold it: state loaded at
 its own start would be stale when it becomes active, and its session timers, fed by no
 heartbeat, would expire members into the store behind the active replica's back
-(docs/operator.md, "Replicas").
+(docs/operator.md, "Replicas and the store").
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ two coordinators on it as two replicas, ManualClock."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from coordinator import ErrorCode, LeaveGroupRequest, MemberIdentity, SqliteStore
+import pytest
+
+from coordinator import ErrorCode, LeaveGroupRequest, MemberIdentity, SqliteStore, StoreError
 from coordinator.clock import settle
 from tests.coordinator.harness import GROUP, SESSION_MS, Harness, join_request
 
@@ -103,3 +106,21 @@ async def test_the_holder_mark_is_put_on_start_and_cleared_only_by_its_owner(
     await reader.open()
     assert await reader.holder() is None  # b released it when it closed
     await reader.close()
+
+
+async def test_a_start_that_failed_to_load_leaves_no_mark_once_suspended(
+    tmp_path: Path,
+) -> None:
+    class Unloadable(SqliteStore):
+        async def load(self) -> Any:
+            raise StoreError("the volume went away")
+
+    path = tmp_path / "coordinator.db"
+    harness = Harness(store=Unloadable(path))
+    with pytest.raises(StoreError):
+        await harness.coordinator.start(holder="a")
+    assert not harness.coordinator.is_ready
+    assert await harness.coordinator.store_holder() == "a"
+    await harness.coordinator.suspend()  # paused before it could load: the mark goes too
+    assert await harness.coordinator.store_holder() is None
+    await harness.coordinator.close()
