@@ -176,7 +176,7 @@ e2e: install e2e-build soak-tools ## the end-to-end scenarios on a local control
 	$(E2E_PYTEST) e2e --ignore=e2e/node/test_node.py
 
 e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and a fleet (docs/node.md)
-	$(E2E_PYTEST) e2e/node/test_node.py e2e/node/test_10_fleet_on_node.py e2e/node/test_11_faults_on_node.py e2e/node/test_12_getting_started.py e2e/node/test_13_operator_replicas_on_node.py
+	$(E2E_PYTEST) e2e/node/test_node.py e2e/node/test_10_fleet_on_node.py e2e/node/test_11_faults_on_node.py e2e/node/test_11b_operator_replicas_on_node.py e2e/node/test_12_getting_started.py
 
 # The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
 # Docker engine; kind itself is built from its Go module).

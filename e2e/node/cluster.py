@@ -46,7 +46,7 @@ def node_volume(
     path: Path, name: str = "node-data", access_mode: str = "ReadWriteOnce"
 ) -> dict[str, Any]:
     """The node's PersistentVolume for the chart's claim (as e2e/cluster.py's node_volume);
-    scenario 13's shared one is ReadWriteMany."""
+    scenario 11b's shared one is ReadWriteMany."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",

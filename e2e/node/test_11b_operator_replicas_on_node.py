@@ -1,4 +1,4 @@
-"""Scenario 13: two operator replicas on a real node (issue 28).
+"""Scenario 11b: two operator replicas on a real node (issue 28).
 
 On scenario 10's node and chart release (e2e/node/conftest.py), `helm upgrade` to
 `replicaCount: 2` on a ReadWriteMany volume (a hostPath PersistentVolume both pods mount):
@@ -17,10 +17,12 @@ On scenario 10's node and chart release (e2e/node/conftest.py), `helm upgrade` t
   replica loaded the store at its own start: the standby here started before the group
   existed, so it took over with no group at all and the members had to join again.)
 
-The scenario leaves the release at two replicas on the shared volume: it runs last of the
-node scenarios (file order), and the node goes after it.
+The scenario leaves the release at two replicas on the shared volume: it runs after the
+scenarios that share the release (10, 11) and before 12, which uninstalls it for a fresh
+install (file order). In the first CI run it was named 13 and ran after 12: its `helm
+upgrade` found no release.
 
-    .venv/bin/pytest -o testpaths=e2e e2e/node/test_13_operator_replicas_on_node.py
+    .venv/bin/pytest -o testpaths=e2e e2e/node/test_11b_operator_replicas_on_node.py
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ NAMESPACE = "e2e-node-replicas"
 MEMBERS = 2
 # Kafka's default. A member that hears nothing for its whole session rejoins: with 20 s,
 # a handover that waited two peering polls (before the store's holder mark) once cost a
-# rebalance (docs/node.md, scenario 13).
+# rebalance (docs/node.md, scenario 11b).
 SESSION_TIMEOUT_MS = 45_000
 # After the handover: long enough for a member the new active replica did not know to have
 # been told so at its next heartbeat (3 s) and to have rejoined.
