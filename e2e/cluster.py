@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,13 @@ COORDINATOR_PORT = 9092
 IMAGE_REPOSITORY = "staticfleet"
 IMAGE_TAG = "e2e"
 IMAGE_VALUES = ["--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={IMAGE_TAG}"]
+
+
+def crd_established(crd: Mapping[str, Any]) -> bool:
+    """A CRD the API server serves (its Established condition True; a CRD read before the
+    API server has written any condition has none: not yet)."""
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 class Cluster(ABC):
@@ -83,11 +90,7 @@ class Cluster(ABC):
         any condition, as it did under load."""
         wait_for(
             f"the CRD {name} to be Established",
-            lambda: any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in (self.get_json("get", "crd", name).get("status") or {}).get("conditions")
-                or []
-            ),
+            lambda: crd_established(self.get_json("get", "crd", name)),
             timeout_s=timeout_s,
         )
 

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from e2e.cluster import crd_established
 from e2e.controlplane import (
     DEFAULT_BIN_DIR,
     ROOT,
@@ -35,7 +36,7 @@ from e2e.controlplane import (
     restart_apiserver,
     start_processes,
 )
-from e2e.fleet import answers_ready
+from e2e.fleet import answers_ready, wait_for
 from staticfleet.demo.fleet import (
     FleetError,
     clean_environment,
@@ -227,7 +228,14 @@ def kubectl(cp: ControlPlane, *args: str, input: str | None = None) -> str:
 def prepare_cluster(cp: ControlPlane, config: SoakConfig, tokens: Mapping[str, str]) -> None:
     """The CRDs as a user applies them, then the soak's namespace, Secrets and groups."""
     kubectl(cp, "apply", "-f", str(ROOT / "crds"))
-    kubectl(cp, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    # Polled, not `kubectl wait --for=condition=Established`, which fails at once when it
+    # reads a CRD before the API server has written any condition (a CI run, under load).
+    for path in sorted((ROOT / "crds").glob("*.yaml")):
+
+        def established(name: str = path.stem) -> bool:
+            return crd_established(json.loads(kubectl(cp, "get", "crd", name, "-o", "json")))
+
+        wait_for(f"the CRD {path.stem} to be Established", established, timeout_s=60)
     items = group_manifests(config.groups, tokens, config.partitions)
     kubectl(
         cp,
