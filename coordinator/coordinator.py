@@ -82,26 +82,27 @@ class GroupCoordinator:
         self.config = config or CoordinatorConfig()
         self.clock: Clock = clock or SystemClock()
         self.store: Store = store or MemoryStore()
-        self._ctx = CoordinatorContext(self.config, self.clock, self.store)
-        self._membership = MembershipManager(self._ctx)
-        self._offsets = OffsetManager(self._ctx, self._membership)
-        self._standby = StandbyManager(self._ctx, self._membership)
+        self._use_state(CoordinatorContext(self.config, self.clock, self.store))
         self._topics_lock = asyncio.Lock()
         self._started = False
         self._closed = False
         self._journal_prune_timer: TimerHandle | None = None
         self._holder: str | None = None  # the mark this coordinator put on the store
 
+    def _use_state(self, ctx: CoordinatorContext) -> None:
+        """`ctx` and the managers over it become the coordinator's in-memory state."""
+        self._ctx = ctx
+        self._membership = MembershipManager(ctx)
+        self._offsets = OffsetManager(ctx, self._membership)
+        self._standby = StandbyManager(ctx, self._membership)
+
     def _drop_state(self) -> None:
         """A fresh, empty in-memory state over the same settings, clock and store; the
         journal listeners and the store-failure counts are the embedder's and carry over."""
-        previous = self._ctx
-        self._ctx = CoordinatorContext(self.config, self.clock, self.store)
-        self._ctx.journal_listeners = previous.journal_listeners
-        self._ctx.store_failures = previous.store_failures
-        self._membership = MembershipManager(self._ctx)
-        self._offsets = OffsetManager(self._ctx, self._membership)
-        self._standby = StandbyManager(self._ctx, self._membership)
+        fresh = CoordinatorContext(self.config, self.clock, self.store)
+        fresh.journal_listeners = self._ctx.journal_listeners
+        fresh.store_failures = self._ctx.store_failures
+        self._use_state(fresh)
 
     @property
     def timers(self) -> Timers[ClassicGroup]:

@@ -133,8 +133,9 @@ class Cluster(ABC):
         token = base64.b64decode(secret["data"]["token"]).decode()
         return CoordinatorAdmin(self.coordinator_base_url(), token)
 
-    def operator_pod(self) -> dict[str, Any] | None:
-        pods = self.get_json(
+    def operator_pods(self) -> list[dict[str, Any]]:
+        """The release's operator pods that are not being deleted."""
+        pods: list[dict[str, Any]] = self.get_json(
             "-n",
             OPERATOR_NAMESPACE,
             "get",
@@ -142,7 +143,10 @@ class Cluster(ABC):
             "-l",
             f"app.kubernetes.io/instance={RELEASE}",
         )["items"]
-        live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+        return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+    def operator_pod(self) -> dict[str, Any] | None:
+        live = self.operator_pods()
         return live[0] if live else None
 
     def member_pods(self, namespace: str, group: str) -> list[dict[str, Any]]:

@@ -66,7 +66,7 @@ def test_two_operator_replicas_readiness_and_the_store_handover(
         _run_scenario(fleet_node, record)
     except BaseException:
         print_diagnostics(fleet_node.cluster)
-        for pod in _operator_pods(fleet_node.cluster):
+        for pod in fleet_node.cluster.operator_pods():
             name = pod["metadata"]["name"]
             print(f"--- {name}")
             print(fleet_node.cluster.container_log(OPERATOR_NAMESPACE, name, "operator")[-6000:])
@@ -167,20 +167,13 @@ def _shared_volume(cluster: NodeCluster, fleet_node: FleetNode) -> None:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(item))
 
 
-def _operator_pods(cluster: NodeCluster) -> list[dict[str, Any]]:
-    pods: list[dict[str, Any]] = cluster.get_json(
-        "-n", OPERATOR_NAMESPACE, "get", "pods", "-l", f"app.kubernetes.io/instance={RELEASE}"
-    )["items"]
-    return [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
-
-
 def _one_ready_of_two(cluster: NodeCluster, not_named: str = "") -> tuple[str, str] | None:
     """(the Ready pod, the running one that is not) once there are exactly two, both with
     their container running, and only one Ready; the same answer twice in a row, a probe
     period apart, so that a handover in flight is not taken for its end."""
 
     def look() -> tuple[str, str] | None:
-        pods = [p for p in _operator_pods(cluster) if p["metadata"]["name"] != not_named]
+        pods = [p for p in cluster.operator_pods() if p["metadata"]["name"] != not_named]
         running = [
             p
             for p in pods
@@ -205,7 +198,7 @@ def _one_ready_of_two(cluster: NodeCluster, not_named: str = "") -> tuple[str, s
 def _readiness_keeps_members_off(
     cluster: NodeCluster, active: str, standby: str, record: Callable[[str, Any], None]
 ) -> None:
-    ips = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in _operator_pods(cluster)}
+    ips = {pod["metadata"]["name"]: pod["status"]["podIP"] for pod in cluster.operator_pods()}
     slices = cluster.get_json(
         "-n",
         OPERATOR_NAMESPACE,

@@ -78,8 +78,8 @@ class Operator:
     def request_every_pass(self) -> None:
         """A pass for every indexed group (this replica has just taken over)."""
         if self.passes is not None:
-            for namespace, name in list(self.observed.groups or {}):
-                self.passes.request(namespace, name)
+            for ref in self.observed.group_refs():
+                self.passes.request(*ref)
 
     async def backend(self, ref: GroupRef, spec: ConsumerGroupSpec) -> GroupBackend:
         """The group's coordinator: the Kafka cluster it names (reached with the settings

@@ -23,7 +23,6 @@ import kopf
 from coordinator import JournalEvent
 from staticfleet_operator import index_readiness
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
-from staticfleet_operator.group_ref import GroupRef
 from staticfleet_operator.informer import (
     MEMBER_PODS,
     OPAQUE_SECRETS,
@@ -166,7 +165,7 @@ def start_passes(op: Operator, interval: float, resync: float = DEFAULT_RESYNC_S
     joined, left, a rebalance ended: nothing the API server would tell), and the resync
     asks for every indexed group once per `resync` seconds."""
     runner = Passes(lambda ns, name: reconcile_pass(op, ns, name), interval)
-    runner.resync(lambda: [GroupRef(*key) for key in op.observed.groups or {}], resync)
+    runner.resync(op.observed.group_refs, resync)
 
     def journaled(event: JournalEvent) -> None:
         key = op.memories.ref_of(event.group_id)

@@ -89,6 +89,10 @@ class Observed:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def group_refs(self) -> list[GroupRef]:
+        """Every ConsumerGroup in Kopf's index (none before it is attached)."""
+        return [GroupRef(*key) for key in self.groups or {}]
+
     async def group(self, kube: KubeApi, namespace: str, name: str) -> Body | None:
         if self.groups is None:
             return await kube.get_group(namespace, name)

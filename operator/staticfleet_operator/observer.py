@@ -19,7 +19,6 @@ from typing import Any
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.messages import OffsetFetchRequest
 from staticfleet_operator.backends import (
-    NOT_SERVING,
     CoordinatorUnreachable,
     GroupBackend,
     KafkaBackend,
@@ -82,12 +81,6 @@ async def observe(
             found["disruption_budget"] = DisruptionBudget(budget)
     if not spec.coordinator.is_kafka:
         found["token"] = await _token_secret(op, ref, spec)
-        if not op.coordinator.is_ready:
-            # Passes run only while this replica holds the store (`Operator.acting`).
-            if not op.acting():
-                raise NotActing(NOT_SERVING)  # paused meanwhile: the active one reports
-            found["unreachable"] = Unreachable(UNREACHABLE, NOT_SERVING)
-            return replace(base, **found), None
     backend: GroupBackend | None = None
     try:
         backend = await op.backend(ref, spec)
@@ -108,6 +101,10 @@ async def observe(
         else:
             described = await backend.describe(spec.group_id)
     except CoordinatorUnreachable as error:
+        if not spec.coordinator.is_kafka and not op.acting():
+            # The embedded coordinator's store was given up during the pass (passes run
+            # only while this replica holds it, `Operator.acting`): the active one reports.
+            raise NotActing(str(error)) from error
         message = (
             f"Kafka cluster {spec.coordinator.bootstrap_servers} unreachable: {error}"
             if spec.coordinator.is_kafka
