@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -41,10 +42,12 @@ def test_bad_settings_are_refused():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # the shared run (QUICK_DEMO_TIMEOUT_S), if this test is its first user
+@pytest.mark.timeout(900)  # the shared run (QUICK_DEMO_TIMEOUT_S), if this test is its first user
 def test_quick_demo_end_to_end(quick_demo: QuickDemo) -> None:
-    output = quick_demo.output
-    assert quick_demo.returncode == 0, quick_demo.failure
+    # The embedded half of the shared `--coordinator both` run (tests/demo/test_demo_kafka.py
+    # reads its Kafka half): the same run and files as `demo --quick` alone.
+    output = quick_demo.embedded
+    assert quick_demo.embedded_ok, quick_demo.failure
     report = json.loads((output / "report.json").read_text())
     scenarios = {s["key"]: s for s in report["scenarios"]}
     assert list(scenarios) == [
@@ -140,3 +143,31 @@ def test_engine_and_coordinator_flags_reach_the_runner(monkeypatch):
     assert parse().engine == "auto"
     # `make demo` keeps its embedded default.
     assert parse().coordinator == "embedded"
+
+
+def test_coordinator_embedded_is_the_embedded_half_of_both(monkeypatch, tmp_path):
+    # The quick demo the end-to-end test reads is `--coordinator both` (one run for the
+    # Kafka side-by-side test too): its embedded half is the run `--coordinator embedded`
+    # makes, only written to <output>/embedded.
+    from rich.console import Console
+
+    from staticfleet.demo import runner
+
+    calls: list[tuple[DemoSettings, str, str]] = []
+
+    def fake_run_one(settings, console, engine, mode):
+        calls.append((settings, engine, mode))
+        return (1 if mode == "embedded" else 0), []
+
+    monkeypatch.setattr(runner, "_run_one", fake_run_one)
+    settings = DemoSettings.quick_run(output_dir=tmp_path)
+    console = Console(file=None, quiet=True)
+    assert runner.run_demo(settings, console, engine="spark", coordinator="embedded") == 1
+    assert calls == [(settings, "spark", "embedded")]
+    calls.clear()
+    assert runner.run_demo(settings, console, engine="spark", coordinator="both") == 1
+    assert calls == [
+        (dataclasses.replace(settings, output_dir=tmp_path / "embedded"), "spark", "embedded"),
+        (dataclasses.replace(settings, output_dir=tmp_path / "kafka"), "python", "kafka"),
+    ]
+    assert json.loads((tmp_path / "comparison.json").read_text())["embedded_ok"] is False

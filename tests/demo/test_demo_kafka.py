@@ -4,38 +4,20 @@ a real Kafka broker (members on `kafka://`, records from a real topic), side by 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+
+from tests.conftest import QuickDemo
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-@pytest.mark.timeout(420)
-def test_quick_demo_embedded_and_kafka_side_by_side(tmp_path):
-    output = tmp_path / "demo"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "staticfleet.cli",
-            "demo",
-            "--quick",
-            "--coordinator",
-            "both",
-            # Spark's figures are checked by the embedded end-to-end test; here it would
-            # only add its JVM start.
-            "--engine",
-            "python",
-            "--output-dir",
-            str(output),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-4000:]
+@pytest.mark.timeout(900)  # the shared run (QUICK_DEMO_TIMEOUT_S), if this test is its first user
+def test_quick_demo_embedded_and_kafka_side_by_side(quick_demo: QuickDemo) -> None:
+    # The session's one `demo --quick --coordinator both` run (tests/conftest.py): its embedded
+    # half is also what tests/demo/test_demo_command.py checks end to end, with Spark's figures.
+    output = quick_demo.output
+    assert quick_demo.returncode == 0, quick_demo.failure
     kafka_report = json.loads((output / "kafka" / "report.json").read_text())
     assert kafka_report["ok"] is True
     assert kafka_report["coordinator"] == "kafka"
@@ -80,4 +62,4 @@ def test_quick_demo_embedded_and_kafka_side_by_side(tmp_path):
         batch = rows["scale_down_batch_leave"][side]["reassigned_after_ms"]
         waited = rows["scale_down_timeout"][side]["reassigned_after_ms"]
         assert batch is not None and waited is not None and batch < waited, side
-    assert "Embedded coordinator | Kafka" in done.stdout
+    assert "Embedded coordinator | Kafka" in quick_demo.stdout
