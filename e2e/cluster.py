@@ -324,13 +324,9 @@ class KindCluster(Cluster):
     def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
         kubectl = Path(os.environ.get("KUBECTL", "kubectl"))
         super().__init__(kubeconfig, kubectl, HELM)
-        self.log_dir = log_dir
-        self._followers: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs = PodLogs(self, log_dir)
         self._forward: subprocess.Popen[bytes] | None = None
         (self._forward_port,) = free_ports(1)
-        self._stop = threading.Event()
-        self._watcher = threading.Thread(target=self._follow_logs, daemon=True)
-        self._watcher.start()
 
     def chart_values(self) -> list[str]:
         return [
@@ -357,8 +353,7 @@ class KindCluster(Cluster):
         return f"http://127.0.0.1:{self._forward_port}"
 
     def container_log(self, namespace: str, pod: str, container: str) -> str:
-        paths = sorted(self.log_dir.glob(f"{namespace}__{pod}__*__{container}.log"))
-        return "".join(path.read_text(errors="replace") for path in paths)
+        return self.logs.read(namespace, pod, container)
 
     def crash_operator(self) -> None:
         pod = self.operator_pod()
@@ -374,39 +369,70 @@ class KindCluster(Cluster):
         )
 
     def close(self) -> None:
+        self.logs.stop()
+        if self._forward is not None and self._forward.poll() is None:
+            self._forward.terminate()
+
+
+class PodLogs:
+    """Every incarnation's log of the member pods' containers, where pods are real
+    containers: a bounced pod's logs go with it, so each is followed (`kubectl logs -f`,
+    through the API server and the kubelet) from the moment it runs, into a file of its own
+    under `log_dir`."""
+
+    def __init__(self, cluster: Cluster, log_dir: Path) -> None:
+        self._cluster = cluster
+        self.log_dir = log_dir
+        self._followers: dict[str, subprocess.Popen[bytes]] = {}
+        self._stop = threading.Event()
+        self._watcher = threading.Thread(target=self._follow, daemon=True)
+        self._watcher.start()
+
+    def read(self, namespace: str, pod: str, container: str) -> str:
+        """Everything every incarnation of this pod name's container wrote, in order."""
+        paths = sorted(self.log_dir.glob(f"{namespace}__{pod}__*__{container}.log"))
+        return "".join(path.read_text(errors="replace") for path in paths)
+
+    def stop(self) -> None:
         self._stop.set()
-        for process in [*self._followers.values(), self._forward]:
-            if process is not None and process.poll() is None:
+        self._watcher.join(timeout=5)
+        for process in self._followers.values():
+            if process.poll() is None:
                 process.terminate()
 
-    def _follow_logs(self) -> None:
+    def _follow(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
-                pods = self.get_json("get", "pods", "-A", "-l", GROUP_LABEL)["items"]
+                pods = self._cluster.get_json("get", "pods", "-A", "-l", GROUP_LABEL)["items"]
                 for pod in pods:
-                    meta = pod["metadata"]
-                    running = (pod.get("status") or {}).get("phase") == "Running"
-                    if meta["uid"] in self._followers or not running:
-                        continue
-                    for container in pod["spec"]["containers"]:
-                        name = f"{meta['namespace']}__{meta['name']}__{time.time_ns()}__"
-                        path = self.log_dir / f"{name}{container['name']}.log"
-                        self._followers[meta["uid"]] = subprocess.Popen(
-                            [
-                                *self.kubectl_command,
-                                "-n",
-                                meta["namespace"],
-                                "logs",
-                                "-f",
-                                meta["name"],
-                                "-c",
-                                container["name"],
-                            ],
-                            stdout=path.open("wb"),
-                            stderr=subprocess.DEVNULL,
-                        )
+                    # By container id: a container the kubelet restarts in place is a new
+                    # incarnation with a log of its own.
+                    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                        container_id = status.get("containerID")
+                        running = "running" in (status.get("state") or {})
+                        if container_id and running and container_id not in self._followers:
+                            self._followers[container_id] = self._start(pod, status["name"])
             self._stop.wait(0.5)
+
+    def _start(self, pod: dict[str, Any], container: str) -> subprocess.Popen[bytes]:
+        meta = pod["metadata"]
+        name = f"{meta['namespace']}__{meta['name']}__{time.time_ns()}__{container}.log"
+        with (self.log_dir / name).open("wb") as out:
+            return subprocess.Popen(
+                [
+                    *self._cluster.kubectl_command,
+                    "-n",
+                    meta["namespace"],
+                    "logs",
+                    "-f",
+                    meta["name"],
+                    "-c",
+                    container,
+                ],
+                stdout=out,
+                stderr=subprocess.DEVNULL,
+            )
 
 
 def _port_open(port: int) -> bool:

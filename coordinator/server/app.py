@@ -45,11 +45,12 @@ def create_app(
 
     `connection_limits` (timeouts, connections per client address) apply when the app is
     served by `start_server`/`serving`; so does `fast_path`: well-formed, authorised
-    heartbeats answered ahead of aiohttp's request stack (`fast_path.py`), same answers.
+    heartbeats, JoinGroups and SyncGroups answered ahead of aiohttp's request stack
+    (`fast_path.py`), same answers.
 
     `pod_auth` also accepts members by their pod's ServiceAccount token, each only as its
     pod's instance id (docs/server.md, "Members known by their pod"); the fast path answers
-    their heartbeats once the token's review is cached (aiohttp's path reviews it).
+    their requests once the token's review is cached (aiohttp's path reviews it).
 
     Raises `AuthConfigError` when `auth` has no tokens and is not explicitly insecure.
     """

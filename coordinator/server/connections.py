@@ -113,7 +113,7 @@ class ConnectionGuard:
         self._ceiling: int | None = None
         self._counted_at = -math.inf
         self._descriptor_refusals = ThrottledCount(REFUSAL_LOG_INTERVAL_S)
-        # Set by `create_app`: heartbeats answered ahead of aiohttp (fast_path.py).
+        # Set by `create_app`: member requests answered ahead of aiohttp (fast_path.py).
         self.fast_path: FastPath | None = None
 
     def protocol_factory(
@@ -238,7 +238,7 @@ class _GuardedProtocol(asyncio.Protocol):
             return
         if self._splitter is not None:
             self._splitter.feed(data)
-            # Armed after feeding: a heartbeat answered by the fast path is no longer
+            # Armed after feeding: a request answered by the fast path is no longer
             # waiting for its head, and needs no timer set and cancelled.
             if not self.busy and self._deadline is None:
                 self._arm()  # the first bytes of the next request on a kept-alive connection
@@ -266,13 +266,29 @@ class _GuardedProtocol(asyncio.Protocol):
             asyncio.get_running_loop().time() + inner._keepalive_timeout
         )
 
-    def _fast_head_done(self) -> None:
+    def _fast_head_done(self, parks: bool) -> None:
         self.busy = True
         self.disarm()
         self._keep_alive()
+        if parks:
+            # aiohttp sees its handler idle while the fast path holds a parked JoinGroup or
+            # SyncGroup (up to a rebalance timeout, longer than the keep-alive timeout): its
+            # keep-alive check must not close the connection meanwhile. Re-armed when
+            # answered, as aiohttp arms it after a request of its own.
+            inner: Any = self._inner
+            if inner._keepalive_handle is not None:
+                inner._keepalive_handle.cancel()
+                inner._keepalive_handle = None
 
-    def _fast_answered(self) -> None:
+    def _fast_answered(self, parks: bool) -> None:
         self.busy = False
+        if parks:
+            self._keep_alive()
+            inner: Any = self._inner
+            if inner._keepalive_handle is None and inner._keepalive_timeout > 0:
+                inner._keepalive_handle = asyncio.get_running_loop().call_at(
+                    inner._next_keepalive_close_time, inner._process_keepalive
+                )
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received() if self._inner is not None else None
@@ -323,7 +339,14 @@ class _GuardedProtocol(asyncio.Protocol):
         self.transport.abort()
 
 
-_REQUEST_STATE = ("_waiter", "_messages", "_next_keepalive_close_time", "_keepalive_timeout")
+_REQUEST_STATE = (
+    "_waiter",
+    "_messages",
+    "_next_keepalive_close_time",
+    "_keepalive_timeout",
+    "_keepalive_handle",
+    "_process_keepalive",
+)
 
 
 def _has_request_state(protocol: asyncio.Protocol) -> bool:

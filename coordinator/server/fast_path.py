@@ -1,18 +1,27 @@
-"""The heartbeat fast path: a member's heartbeat answered without aiohttp's request stack.
+"""The member fast path: a member's heartbeat, JoinGroup or SyncGroup answered without
+aiohttp's request stack.
 
 At full rate a heartbeat spent most of its server time in aiohttp's layers (issue 13:
 writing the answer 31%, decoding the body 18%, building the reply 10%) and 5% in the
-coordinator. Each connection's bytes now pass through a `RequestSplitter` first: it frames
-requests (the head parsed by httptools, a maintained HTTP/1.1 parser; the body by its
-Content-Length) and answers the common case, an authorised, well-formed heartbeat, itself:
-the body decoded by msgspec, the coordinator called, a pre-encoded answer written.
+coordinator. A rebalance of a 1,000-member group is 1,000 JoinGroups and 1,000 SyncGroups
+answered at once, and their aiohttp work was what kept it behind a Kafka broker's
+(docs/performance.md). Each connection's bytes now pass through a `RequestSplitter` first:
+it frames requests (the head parsed by httptools, a maintained HTTP/1.1 parser; the body by
+its Content-Length) and answers the common case, an authorised, well-formed member request
+on one of those three routes, itself: the body decoded by msgspec (the wire codec's
+one-pass decoder), the coordinator called, the answer written with aiohttp's headers.
 
-Everything else goes to aiohttp byte for byte, as before: other routes, and any heartbeat
+Everything else goes to aiohttp byte for byte, as before: other routes, and any request
 the fast path is not sure about (unknown token, a body it cannot decode strictly, a group
-mismatch, chunked or oversized bodies, HTTP/1.0, the server not ready, ...). aiohttp then
-gives the exact answer it always gave, so hostile input meets the same checks as before.
-The fast path only ever accepts what the full path accepts: it decides before calling the
-coordinator, so a fallback has no side effect to repeat.
+mismatch, chunked or oversized bodies - a large group leader's SyncGroup included -,
+HTTP/1.0, the server not ready, ...). aiohttp then gives the exact answer it always gave,
+so hostile input meets the same checks as before. The fast path only ever accepts what the
+full path accepts: it decides before calling the coordinator, so a fallback has no side
+effect to repeat.
+
+A JoinGroup or SyncGroup may be parked for a whole rebalance. As under aiohttp (whose
+handlers are not cancelled when their client goes away), the coordinator's call runs to
+its end when the connection closes meanwhile; the answer is dropped.
 
 Answers stay in request order: the fast path answers only while aiohttp has nothing in
 progress on the connection, and reads no further request until its answer is written.
@@ -37,17 +46,18 @@ import httptools
 import msgspec
 
 from coordinator.errors import ErrorCode
-from coordinator.messages import HeartbeatRequest
+from coordinator.messages import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 from coordinator.server.auth import ADMIN, Principal, bearer_token
 from coordinator.server.pod_identity import PodIdentity, instance_problem, looks_like_jwt
-from coordinator.wire import plain_type
+from coordinator.wire import MEMBER_KEY_HEADER, decode_plain, encode, plain_type
 
 if TYPE_CHECKING:
     from coordinator.server.context import ServerContext
 
 log = logging.getLogger(__name__)
 
-# A heartbeat body is ~150 bytes; anything near this is not one (aiohttp answers it).
+# A heartbeat body is ~150 bytes, a follower's JoinGroup or SyncGroup a few hundred; a
+# body past this (a large group leader's SyncGroup) goes to aiohttp, whose cost it dwarfs.
 MAX_FAST_BODY_BYTES: Final = 16 * 1024
 # A request head longer than this goes to aiohttp (which has its own limits).
 MAX_FAST_HEAD_BYTES: Final = 8 * 1024
@@ -55,7 +65,14 @@ MAX_FAST_HEAD_BYTES: Final = 8 * 1024
 # timeout starts then): a client writing head and body apart sends them microseconds apart.
 BODY_WAIT_S: Final = 0.05
 
-_HEARTBEAT_PATH = re.compile(rb"/v1/groups/([A-Za-z0-9._~!$&'()*+,;=:@-]+)/heartbeat")
+_MEMBER_PATH = re.compile(rb"/v1/groups/([A-Za-z0-9._~!$&'()*+,;=:@-]+)/(heartbeat|join|sync)")
+
+FastRequest = HeartbeatRequest | JoinGroupRequest | SyncGroupRequest
+# The routes' message types; a JoinGroup or SyncGroup can be parked (see the docstring).
+_MESSAGE_TYPES: Final[dict[bytes, type[JoinGroupRequest] | type[SyncGroupRequest]]] = {
+    b"join": JoinGroupRequest,
+    b"sync": SyncGroupRequest,
+}
 
 # The wire codec's own one-pass type for HeartbeatRequest (one codec: the same msgspec
 # Struct, int32 bounds and closed field set as the full path, `wire.decode_plain`), decoded
@@ -101,10 +118,13 @@ class _Answers:
             self._bodies[code] = body
         return self.ok(body)
 
-    def ok(self, body: bytes) -> bytes:
+    def ok(self, body: bytes, extra_headers: bytes = b"") -> bytes:
+        """A 200 with `body`; `extra_headers` ("Name: value\\r\\n" lines) where aiohttp
+        writes a handler's own headers, after Content-Type."""
         return b"".join(
             (
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n"
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\n",
+                extra_headers,
                 b"Content-Length: ",
                 str(len(body)).encode("ascii"),
                 b"\r\nDate: ",
@@ -148,9 +168,10 @@ class FastPath:
         return None if token is None else authenticator.authenticate(token)
 
     def admit(
-        self, group_id: str, authorization: bytes | None, body: bytes
-    ) -> HeartbeatRequest | None:
-        """The heartbeat to answer here, or None: aiohttp answers the request."""
+        self, group_id: str, route: bytes, authorization: bytes | None, body: bytes
+    ) -> FastRequest | None:
+        """The request to answer here, or None: aiohttp answers it. `route` is the path's
+        last segment (heartbeat, join or sync)."""
         context = self.context
         principal = self.principal(authorization)
         pod = self.cached_pod(authorization) if principal is None else None
@@ -160,7 +181,11 @@ class FastPath:
             return None
         if not context.ready:
             return None
-        message = decode_heartbeat(body)
+        message: FastRequest | None
+        if route == b"heartbeat":
+            message = decode_heartbeat(body)
+        else:
+            message = decode_plain(_MESSAGE_TYPES[route], body)
         if message is None or message.group_id != group_id:
             return None
         pod_auth = context.pod_auth
@@ -187,25 +212,55 @@ class FastPath:
         identity = pod_auth.cache.cached(token)
         return identity if isinstance(identity, PodIdentity) else None
 
-    async def answer(self, message: HeartbeatRequest) -> bytes:
-        context = self.context
+    async def answer(self, message: FastRequest) -> bytes:
+        """What the route's handler in member_api.py answers, metrics included."""
+        if isinstance(message, HeartbeatRequest):
+            operation = "heartbeat"
+        elif isinstance(message, JoinGroupRequest):
+            operation = "joinGroup"
+        else:
+            operation = "syncGroup"
         try:
-            response = await context.coordinator.heartbeat(message)
+            answer = await self._call(message)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("POST heartbeat failed (fast path)")
-            context.metrics.observe_error("heartbeat", ErrorCode.UNKNOWN_SERVER_ERROR)
+            log.exception("POST %s failed (fast path)", operation)
+            self.context.metrics.observe_error(operation, ErrorCode.UNKNOWN_SERVER_ERROR)
             return self.answers.error(
                 500,
                 "Internal Server Error",
                 ErrorCode.UNKNOWN_SERVER_ERROR,
                 "internal error; see the coordinator's log",
             )
-        context.metrics.observe_heartbeat(response.error_code)
-        context.metrics.observe_error("heartbeat", response.error_code)
         self.answered += 1
-        return self.answers.heartbeat(response.error_code)
+        return answer
+
+    async def _call(self, message: FastRequest) -> bytes:
+        context = self.context
+        metrics = context.metrics
+        if isinstance(message, HeartbeatRequest):
+            beat = await context.coordinator.heartbeat(message)
+            metrics.observe_heartbeat(beat.error_code)
+            metrics.observe_error("heartbeat", beat.error_code)
+            return self.answers.heartbeat(beat.error_code)
+        started = time.perf_counter()
+        if isinstance(message, SyncGroupRequest):
+            synced = await context.coordinator.sync_group(message)
+            metrics.sync_latency.observe(time.perf_counter() - started)
+            metrics.observe_error("syncGroup", synced.error_code)
+            return self.answers.ok(encode(synced))
+        joined = await context.coordinator.join_group(message)
+        metrics.join_latency.observe(time.perf_counter() - started)
+        metrics.observe_error("joinGroup", joined.error_code)
+        # As member_api.join_group: only a join that made the caller this member (or gave
+        # it its new id) earns its leave key.
+        extra = b""
+        issued = joined.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
+        if issued and joined.member_id and context.member_keys is not None:
+            key = context.member_keys.key_for(message.group_id, joined.member_id)
+            extra = f"{MEMBER_KEY_HEADER}: {key}\r\n".encode("ascii")
+        return self.answers.ok(encode(joined), extra)
 
 
 class _Head:
@@ -247,8 +302,9 @@ class RequestSplitter:
     """One connection's requests, each answered by the fast path or passed to aiohttp.
 
     `forward(data)` hands bytes to aiohttp's protocol; `aiohttp_idle()` says whether aiohttp
-    has nothing in progress on the connection; `write(data)` sends an answer; `head_done()`
-    and `answered()` tell the connection guard that a request head is complete / answered.
+    has nothing in progress on the connection; `write(data)` sends an answer; `head_done(parks)`
+    and `answered(parks)` tell the connection guard that a request head is complete /
+    answered, `parks` when the request may wait for a rebalance (a JoinGroup or SyncGroup).
     """
 
     def __init__(
@@ -257,8 +313,8 @@ class RequestSplitter:
         forward: Callable[[bytes], None],
         aiohttp_idle: Callable[[], bool],
         write: Callable[[bytes], None],
-        head_done: Callable[[], None],
-        answered: Callable[[], None],
+        head_done: Callable[[bool], None],
+        answered: Callable[[bool], None],
     ) -> None:
         self._fast = fast_path
         self._forward = forward
@@ -271,6 +327,8 @@ class RequestSplitter:
         self._forwarding = 0
         self._passthrough = False
         self._task: asyncio.Task[None] | None = None
+        # The request in `_task` may be parked (a JoinGroup or SyncGroup).
+        self._parks = False
         self._body_wait: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -292,7 +350,9 @@ class RequestSplitter:
     def close(self) -> None:
         self._closed = True
         self._stop_waiting()
-        if self._task is not None:
+        # A parked JoinGroup or SyncGroup runs on, as aiohttp's handler would (see the
+        # docstring); a heartbeat has nothing to wait for.
+        if self._task is not None and not self._parks:
             self._task.cancel()
 
     def _give_up(self) -> None:
@@ -329,15 +389,15 @@ class RequestSplitter:
                 self._give_up()
                 return
             total = head_length + length
-            group = self._fast_group(parser, head, length)
-            if group is None or not self._aiohttp_idle():
+            route = self._fast_route(parser, head, length)
+            if route is None or not self._aiohttp_idle():
                 self._stop_waiting()
                 self._forward_request(total)
                 continue
             if len(buffer) < total:
                 # The body is still coming: wait a little for it (a client may write head
                 # and body apart), then let aiohttp read it under its body timeout.
-                self._head_done()
+                self._head_done(False)
                 if self._body_wait is None:
                     self._body_wait = asyncio.get_running_loop().call_later(
                         BODY_WAIT_S, self._body_late, total
@@ -345,13 +405,15 @@ class RequestSplitter:
                 return
             self._stop_waiting()
             body = bytes(buffer[head_length:total])
-            message = self._fast.admit(group, head.authorization, body)
+            group, name = route
+            message = self._fast.admit(group, name, head.authorization, body)
             if message is None:
                 self._fast.fell_back += 1
                 self._forward_request(total)
                 continue
             del buffer[:total]
-            self._head_done()
+            self._parks = not isinstance(message, HeartbeatRequest)
+            self._head_done(self._parks)
             self._task = asyncio.get_running_loop().create_task(self._reply(message))
 
     def _stop_waiting(self) -> None:
@@ -364,17 +426,18 @@ class RequestSplitter:
         if not self._closed and self._task is None:
             self._forward_request(total)
 
-    def _fast_group(
+    def _fast_route(
         self, parser: httptools.HttpRequestParser, head: _Head, length: int
-    ) -> str | None:
+    ) -> tuple[str, bytes] | None:
+        """(group id, route) of a request the fast path may take, by its head alone."""
         if parser.get_method() != b"POST" or head.not_fast:
             return None
         if parser.get_http_version() != "1.1":
             return None
         if not parser.should_keep_alive() or not 0 < length <= self._fast_limit():
             return None
-        match = _HEARTBEAT_PATH.fullmatch(head.url)
-        return match.group(1).decode("ascii") if match else None
+        match = _MEMBER_PATH.fullmatch(head.url)
+        return (match.group(1).decode("ascii"), match.group(2)) if match else None
 
     def _fast_limit(self) -> int:
         return min(MAX_FAST_BODY_BYTES, self._fast.context.max_body_bytes)
@@ -391,12 +454,12 @@ class RequestSplitter:
             self._forwarding = total - len(data)
         self._forward(data)
 
-    async def _reply(self, message: HeartbeatRequest) -> None:
+    async def _reply(self, message: FastRequest) -> None:
         try:
             answer = await self._fast.answer(message)
             if not self._closed:
                 self._write(answer)
-                self._answered()
+                self._answered(self._parks)
         finally:
             self._task = None
         if not self._closed and self._buffer:

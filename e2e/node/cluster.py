@@ -1,14 +1,24 @@
 """The e2e scenarios' view of a real node (e2e/node/probe.py's running_node): the Cluster of
 e2e/cluster.py with the chart's image as containerd holds it, the coordinator reached at its
 Service's ClusterIP through kube-proxy's rules on this host, and logs through the API server
-(`kubectl logs`, which the API server fetches from the kubelet). docs/node.md."""
+(`kubectl logs`, which the API server fetches from the kubelet; the members' followed from
+the moment each container runs, since a bounced pod's logs go with it). docs/node.md."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from e2e.cluster import COORDINATOR_PORT, E2E_BIN, FULLNAME, HELM, OPERATOR_NAMESPACE, Cluster
+from e2e.cluster import (
+    COORDINATOR_PORT,
+    E2E_BIN,
+    FULLNAME,
+    HELM,
+    OPERATOR_NAMESPACE,
+    Cluster,
+    PodLogs,
+)
+from e2e.node.containerd import Containerd
 
 # The PersistentVolume the chart's claim binds to: a hostPath the kubelet mounts as it is
 # (no fsGroup change for hostPath), so it is made owned by the image's uid.
@@ -18,9 +28,14 @@ IMAGE_UID = 10001
 class NodeCluster(Cluster):
     name = "node"
 
-    def __init__(self, kubeconfig: Path, image: str) -> None:
+    def __init__(self, kubeconfig: Path, image: str, containerd: Containerd, log_dir: Path) -> None:
         super().__init__(kubeconfig, E2E_BIN / "kubectl", HELM)
         self.image = image  # docker.io/library/staticfleet:<version>
+        self.containerd = containerd  # the node's (CRI namespace k8s.io)
+        self.logs = PodLogs(self, log_dir)
+
+    def close(self) -> None:
+        self.logs.stop()
 
     def chart_values(self) -> list[str]:
         # The chart's default image (`staticfleet`, tag appVersion) names what containerd
@@ -35,11 +50,21 @@ class NodeCluster(Cluster):
         return f"http://{service['spec']['clusterIP']}:{COORDINATOR_PORT}"
 
     def container_log(self, namespace: str, pod: str, container: str) -> str:
+        # A member's every incarnation; any other pod's (the operator's) current container.
+        followed = self.logs.read(namespace, pod, container)
+        if followed:
+            return followed
         result = self.kubectl("-n", namespace, "logs", pod, "-c", container, check=False)
         return result.stdout
 
     def crash_operator(self) -> None:
-        raise NotImplementedError("not a scenario on the real node yet (docs/node.md)")
+        """SIGKILL of the operator's container, as the OOM killer would: the kubelet
+        restarts it in the same pod (restartPolicy Always)."""
+        pod = self.operator_pod()
+        assert pod is not None, "no operator pod"
+        (status,) = pod["status"]["containerStatuses"]
+        container_id = status["containerID"].split("://", 1)[1]
+        self.containerd.ctr("task", "kill", "--signal", "SIGKILL", container_id)
 
 
 def node_volume(

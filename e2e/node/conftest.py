@@ -1,4 +1,4 @@
-"""The real node with the chart's operator installed, shared by the node scenarios (10, 11).
+"""The real node with the chart's operator installed, shared by the node scenarios.
 
 One node for the node scenarios of a session (the e2e/node package): the control plane,
 kube-scheduler, containerd, kubelet, kube-proxy and CoreDNS (e2e/node/probe.py), the CRDs, the
@@ -25,15 +25,32 @@ import pytest
 from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.conftest import install_chart
 from e2e.fleet import answers_ready, wait_for
+from e2e.groups import IMAGE
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.test_node import ROOT, _host_state
 
 RUNC = Path("/usr/bin/runc")
+# e2e/groups.py's member image as containerd names it (a CRI reference is normalized so).
+MEMBER_IMAGE = f"docker.io/library/{IMAGE}"
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
 # "orders": docs/getting-started.md's (scenario 12).
-SCENARIO_NAMESPACES = ("e2e-node-fleet", "e2e-node-faults", "orders", "e2e-node-replicas")
+# The rest: scenarios 3-9b, written for any Cluster (e2e/cluster.py).
+SCENARIO_NAMESPACES = (
+    "e2e-node-fleet",
+    "e2e-node-faults",
+    "orders",
+    "e2e-node-replicas",
+    "e2e-managed",
+    "e2e-scale",
+    "e2e-upgrade",
+    "e2e-spark",
+    "e2e-resume",
+    "e2e-durable",
+    "e2e-scale-up",
+    "e2e-scale-up-plain",
+)
 
 
 # Set on a test whose call failed, for fixtures that print diagnostics at their teardown.
@@ -50,15 +67,26 @@ def pytest_runtest_makereport(
     return report
 
 
+# The node scenarios that change the shared release, in this order, after the others: 11b
+# leaves it at two operator replicas on a shared volume, 12 uninstalls it.
+_LAST = ("test_11b_operator_replicas_on_node.py", "test_12_getting_started.py")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Within e2e/node, the tests on the shared node last: its package-scoped fixture stops
     after the last test of the package, so a test of the package after the node scenarios
     (test_image.py sorts after them) would run beside a running node (the host checks of
-    test_node.py would see it)."""
+    test_node.py would see it). Of those, the ones that change the shared release last
+    (`_LAST`)."""
     here = Path(__file__).parent
+
+    def key(item: pytest.Item) -> tuple[bool, int]:
+        on_node = "fleet_node" in getattr(item, "fixturenames", ())
+        return on_node, _LAST.index(item.path.name) if item.path.name in _LAST else -1
+
     slots = [i for i, item in enumerate(items) if item.path.parent == here]
     ours = [items[i] for i in slots]
-    ordered = sorted(ours, key=lambda item: "fleet_node" in getattr(item, "fixturenames", ()))
+    ordered = sorted(ours, key=key)
     for i, item in zip(slots, ordered, strict=True):
         items[i] = item
 
@@ -91,7 +119,12 @@ def fleet_node(node_built: None) -> Iterator[FleetNode]:
     node_probe = probe.Probe(workdir)
     try:
         with probe.running_node(node_probe, 180.0, "debian", RUNC) as node:
-            cluster = NodeCluster(node.cp.kubeconfig, node.image)
+            # The scenarios' member template names the image as the node agent's scenarios
+            # do (e2e/groups.py's IMAGE, never pulled: its tag is not latest); here it is
+            # the chart's image under that second name.
+            node.containerd.ctr("image", "tag", "--force", node.image, MEMBER_IMAGE)
+            cluster = NodeCluster(node.cp.kubeconfig, node.image, node.containerd, workdir / "logs")
+            node.stack.callback(cluster.close)
             # Before the kubelet stops: the release's and the groups' pods go through the
             # kubelet (CNI DEL of each sandbox).
             node.stack.callback(_uninstall, cluster)
@@ -104,6 +137,18 @@ def fleet_node(node_built: None) -> Iterator[FleetNode]:
     finally:
         node_probe.write()
     assert _host_state() == before
+
+
+@pytest.fixture
+def cluster(fleet_node: FleetNode) -> NodeCluster:
+    """Scenarios written for any Cluster (e2e/cluster.py) run on the real node's."""
+    return fleet_node.cluster
+
+
+@pytest.fixture
+def operator_release(fleet_node: FleetNode) -> None:
+    """The chart's release: fleet_node installed it (as e2e/conftest.py's does for the
+    node agent's scenarios)."""
 
 
 def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> dict[str, Any]:

@@ -18,9 +18,9 @@ On scenario 10's node and chart release (e2e/node/conftest.py), `helm upgrade` t
   existed, so it took over with no group at all and the members had to join again.)
 
 The scenario leaves the release at two replicas on the shared volume: it runs after the
-scenarios that share the release (10, 11) and before 12, which uninstalls it for a fresh
-install (file order). In the first CI run it was named 13 and ran after 12: its `helm
-upgrade` found no release.
+other scenarios that share the release and before 12, which uninstalls it for a fresh
+install (the order e2e/node/conftest.py sets). In the first CI run it was named 13 and ran
+after 12: its `helm upgrade` found no release.
 
     .venv/bin/pytest -o testpaths=e2e e2e/node/test_11b_operator_replicas_on_node.py
 """

@@ -1,5 +1,6 @@
-"""The heartbeat fast path (coordinator/server/fast_path.py) answers exactly what aiohttp's
-full path answers, takes only what it is sure of, and keeps answers in request order.
+"""The member fast path (coordinator/server/fast_path.py) answers exactly what aiohttp's
+full path answers for heartbeats, JoinGroups and SyncGroups, takes only what it is sure of,
+keeps answers in request order, and holds a parked JoinGroup's connection as aiohttp does.
 
 Each case is sent over a raw socket to two servers over equal coordinators, one with the
 fast path and one without; status, headers (but Date) and body must be the same.
@@ -17,8 +18,11 @@ import pytest
 from coordinator import GroupCoordinator, MemoryStore
 from coordinator.messages import JoinGroupProtocol, JoinGroupRequest, SyncGroupRequest
 from coordinator.server import RunningServer, create_app, start_server
+from coordinator.server.connections import ConnectionLimits
 from coordinator.server.context import CONTEXT
 from coordinator.server.fast_path import FastPath, decode_heartbeat
+from coordinator.wire import MEMBER_KEY_HEADER
+from tests.client.helpers import wait_until
 
 from .conftest import GROUP_A, GROUP_B, MEMBER_A_TOKEN, MEMBER_B_TOKEN, TEST_AUTH, TEST_CONFIG
 
@@ -38,21 +42,23 @@ class Side:
         return app[CONTEXT].connection_guard.fast_path
 
 
-async def _side(fast: bool) -> Side:
-    coordinator = GroupCoordinator(config=TEST_CONFIG, store=MemoryStore())
-    app = create_app(coordinator, TEST_AUTH, fast_path=fast)
-    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
-    joined = await coordinator.join_group(
-        JoinGroupRequest(
-            group_id=GROUP_A,
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=5_000,
-            member_id="",
-            group_instance_id="i-1",
-            protocol_type="consumer",
-            protocols=[JoinGroupProtocol("range", b"")],
-        )
+def _join_request(member_id: str = "", instance_id: str = "i-1") -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=GROUP_A,
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=5_000,
+        member_id=member_id,
+        group_instance_id=instance_id,
+        protocol_type="consumer",
+        protocols=[JoinGroupProtocol("range", b"")],
     )
+
+
+async def _side(fast: bool, limits: ConnectionLimits | None = None) -> Side:
+    coordinator = GroupCoordinator(config=TEST_CONFIG, store=MemoryStore())
+    app = create_app(coordinator, TEST_AUTH, fast_path=fast, connection_limits=limits)
+    running = await start_server(app, "127.0.0.1", 0, shutdown_timeout=1.0)
+    joined = await coordinator.join_group(_join_request())
     await coordinator.sync_group(
         SyncGroupRequest(
             GROUP_A, joined.generation_id, joined.member_id, "i-1", "consumer", "range"
@@ -162,6 +168,159 @@ async def test_the_fast_path_answers_what_the_full_path_answers(
     (fast_answer,) = await _exchange(fast, CASES[case](fast))
     (slow_answer,) = await _exchange(slow, CASES[case](slow))
     assert fast_answer == slow_answer
+
+
+def _join(side: Side, **changes: object) -> bytes:
+    body: dict[str, object] = {
+        "group_id": GROUP_A,
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 5_000,
+        "member_id": side.member_id,
+        "group_instance_id": "i-1",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": ""}],
+    }
+    body.update(changes)
+    return json.dumps(body).encode()
+
+
+def _sync(side: Side, **changes: object) -> bytes:
+    body: dict[str, object] = {
+        "group_id": GROUP_A,
+        "generation_id": side.generation,
+        "member_id": side.member_id,
+        "group_instance_id": "i-1",
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [],
+    }
+    body.update(changes)
+    return json.dumps(body).encode()
+
+
+JOIN_PATH = f"/v1/groups/{GROUP_A}/join"
+SYNC_PATH = f"/v1/groups/{GROUP_A}/sync"
+
+# Answers that do not park: a rejoin of the stable group's static member, refusals, and
+# bodies the full path must judge.
+MEMBER_CASES: dict[str, Callable[[Side], bytes]] = {
+    "join: static rejoin": lambda s: _post(JOIN_PATH, _join(s)),
+    "join: fenced instance": lambda s: _post(JOIN_PATH, _join(s, member_id="other")),
+    "join: no token": lambda s: _post(JOIN_PATH, _join(s), token=None),
+    "join: other group's token": lambda s: _post(JOIN_PATH, _join(s), token=MEMBER_B_TOKEN),
+    "join: body group differs": lambda s: _post(
+        f"/v1/groups/{GROUP_B}/join", _join(s), token=MEMBER_B_TOKEN
+    ),
+    "join: unknown field": lambda s: _post(JOIN_PATH, _join(s, extra=1)),
+    "join: timeout as text": lambda s: _post(JOIN_PATH, _join(s, rebalance_timeout_ms="5")),
+    "join: metadata not base64": lambda s: _post(
+        JOIN_PATH, _join(s, protocols=[{"name": "range", "metadata": "%%"}])
+    ),
+    "join: no protocols field": lambda s: _post(
+        JOIN_PATH, json.dumps({"group_id": GROUP_A, "member_id": ""}).encode()
+    ),
+    "join: error field": lambda s: _post(JOIN_PATH, _join(s, error="NONE")),
+    "join: get": lambda s: f"GET {JOIN_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode(),
+    "sync: member": lambda s: _post(SYNC_PATH, _sync(s)),
+    "sync: old generation": lambda s: _post(SYNC_PATH, _sync(s, generation_id=s.generation + 3)),
+    "sync: unknown member": lambda s: _post(SYNC_PATH, _sync(s, member_id="nobody")),
+    "sync: generation beyond int32": lambda s: _post(SYNC_PATH, _sync(s, generation_id=2**31)),
+    "sync: assignment not base64": lambda s: _post(
+        SYNC_PATH, _sync(s, assignments=[{"member_id": s.member_id, "assignment": "%%"}])
+    ),
+    "sync: query string": lambda s: _post(SYNC_PATH + "?x=1", _sync(s)),
+}
+
+
+def _same_apart_from_ids(
+    side: Side, answer: tuple[str, dict[str, str], bytes]
+) -> tuple[str, dict[str, str], object]:
+    """The two sides' coordinators name their members differently, and their leave keys
+    come from each store's own secret: those values are compared by what they stand for."""
+    status, headers, body = answer
+    headers = dict(headers)
+    if MEMBER_KEY_HEADER.lower() in headers:
+        keys = side.running.runner.app[CONTEXT].member_keys
+        assert keys is not None
+        assert headers[MEMBER_KEY_HEADER.lower()] == keys.key_for(GROUP_A, side.member_id)
+        headers[MEMBER_KEY_HEADER.lower()] = "<the member's key>"
+    headers["content-length"] = "<length>"  # ids of different lengths
+    text = body.decode().replace(side.member_id, "<the member>")
+    return status, headers, json.loads(text)
+
+
+@pytest.mark.parametrize("case", sorted(MEMBER_CASES))
+async def test_join_and_sync_answer_what_the_full_path_answers(
+    sides: tuple[Side, Side], case: str
+) -> None:
+    fast, slow = sides
+    assert fast.fast_path is not None
+    (fast_answer,) = await _exchange(fast, MEMBER_CASES[case](fast))
+    (slow_answer,) = await _exchange(slow, MEMBER_CASES[case](slow))
+    assert _same_apart_from_ids(fast, fast_answer) == _same_apart_from_ids(slow, slow_answer)
+
+
+async def test_a_member_s_join_and_sync_take_the_fast_path(sides: tuple[Side, Side]) -> None:
+    fast, _ = sides
+    assert fast.fast_path is not None
+    ((_, headers, body),) = await _exchange(fast, _post(JOIN_PATH, _join(fast)))
+    joined = json.loads(body)
+    assert joined["error"] == "NONE" and joined["member_id"] == fast.member_id
+    assert headers[MEMBER_KEY_HEADER.lower()]
+    # The leader's rejoin is a rebalance (as on Kafka): its sync names the new generation.
+    assert joined["generation_id"] == fast.generation + 1
+    generation = joined["generation_id"]
+    ((_, _, body),) = await _exchange(fast, _post(SYNC_PATH, _sync(fast, generation_id=generation)))
+    assert json.loads(body)["error"] == "NONE"
+    # Fails if join or sync went to aiohttp.
+    assert (fast.fast_path.answered, fast.fast_path.fell_back) == (2, 0)
+
+
+async def _park_a_join(side: Side) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A second static member's JoinGroup, parked until i-1 rejoins (the rebalance)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", side.running.port)
+    writer.write(_post(JOIN_PATH, _join(side, member_id="", group_instance_id="i-2")))
+    await writer.drain()
+    await wait_until(lambda: side.coordinator.group_size(GROUP_A) == 2, BOUND_S)
+    return reader, writer
+
+
+async def test_a_parked_join_outlives_the_keep_alive_timeout() -> None:
+    # aiohttp sees nothing in progress while the fast path holds a parked join: its
+    # keep-alive check (0.3 s here) must not close the connection under it.
+    side = await _side(True, ConnectionLimits(keepalive_timeout_s=0.3))
+    try:
+        reader, writer = await _park_a_join(side)
+        await asyncio.sleep(1.0)  # three keep-alive timeouts; the join stays parked
+        rejoined = await side.coordinator.join_group(_join_request(side.member_id))
+        status, _, body = await _read_answer(reader)
+        assert status == "HTTP/1.1 200 OK"
+        answer = json.loads(body)
+        assert answer["error"] == "NONE"
+        assert answer["generation_id"] == rejoined.generation_id == side.generation + 1
+        # Answered: the connection is kept alive again, and closed once idle for the timeout.
+        assert await asyncio.wait_for(reader.read(), BOUND_S) == b""
+        writer.close()
+    finally:
+        await side.running.stop()
+
+
+async def test_a_parked_join_whose_client_left_still_completes() -> None:
+    # As aiohttp's handler would: the coordinator's call runs to its end, the answer is
+    # dropped, nothing is cancelled half-way.
+    side = await _side(True)
+    try:
+        _, writer = await _park_a_join(side)
+        writer.close()
+        await writer.wait_closed()
+        await asyncio.sleep(0.1)
+        rejoined = await side.coordinator.join_group(_join_request(side.member_id))
+        assert rejoined.error_code == 0 and len(rejoined.members) == 2
+        fast_path = side.fast_path
+        assert fast_path is not None
+        await wait_until(lambda: fast_path.answered == 1, BOUND_S)
+    finally:
+        await side.running.stop()
 
 
 async def test_a_valid_heartbeat_takes_the_fast_path(sides: tuple[Side, Side]) -> None:

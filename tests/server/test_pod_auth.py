@@ -132,7 +132,9 @@ async def test_the_fast_path_leaves_another_instance_id_to_aiohttps_403(
     stolen = await server.call("POST", f"{path}/heartbeat", beat, token=TOKEN_0)
     assert stolen.status == 403 and "holds instance id 'orders-0'" in stolen.body["message"]
     fast_path = server.running.runner.app[CONTEXT].connection_guard.fast_path
-    assert fast_path is not None and fast_path.answered == 0 and fast_path.fell_back == 1
+    # Both joins came with a token not reviewed yet (aiohttp's path reviews it), and the
+    # stolen heartbeat is aiohttp's 403: nothing answered fast, three left to aiohttp.
+    assert fast_path is not None and fast_path.answered == 0 and fast_path.fell_back == 3
 
 
 async def test_another_pods_token_is_refused_the_instance_id(
