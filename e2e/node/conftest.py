@@ -36,7 +36,7 @@ MEMBER_IMAGE = f"docker.io/library/{IMAGE}"
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
 # "orders": docs/getting-started.md's (scenario 12).
-# The rest: scenarios 3-9b, written for any Cluster (e2e/cluster.py).
+# The rest: scenarios 3-6, 8 and 9b, written for any Cluster (e2e/cluster.py).
 SCENARIO_NAMESPACES = (
     "e2e-node-fleet",
     "e2e-node-faults",
@@ -46,7 +46,6 @@ SCENARIO_NAMESPACES = (
     "e2e-scale",
     "e2e-upgrade",
     "e2e-spark",
-    "e2e-resume",
     "e2e-durable",
     "e2e-scale-up",
     "e2e-scale-up-plain",

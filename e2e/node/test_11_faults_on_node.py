@@ -269,6 +269,19 @@ def _sidecar_reader_pid(pod: dict[str, Any]) -> int:
     return found[0]
 
 
+def _last_terminated(fleet: Fleet, name: str) -> dict[str, Any]:
+    """The member container's lastState.terminated, read until the kubelet reports it: one CI
+    run's pod, Ready after the restart, still had an empty lastState for the member."""
+    terminated: dict[str, Any] = wait_for(
+        f"{name}'s member lastState.terminated",
+        lambda: _member_status(fleet.cluster.get_json("-n", fleet.ns, "get", "pod", name))[
+            "lastState"
+        ].get("terminated"),
+        timeout_s=60,
+    )
+    return terminated
+
+
 def _exec_python(fleet: Fleet, name: str, script: str) -> str:
     result = fleet.cluster.kubectl(
         "-n", fleet.ns, "exec", name, "-c", "member", "--", "python3", "-c", script, timeout=30
@@ -316,7 +329,7 @@ def test_liveness_probe_failure_restarts_in_place(
             time.sleep(1)
 
     try:
-        pod = _restarted_in_place(
+        _restarted_in_place(
             fleet,
             victim,
             stall_the_loop,
@@ -348,7 +361,7 @@ def test_liveness_probe_failure_restarts_in_place(
         "liveness_kubelet_events",
         sorted({m for m in messages if "iveness" in m or "eadiness" in m}),
     )
-    last = _member_status(pod)["lastState"]["terminated"]
+    last = _last_terminated(fleet, name)
     # Blocked in write(2), the member cannot run its SIGTERM handler: SIGKILL after the grace.
     record("liveness_last_state", {"reason": last["reason"], "exitCode": last["exitCode"]})
 
@@ -382,7 +395,7 @@ def test_oom_kill_restarts_in_place(diagnosed: Fleet, record: Callable[[str, Any
         )
 
     pod = _restarted_in_place(fleet, victim, allocate, record, "oom")
-    last = _member_status(pod)["lastState"]["terminated"]
+    last = _last_terminated(fleet, name)
     record("oom_last_state", {"reason": last["reason"], "exitCode": last["exitCode"]})
     record("oom_exec", exec_result)
     assert last["reason"] == "OOMKilled", last
