@@ -48,6 +48,7 @@ import msgspec
 from coordinator.errors import ErrorCode
 from coordinator.messages import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 from coordinator.server.auth import ADMIN, Principal, bearer_token
+from coordinator.server.member_keys import join_key
 from coordinator.server.pod_identity import PodIdentity, instance_problem, looks_like_jwt
 from coordinator.wire import MEMBER_KEY_HEADER, decode_plain, encode, plain_type
 
@@ -253,13 +254,8 @@ class FastPath:
         joined = await context.coordinator.join_group(message)
         metrics.join_latency.observe(time.perf_counter() - started)
         metrics.observe_error("joinGroup", joined.error_code)
-        # As member_api.join_group: only a join that made the caller this member (or gave
-        # it its new id) earns its leave key.
-        extra = b""
-        issued = joined.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
-        if issued and joined.member_id and context.member_keys is not None:
-            key = context.member_keys.key_for(message.group_id, joined.member_id)
-            extra = f"{MEMBER_KEY_HEADER}: {key}\r\n".encode("ascii")
+        key = join_key(context.member_keys, message.group_id, joined)
+        extra = b"" if key is None else f"{MEMBER_KEY_HEADER}: {key}\r\n".encode("ascii")
         return self.answers.ok(encode(joined), extra)
 
 

@@ -12,7 +12,6 @@ from typing import Protocol, TypeVar
 
 from aiohttp import web
 
-from coordinator.errors import ErrorCode
 from coordinator.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -26,7 +25,7 @@ from coordinator.server.bodies import read_message
 from coordinator.server.context import ServerContext, context_of, request_principal
 from coordinator.server.http_errors import bad_request, forbidden
 from coordinator.server.limits import group_body_limit
-from coordinator.server.member_keys import MEMBER_KEY_HEADER
+from coordinator.server.member_keys import MEMBER_KEY_HEADER, join_key
 from coordinator.server.models import TopicMetadata
 from coordinator.server.pod_identity import instance_problem
 from coordinator.server.replies import reply
@@ -93,13 +92,9 @@ async def join_group(request: web.Request) -> web.Response:
     context.metrics.join_latency.observe(time.perf_counter() - started)
     context.metrics.observe_error("joinGroup", response.error_code)
     answer = reply(response)
-    # Only a join that made the caller this member (or gave it its new id) earns its key:
-    # a refused join echoes whatever member id it was sent.
-    issued = response.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
-    if issued and response.member_id and context.member_keys is not None:
-        answer.headers[MEMBER_KEY_HEADER] = context.member_keys.key_for(
-            message.group_id, response.member_id
-        )
+    key = join_key(context.member_keys, message.group_id, response)
+    if key is not None:
+        answer.headers[MEMBER_KEY_HEADER] = key
     return answer
 
 

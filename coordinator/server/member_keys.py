@@ -15,9 +15,11 @@ import base64
 import hashlib
 import hmac
 
+from coordinator.errors import ErrorCode
+from coordinator.messages import JoinGroupResponse
 from coordinator.wire import MEMBER_KEY_HEADER
 
-__all__ = ["MEMBER_KEY_HEADER", "MemberKeys"]
+__all__ = ["MEMBER_KEY_HEADER", "MemberKeys", "join_key"]
 
 
 class MemberKeys:
@@ -40,3 +42,13 @@ class MemberKeys:
         return hmac.compare_digest(
             expected.encode("ascii"), presented.encode("utf-8", "surrogateescape")
         )
+
+
+def join_key(keys: MemberKeys | None, group_id: str, response: JoinGroupResponse) -> str | None:
+    """The leave key a JoinGroup answer carries, if any: only a join that made the caller
+    this member (or gave it its new id) earns one; a refused join echoes whatever member id
+    it was sent. Both the fast path and aiohttp's handler answer with it."""
+    issued = response.error_code in (ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED)
+    if not issued or not response.member_id or keys is None:
+        return None
+    return keys.key_for(group_id, response.member_id)
