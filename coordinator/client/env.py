@@ -53,6 +53,11 @@ TOKEN_FILE: Final = "STATICFLEET_TOKEN_FILE"
 # unset or 0: none. Not in ALL: the operator sets it only on the containers that run `member
 # run` and gives them httpGet probes on it (docs/client.md, "Health endpoints").
 HEALTH_PORT: Final = "STATICFLEET_HEALTH_PORT"
+# How long a stopping member may spend closing (the revoke's commit, a LeaveGroup) before it
+# gives its partitions up uncommitted; unset: Kafka's 30 s (KafkaConsumer.close()). Not in
+# ALL: the operator sets it from the pod's terminationGracePeriodSeconds where the template
+# does not, so a member stops of itself before the kubelet's SIGKILL (docs/client.md).
+CLOSE_TIMEOUT_MS: Final = "STATICFLEET_CLOSE_TIMEOUT_MS"
 
 ALL: Final = (
     COORDINATOR_URL,

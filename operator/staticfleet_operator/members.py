@@ -52,6 +52,8 @@ COORDINATOR_DIR: Final = "/etc/staticfleet/coordinator"
 TOKEN_KEY: Final = "token"
 # The kubelet rotates the token at 80 % of this; the API server's minimum is 600 s.
 TOKEN_EXPIRATION_SECONDS: Final = 3600
+# A pod's terminationGracePeriodSeconds when its spec sets none (core/v1's default).
+DEFAULT_GRACE_SECONDS: Final = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,9 +340,12 @@ def with_member_env(
             with_health_probes(c, health_port) for c in result["containers"] or []
         ]
     owned = MEMBER_ENV_NAMES | {str(e["name"]) for e in entries}
+    close = close_timeout_entry(result.get("terminationGracePeriodSeconds"))
     for container in result.get("containers") or []:
         kept = [e for e in container.get("env") or [] if e.get("name") not in owned]
         container["env"] = kept + copy.deepcopy(entries)
+        if close is not None and all(e.get("name") != env.CLOSE_TIMEOUT_MS for e in kept):
+            container["env"].append(dict(close))
         if env_from:
             sources = [s for s in container.get("envFrom") or [] if s not in env_from]
             container["envFrom"] = sources + copy.deepcopy(env_from)
@@ -352,6 +357,17 @@ def with_member_env(
         volumes = [v for v in result.get("volumes") or [] if v.get("name") != mount[0]["name"]]
         result["volumes"] = [*volumes, copy.deepcopy(mount[0])]
     return result
+
+
+def close_timeout_entry(grace_seconds: object) -> dict[str, str] | None:
+    """The member's close timeout for a pod with this terminationGracePeriodSeconds (unset:
+    Kubernetes' 30): the grace period less a fifth (at most 5 s) for the process to exit and
+    its last lines to be written, so the member gives its partitions up of itself, not at
+    the kubelet's SIGKILL. None for a grace of 0 (the kill comes at once)."""
+    grace_ms = 1000 * (grace_seconds if isinstance(grace_seconds, int) else DEFAULT_GRACE_SECONDS)
+    if grace_ms <= 0:
+        return None
+    return {"name": env.CLOSE_TIMEOUT_MS, "value": str(grace_ms - min(5_000, grace_ms // 5))}
 
 
 def is_ready(pod: Mapping[str, Any]) -> bool:

@@ -150,6 +150,14 @@ def register(subparsers: Any) -> None:
             f"or a standby heartbeating) on this port; 0: off [{env.HEALTH_PORT}] (0)"
         ),
     )
+    run.add_argument(
+        "--close-timeout-ms",
+        type=int,
+        help=(
+            "how long a stop may spend closing (the revoke's commit, a LeaveGroup) before the "
+            f"partitions are given up uncommitted [{env.CLOSE_TIMEOUT_MS}] (30000, as Kafka)"
+        ),
+    )
     run.add_argument("--client-id", default=None, help="client id reported to the coordinator")
     run.add_argument("--commit-interval-ms", type=int, default=DEFAULTS.commit_interval_ms)
     run.add_argument("--poll-interval-ms", type=int, default=DEFAULTS.poll_interval_ms)

@@ -16,11 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import signal
 import ssl
 import sys
+from collections.abc import Awaitable
+from typing import Any
 
+from coordinator.client import env
 from coordinator.client.access import AccessError
 from coordinator.client.config import RebalanceProtocolSetting
 from coordinator.client.consumer_protocol_member import (
@@ -61,6 +65,8 @@ from staticfleet.member.health_server import HealthServer
 from staticfleet.member.settings import Settings
 from staticfleet.member.source_consumer import SourceConsumer
 from staticfleet.source import PartitionReader, SyntheticReader
+
+logger = logging.getLogger("staticfleet.member")
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -211,7 +217,7 @@ async def _run_member(settings: Settings, health: HealthState, stop: asyncio.Eve
         code = await _consume_until_stopped(member, consumer, settings, stop, health)
     finally:
         # Also after a fatal error: close then skips what a fenced member must not send.
-        await member.close(leave=settings.leave_on_close)
+        await close_member(member, consumer, settings)
         events.write(STOPPED, consumed=consumer.consumed)
         await transport.close()
         reader.close()
@@ -286,7 +292,8 @@ async def _consume_until_stopped(
                     # Awaited, so heartbeats and a rebalance's callbacks go on meanwhile.
                     await asyncio.sleep(consumed * settings.ms_per_record / 1000)
                 if asyncio.get_running_loop().time() >= next_commit:
-                    await consumer.commit()
+                    if not await _unless_stopped(consumer.commit(), stopped):
+                        break
                     next_commit = next_commit_deadline(
                         next_commit,
                         asyncio.get_running_loop().time(),
@@ -307,6 +314,45 @@ async def _consume_until_stopped(
         return _report_fatal(member, consumer)
     fatal.cancel()
     return EXIT_OK
+
+
+async def _unless_stopped(work: Awaitable[None], stopped: asyncio.Future[Any]) -> bool:
+    """Await `work` unless a stop comes first; then it is cancelled (False). A stop must not
+    wait on a periodic commit: a coordinator that accepted the request and does not answer
+    would hold it for the session timeout, past the pod's grace period, and the kubelet's
+    SIGKILL would come before the revoke. The close commits again, within its own bound."""
+    task = asyncio.ensure_future(work)
+    began = asyncio.get_running_loop().time()
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()  # its error, if any, is the caller's
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    logger.warning(
+        "stopped during a commit unanswered for %.1f s: not waited for (the close commits)",
+        asyncio.get_running_loop().time() - began,
+    )
+    return False
+
+
+async def close_member(member: Member, consumer: SourceConsumer, settings: Settings) -> None:
+    """Close `member` within the close timeout (Kafka's `close(Duration)`). Past it the close
+    (the revoke's commit, a LeaveGroup) is abandoned and what the member still owns is dropped
+    uncommitted, as lost: a stopping pod ends of itself, with its event log saying what it
+    held, instead of being killed mid-request at the end of its grace period."""
+    timeout_s = settings.close_timeout_ms / 1000
+    try:
+        await asyncio.wait_for(member.close(leave=settings.leave_on_close), timeout_s)
+    except TimeoutError:
+        print(
+            f"staticfleet member run: close not done within {settings.close_timeout_ms} ms "
+            f"({env.CLOSE_TIMEOUT_MS}): the coordinator did not answer; partitions "
+            f"{sorted(consumer.owned)} given up uncommitted",
+            file=sys.stderr,
+        )
+        consumer.abandon()
 
 
 def next_commit_deadline(due: float, now: float, interval: float) -> float:

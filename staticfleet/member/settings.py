@@ -61,6 +61,7 @@ class Overrides:
     source: str | None = None
     client_id: str | None = None
     health_port: int | None = None  # 0: no health endpoints
+    close_timeout_ms: int | None = None
     authorization_retry_ms: int = 120_000
     commit_interval_ms: int = 1000
     poll_interval_ms: int = 100
@@ -74,6 +75,8 @@ class Overrides:
 
 
 DEFAULTS = Overrides()
+# KafkaConsumer.close()'s default timeout.
+DEFAULT_CLOSE_TIMEOUT_MS = 30_000
 
 
 class Settings:
@@ -100,6 +103,7 @@ class Settings:
         remote_assignor: str | None = None,
         standby_wait: InstanceIdWait | None = None,
         health_port: int = 0,
+        close_timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS,
     ) -> None:
         self.url = url
         # How an https:// coordinator's certificate is verified (None: plain http://).
@@ -128,6 +132,8 @@ class Settings:
         self.standby_wait = standby_wait
         # /livez and /readyz on this port (staticfleet.member.health); 0: none.
         self.health_port = health_port
+        # The longest a stop may spend closing (runtime.close_member).
+        self.close_timeout_ms = close_timeout_ms
 
 
 def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
@@ -230,6 +236,13 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         raise ValueError(
             f"--health-port/{env.HEALTH_PORT} must be 0 (off) to 65535, not {health_port}"
         )
+    close_timeout_ms = number(
+        given.close_timeout_ms, env.CLOSE_TIMEOUT_MS, DEFAULT_CLOSE_TIMEOUT_MS
+    )
+    if close_timeout_ms <= 0:
+        raise ValueError(
+            f"--close-timeout-ms/{env.CLOSE_TIMEOUT_MS} must be positive, not {close_timeout_ms}"
+        )
     source_url = pick(given.source, env.SOURCE) or "synthetic"
     kafka_bootstrap = None
     if source_url != "synthetic":
@@ -286,6 +299,7 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         remote_assignor=remote_assignor,
         standby_wait=standby_wait,
         health_port=health_port,
+        close_timeout_ms=close_timeout_ms,
     )
 
 

@@ -66,6 +66,13 @@ class SourceConsumer:
         self._drop(partitions)
         self.events.write(LOST, partitions=partition_list(partitions))
 
+    def abandon(self) -> None:
+        """Give up whatever is still owned, uncommitted: a close that could not finish (the
+        member stops now). Logged as lost, as its next owner may reprocess from the last
+        commit."""
+        if self.owned:
+            self.on_partitions_lost(frozenset(self.owned))
+
     def _drop(self, partitions: Partitions) -> None:
         self.reader.unassign(partitions)
         self.owned.difference_update(partitions)

@@ -173,3 +173,52 @@ def test_a_member_survives_a_coordinator_stalled_past_its_session(coordinator, t
         if member.poll() is None:
             member.send_signal(signal.SIGTERM)
             member.wait(timeout=20)
+
+
+def test_a_member_stopped_while_the_coordinator_answers_nothing_ends_within_its_close_timeout(
+    coordinator, tmp_path
+):
+    # The coordinator takes the requests (the kernel queues them) and answers none: the
+    # periodic commit in flight, then the revoke's commit, would each wait for the session
+    # (30 s) and a pod's grace period would end first, in the kubelet's SIGKILL.
+    process, url = coordinator
+    log = tmp_path / "member.jsonl"
+    environment = {
+        **os.environ,
+        "STATICFLEET_COORDINATOR_URL": url,
+        "STATICFLEET_GROUP_ID": GROUP,
+        "STATICFLEET_INSTANCE_ID": "s-0",
+        "STATICFLEET_TOPICS": TOPIC,
+        "STATICFLEET_SESSION_TIMEOUT_MS": "30000",
+        "STATICFLEET_EVENT_LOG": str(log),
+        "STATICFLEET_TOKEN": TOKEN,
+        "STATICFLEET_CLOSE_TIMEOUT_MS": "1500",
+    }
+    err = tmp_path / "member.err"
+    member = subprocess.Popen(
+        staticfleet("member", "run", "--commit-interval-ms", "200"),
+        env=environment,
+        stderr=err.open("w"),
+    )
+    try:
+        wait_for(lambda: log.exists() and len(commits(log)) >= 2)
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)  # a periodic commit is sent and not answered
+        stopped_at = time.monotonic()
+        member.send_signal(signal.SIGTERM)
+        code = member.wait(timeout=40)
+        took_s = time.monotonic() - stopped_at
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+    text = err.read_text()
+    assert code == 0, text
+    assert took_s < 8, f"the stop took {took_s:.1f} s: {text}"
+    assert "stopped during a commit unanswered" in text, text
+    assert "close not done within 1500 ms" in text, text
+    events = read_events(log)
+    assigned = {tuple(p) for e in events if e["event"] == "assigned" for p in e["partitions"]}
+    # What it held is said to be given up (uncommitted), then that it stopped.
+    assert [e["event"] for e in events[-2:]] == ["lost", "stopped"], events[-3:]
+    assert {tuple(p) for p in events[-2]["partitions"]} == assigned
