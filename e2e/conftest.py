@@ -2,8 +2,8 @@
 
 `STATICFLEET_E2E_CLUSTER=local` (default, `make e2e`): our control plane and node agent.
 `STATICFLEET_E2E_CLUSTER=kind` (`make e2e-kind`): the cluster in $KUBECONFIG.
-The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 7 and 8a-9g
-share one Helm release of the chart.
+The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 8a, 8c-9b,
+9d and 9e share one Helm release of the chart.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def crds_applied(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="session")
 def operator_release(cluster: Cluster, crds_applied: None) -> Iterator[None]:
-    """The chart installed once for scenarios 7 and 8a-9g (3-6, 8 and 9b run on the real
-    node, e2e/node), the operator Ready."""
+    """The chart installed once for scenarios 8a, 8c-9b, 9d and 9e (3-8, 8b, 9b, 9c and 9f
+    run on the real node, e2e/node), the operator Ready."""
     install_chart(cluster)
     yield
     cluster.helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait", "--timeout", "120s")

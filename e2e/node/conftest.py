@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Generator, Iterator
@@ -29,6 +30,8 @@ from e2e.groups import IMAGE
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.test_node import ROOT, _host_state
+from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.kafka.java_peer import ensure_built
 
 RUNC = Path("/usr/bin/runc")
 # e2e/groups.py's member image as containerd names it (a CRI reference is normalized so).
@@ -36,7 +39,7 @@ MEMBER_IMAGE = f"docker.io/library/{IMAGE}"
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
 # "orders": docs/getting-started.md's (scenario 12).
-# The rest: scenarios 3-6, 8 and 9b, written for any Cluster (e2e/cluster.py).
+# The rest: scenarios 3-9c and 9f, written for any Cluster (e2e/cluster.py).
 SCENARIO_NAMESPACES = (
     "e2e-node-fleet",
     "e2e-node-faults",
@@ -46,9 +49,13 @@ SCENARIO_NAMESPACES = (
     "e2e-scale",
     "e2e-upgrade",
     "e2e-spark",
+    "e2e-resume",
     "e2e-durable",
     "e2e-scale-up",
     "e2e-scale-up-plain",
+    "e2e-standby",
+    "e2e-prometheus",
+    "e2e-kafka-members",
 )
 
 
@@ -142,6 +149,25 @@ def fleet_node(node_built: None) -> Iterator[FleetNode]:
 def cluster(fleet_node: FleetNode) -> NodeCluster:
     """Scenarios written for any Cluster (e2e/cluster.py) run on the real node's."""
     return fleet_node.cluster
+
+
+@pytest.fixture(scope="package")
+def kafka_broker(fleet_node: FleetNode) -> Iterator[KafkaBroker]:
+    """The secured KRaft broker of the Kafka scenarios (e2e/conftest.py's), its SASL_SSL and SSL
+    listeners on the node's bridge, where pods reach this host (its certificate names that
+    address too); PLAINTEXT, the tests' own view, stays on loopback. Started once the node's
+    first pod gave the bridge its address, stopped before the node."""
+    ensure_built()
+    workdir = ROOT / "build" / "e2e" / "kafka-broker-node"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    broker = KafkaBroker(workdir, secured=True, client_host=probe.bridge_address())
+    broker.start()
+    try:
+        broker.wait_ready(timeout=120)
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture

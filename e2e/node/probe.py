@@ -92,6 +92,21 @@ class ProbeError(RuntimeError):
     pass
 
 
+def bridge_address() -> str:
+    """This host's IPv4 address on the pods' bridge (their gateway), given by the bridge
+    plugin at the first pod's CNI ADD: where pods reach a process of this host."""
+    shown = subprocess.run(
+        ["ip", "-4", "-j", "addr", "show", "dev", BRIDGE],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    for link in json.loads(shown.stdout or "[]"):
+        for address in link.get("addr_info") or []:
+            return str(address["local"])
+    raise ProbeError(f"the bridge {BRIDGE} has no IPv4 address yet: {shown.stderr.strip()}")
+
+
 def cni_conflist(ipam_dir: Path) -> dict[str, Any]:
     """One bridge with host-local addresses from POD_CIDR, the pods' default gateway; no NAT
     rules (ipMasq false: pods reach this host and the Services, not the outside)."""

@@ -223,8 +223,13 @@ class KafkaBroker:
         users: Mapping[str, str] = DEFAULT_USERS,
         jvm_options: Sequence[str] = (),
         launcher: Sequence[str] = (),
+        client_host: str = "127.0.0.1",
     ) -> None:
         self.workdir = Path(workdir)
+        # Where a secured broker's SASL_SSL and SSL listeners are bound and advertised, and
+        # what its certificate names besides loopback: a bridge's address for clients in pods
+        # (e2e/node/conftest.py). PLAINTEXT and the controller stay on loopback.
+        self.client_host = client_host
         # After the defaults (a later -Xmx wins), and what the java command runs under
         # (e.g. `taskset -c 0`): the benchmarks hold the broker to a heap and a core.
         self.jvm_options = tuple(jvm_options)
@@ -292,12 +297,12 @@ class KafkaBroker:
     @property
     def sasl_ssl_bootstrap(self) -> str:
         self._require_secured()
-        return f"127.0.0.1:{self.sasl_ssl_port}"
+        return f"{self.client_host}:{self.sasl_ssl_port}"
 
     @property
     def ssl_bootstrap(self) -> str:
         self._require_secured()
-        return f"127.0.0.1:{self.ssl_port}"
+        return f"{self.client_host}:{self.ssl_port}"
 
     def listener_bootstrap(self, listener: Listener) -> str:
         if listener == "PLAINTEXT":
@@ -315,7 +320,8 @@ class KafkaBroker:
         if self._pki is None:
             from staticfleet.kafka.pki import BrokerPki
 
-            self._pki = BrokerPki(self.workdir / "pki")
+            ips = tuple(dict.fromkeys((BrokerPki.SERVER_IP, self.client_host)))
+            self._pki = BrokerPki(self.workdir / "pki", server_ips=ips)
         return self._pki
 
     @property
@@ -379,7 +385,7 @@ class KafkaBroker:
         while time.monotonic() < deadline:
             if not self.running():
                 raise BrokerError(f"broker exited before ready; see {self.log_path}\n{self.tail()}")
-            if all(_accepts(port) for port in self._client_ports()):
+            if all(_accepts(host, port) for host, port in self._client_addresses()):
                 admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
                 with contextlib.suppress(Exception):
                     if admin.list_topics(timeout=2).brokers:
@@ -670,10 +676,15 @@ class KafkaBroker:
 
     # ------------------------------------------------------------------ internals
 
-    def _client_ports(self) -> list[int]:
+    def _client_addresses(self) -> list[tuple[str, int]]:
+        loopback = [("127.0.0.1", self.port)]
         if not self.secured:
-            return [self.port]
-        return [self.port, self.sasl_ssl_port, self.ssl_port]
+            return loopback
+        return [
+            *loopback,
+            (self.client_host, self.sasl_ssl_port),
+            (self.client_host, self.ssl_port),
+        ]
 
     def _write_config(self) -> Path:
         extra = self.extra_listeners
@@ -721,6 +732,7 @@ class KafkaBroker:
                     plain_users=self.plain_users,
                     # ANONYMOUS: the PLAINTEXT and CONTROLLER listeners' principal.
                     super_users=("ANONYMOUS", ADMIN_USER),
+                    client_host=self.client_host,
                 )
             )
             properties.update(self.settings)
@@ -832,10 +844,10 @@ logger.group.level = INFO
 """
 
 
-def _accepts(port: int) -> bool:
+def _accepts(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+        return probe.connect_ex((host, port)) == 0
 
 
 @contextlib.contextmanager

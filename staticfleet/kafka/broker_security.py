@@ -62,6 +62,10 @@ def jaas_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _host(listener: str, client_host: str) -> str:
+    return client_host if listener in ("SASL_SSL", "SSL") else "127.0.0.1"
+
+
 def secured_properties(
     *,
     ports: Mapping[str, int],
@@ -71,6 +75,7 @@ def secured_properties(
     oidc_audience: str,
     plain_users: Mapping[str, str],
     super_users: Iterable[str],
+    client_host: str = "127.0.0.1",
 ) -> dict[str, str]:
     """The server.properties a secured broker adds to the PLAINTEXT one (docs/kafka.md).
 
@@ -80,12 +85,15 @@ def secured_properties(
     sasl = "listener.name.sasl_ssl."
     plain_jaas = " ".join(f"user_{name}={jaas_quote(pw)}" for name, pw in plain_users.items())
     return {
+        # The secured listeners on `client_host`, where the clients are; PLAINTEXT (the tests'
+        # own view) and the controller stay on loopback.
         "listeners": ",".join(
-            f"{name}://127.0.0.1:{ports[name]}"
+            f"{name}://{_host(name, client_host)}:{ports[name]}"
             for name in ("PLAINTEXT", "CONTROLLER", "SASL_SSL", "SSL")
         ),
         "advertised.listeners": ",".join(
-            f"{name}://127.0.0.1:{ports[name]}" for name in ("PLAINTEXT", "SASL_SSL", "SSL")
+            f"{name}://{_host(name, client_host)}:{ports[name]}"
+            for name in ("PLAINTEXT", "SASL_SSL", "SSL")
         ),
         "listener.security.protocol.map": (
             "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL"

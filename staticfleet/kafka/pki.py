@@ -188,6 +188,18 @@ def ip_sans(*ips: str) -> list[x509.GeneralName]:
     return [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
 
 
+def _names_ips(cert_path: Path, ips: tuple[str, ...]) -> bool:
+    """Whether the certificate at `cert_path` names every one of `ips` (a kept certificate is
+    issued again when a broker is given another address)."""
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    held = {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+    return set(ips) <= held
+
+
 def check_name(common_name: str) -> str:
     """A client name usable as a file stem and as a Kafka principal, or a ValueError."""
     if not _NAME.match(common_name):
@@ -209,20 +221,24 @@ class BrokerPki:
 
     SERVER_IP = "127.0.0.1"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, server_ips: tuple[str, ...] = (SERVER_IP,)) -> None:
+        """`server_ips`: the addresses the broker's certificate names (its clients' view:
+        loopback, and a bridge's address where pods reach it)."""
         self.directory = Path(directory)
         self.ca = CertificateAuthority.load_or_create(self.directory, "ca", "staticfleet-test-ca")
         self.untrusted_ca = CertificateAuthority.load_or_create(
             self.directory, "untrusted-ca", "staticfleet-untrusted-ca"
         )
         server = KeyPair(self.directory / "broker.crt", self.directory / "broker.key")
-        if not (server.cert.exists() and server.key.exists()):
+        if not (
+            server.cert.exists() and server.key.exists() and _names_ips(server.cert, server_ips)
+        ):
             server = self.ca.issue(
                 self.directory,
                 "broker",
                 name(self.SERVER_IP),
                 server=True,
-                sans=ip_sans(self.SERVER_IP),
+                sans=ip_sans(*server_ips),
             )
         self.server = server
 

@@ -490,3 +490,46 @@ def test_the_secured_properties_use_kafka_4_4_names(tmp_path: Path) -> None:
     assert properties["sasl.oauthbearer.jwks.endpoint.url"] == "http://127.0.0.1:5/jwks"
     assert properties["super.users"] == "User:ANONYMOUS;User:admin"
     assert jaas_quote("a\\b") == '"a\\\\b"'
+
+
+def test_the_secured_listeners_go_where_the_clients_are(tmp_path: Path) -> None:
+    # Pods on a node reach this host on its bridge: the secured listeners are bound and
+    # advertised there, the tests' PLAINTEXT view and the controller stay on loopback.
+    from staticfleet.kafka.broker_security import secured_properties
+
+    properties = secured_properties(
+        ports={"PLAINTEXT": 1, "CONTROLLER": 2, "SASL_SSL": 3, "SSL": 4},
+        keystore=tmp_path / "k.pem",
+        truststore=tmp_path / "ca.crt",
+        oidc_issuer="http://127.0.0.1:5",
+        oidc_audience="kafka",
+        plain_users={"admin": "a"},
+        super_users=("admin",),
+        client_host="10.244.0.1",
+    )
+    assert properties["listeners"] == (
+        "PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:2,SASL_SSL://10.244.0.1:3,SSL://10.244.0.1:4"
+    )
+    assert properties["advertised.listeners"] == (
+        "PLAINTEXT://127.0.0.1:1,SASL_SSL://10.244.0.1:3,SSL://10.244.0.1:4"
+    )
+    broker = KafkaBroker(tmp_path / "broker", secured=True, client_host="10.244.0.1")
+    assert broker.sasl_ssl_bootstrap == f"10.244.0.1:{broker.sasl_ssl_port}"
+    assert broker.bootstrap == f"127.0.0.1:{broker.port}"
+
+
+def test_the_broker_certificate_names_every_address_it_is_given(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    def ips(pki: BrokerPki) -> set[str]:
+        cert = x509.load_pem_x509_certificate(pki.server.cert.read_bytes())
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return {str(ip) for ip in names.get_values_for_type(x509.IPAddress)}
+
+    assert ips(BrokerPki(tmp_path)) == {"127.0.0.1"}
+    # A kept directory given another address: the certificate is issued again, by the same CA.
+    ca = BrokerPki(tmp_path).ca_path.read_bytes()
+    widened = BrokerPki(tmp_path, server_ips=("127.0.0.1", "10.244.0.1"))
+    assert ips(widened) == {"127.0.0.1", "10.244.0.1"}
+    assert widened.ca_path.read_bytes() == ca
+    assert BrokerPki(tmp_path, server_ips=("127.0.0.1", "10.244.0.1")).server == widened.server
