@@ -39,6 +39,9 @@ FULLNAME = f"{RELEASE}-staticfleet"
 # The chart's default coordinator port (kind reaches it through the Service).
 COORDINATOR_PORT = 9092
 # The image every pod runs: the node agent runs it as local processes, kind loads it.
+# A scenario's own pods (not a ConsumerGroup's) whose every incarnation's log it reads, e.g. a
+# StatefulSet of consumers rolled by hand (scenario 8d): followed as members' are (PodLogs).
+FOLLOW_LOGS_LABEL = "e2e.staticfleet.dev/follow-logs"
 IMAGE_REPOSITORY = "staticfleet"
 IMAGE_TAG = "e2e"
 IMAGE_VALUES = ["--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={IMAGE_TAG}"]
@@ -375,10 +378,10 @@ class KindCluster(Cluster):
 
 
 class PodLogs:
-    """Every incarnation's log of the member pods' containers, where pods are real
-    containers: a bounced pod's logs go with it, so each is followed (`kubectl logs -f`,
-    through the API server and the kubelet) from the moment it runs, into a file of its own
-    under `log_dir`."""
+    """Every incarnation's log of the member pods' containers (a ConsumerGroup's pods, and a
+    scenario's own pods labelled `FOLLOW_LOGS_LABEL`), where pods are real containers: a
+    bounced pod's logs go with it, so each is followed (`kubectl logs -f`, through the API
+    server and the kubelet) from the moment it runs, into a file of its own under `log_dir`."""
 
     def __init__(self, cluster: Cluster, log_dir: Path) -> None:
         self._cluster = cluster
@@ -404,7 +407,11 @@ class PodLogs:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         while not self._stop.is_set():
             with contextlib.suppress(Exception):
-                pods = self._cluster.get_json("get", "pods", "-A", "-l", GROUP_LABEL)["items"]
+                pods = [
+                    pod
+                    for selector in (GROUP_LABEL, FOLLOW_LOGS_LABEL)
+                    for pod in self._cluster.get_json("get", "pods", "-A", "-l", selector)["items"]
+                ]
                 for pod in pods:
                     # By container id: a container the kubelet restarts in place is a new
                     # incarnation with a log of its own.

@@ -2,8 +2,8 @@
 
 `STATICFLEET_E2E_CLUSTER=local` (default, `make e2e`): our control plane and node agent.
 `STATICFLEET_E2E_CLUSTER=kind` (`make e2e-kind`): the cluster in $KUBECONFIG.
-The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 8a, 8c-9b,
-9d and 9e share one Helm release of the chart.
+The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 9, 9d and 9e
+share one Helm release of the chart (the others run on the real node, e2e/node).
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def crds_applied(cluster: Cluster) -> None:
 
 @pytest.fixture(scope="session")
 def operator_release(cluster: Cluster, crds_applied: None) -> Iterator[None]:
-    """The chart installed once for scenarios 8a, 8c-9b, 9d and 9e (3-8, 8b, 9b, 9c and 9f
-    run on the real node, e2e/node), the operator Ready."""
+    """The chart installed once for scenarios 9, 9d and 9e (the others run on the real node,
+    e2e/node), the operator Ready."""
     install_chart(cluster)
     yield
     cluster.helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait", "--timeout", "120s")
@@ -150,7 +150,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[KafkaBroker]:
-    """The secured KRaft broker for the Kafka-coordinated scenarios (8a-8d), on loopback,
+    """The secured KRaft broker for the node agent's Kafka scenario (9e; the node's scenarios,
+    8a-8d, have theirs, on the pods' bridge: e2e/node/conftest.py), on loopback,
     where the operator and the member processes reach it on its SASL_SSL and SSL listeners
     (PLAINTEXT is the tests' own view); a fresh log directory every session."""
     ensure_built()  # the Java peer, once, before six pods would each check the build

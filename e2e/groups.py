@@ -12,6 +12,11 @@ from e2e.cluster import IMAGE_REPOSITORY, IMAGE_TAG, Cluster, pod_ready
 from e2e.fleet import wait_for
 
 IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
+# A librdkafka member's image (image/clients.Dockerfile's rdkafka target), on the real node only:
+# the node agent runs nothing but IMAGE.
+RDKAFKA_IMAGE = f"{IMAGE_REPOSITORY}-rdkafka:{IMAGE_TAG}"
+# The Java peer's (image/clients.Dockerfile's java target), on the real node only too.
+JAVA_IMAGE = f"{IMAGE_REPOSITORY}-java:{IMAGE_TAG}"
 TOPIC = "orders"
 PARTITIONS = 24
 SESSION_TIMEOUT_MS = 30_000

@@ -11,8 +11,11 @@
 #      means to a containerd (`ctr -n k8s.io image import` loads it for a kubelet).
 # Records sizes and times in build/image/build.json. Needs root, mmdebstrap and buildah
 # (Debian packages; scripts/node/install-packages.sh installs them). See docs/node.md.
+# Each TARGET named (a target of image/clients.Dockerfile: rdkafka, java) is then built over that
+# image as localhost/staticfleet-TARGET:<version>, written as build/image/staticfleet-TARGET.oci.tar
+# (docker.io/library/staticfleet-TARGET:<version>): a Kafka client family's member image.
 #
-#   scripts/build-image.sh
+#   scripts/build-image.sh [TARGET...]
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,6 +35,13 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 [[ "$(id -u)" == 0 ]] || fail "needs root (mmdebstrap and buildah make a root filesystem and mount layers)"
 [[ -n "$VERSION" ]] || fail "no version = \"...\" in $ROOT/pyproject.toml"
+CLIENTS_DOCKERFILE="$ROOT/image/clients.Dockerfile"
+for target in "$@"; do
+    # The Java peer's jars (build/java-peer, the `javapeer` build context), built by Maven.
+    [[ "$target" != java ]] || "$ROOT/scripts/build-java-peer.sh"
+    grep -q "^FROM .* AS $target\$" "$CLIENTS_DOCKERFILE" \
+        || fail "no target $target in $CLIENTS_DOCKERFILE"
+done
 "$ROOT/scripts/node/install-packages.sh"
 
 # buildah keeps its layers under build/; the overlay driver, as Docker's and containerd's.
@@ -109,19 +119,42 @@ nice -n 10 "${BUILDAH[@]}" build --quiet --layers --force-rm --pull=never --netw
     || fail "buildah build of $ROOT/Dockerfile"
 build_seconds=$(since "$start")
 
+# Writes $1 (a local image) as the OCI archive $2 named $3, unless the archive of that very
+# image is there already (its image id kept beside it): an unchanged image keeps its archive.
+archive() {
+    local id; id="$(bah inspect --type image --format '{{.FromImageID}}' "$1")"
+    if [[ -s "$2" && "$(cat "$2.id" 2>/dev/null)" == "$id" ]]; then
+        return 0
+    fi
+    rm -f "$2.tmp"
+    bah push --quiet "$1" "oci-archive:$2.tmp:$3" >/dev/null || fail "buildah push to $2"
+    mv -f "$2.tmp" "$2"
+    echo "$id" >"$2.id"
+}
+
 # --- 4. the OCI archive ---------------------------------------------------------------------
 start=$(now)
 image_id="$(bah inspect --type image --format '{{.FromImageID}}' "$IMAGE")"
-# An unchanged image (every layer from the cache) keeps the archive written for it.
-if [[ -s "$ARCHIVE" && -s "$OUT/build.json" ]] && grep -q "\"image_id\": \"$image_id\"" "$OUT/build.json"; then
-    say "[4/4] $ARCHIVE ... unchanged image, reusing"
-else
-    say "[4/4] $ARCHIVE ($ARCHIVE_REF)"
-    rm -f "$ARCHIVE.tmp"
-    bah push --quiet "$IMAGE" "oci-archive:$ARCHIVE.tmp:$ARCHIVE_REF" >/dev/null || fail "buildah push to $ARCHIVE"
-    mv -f "$ARCHIVE.tmp" "$ARCHIVE"
-fi
+say "[4/4] $ARCHIVE ($ARCHIVE_REF)"
+archive "$IMAGE" "$ARCHIVE" "$ARCHIVE_REF"
 archive_seconds=$(since "$start")
+
+# --- the client images named (image/clients.Dockerfile) --------------------------------------
+clients_json=""
+for target in "$@"; do
+    start=$(now)
+    client="localhost/staticfleet-$target:$VERSION"
+    client_archive="$OUT/staticfleet-$target.oci.tar"
+    context=()
+    [[ "$target" != java ]] || context=(--build-context "javapeer=$ROOT/build/java-peer")
+    say "[client] $client ... buildah build (image/clients.Dockerfile, target $target)"
+    nice -n 10 "${BUILDAH[@]}" build --quiet --layers --force-rm --pull=never --network host "${trust[@]}" \
+        --build-arg "STATICFLEET_IMAGE=$IMAGE" --target "$target" -f "$CLIENTS_DOCKERFILE" \
+        "${context[@]}" \
+        -t "$client" "$ROOT" >/dev/null || fail "buildah build of $CLIENTS_DOCKERFILE, target $target"
+    archive "$client" "$client_archive" "docker.io/library/staticfleet-$target:$VERSION"
+    clients_json+="${clients_json:+, }\"$target\": {\"image\": \"$client\", \"image_size\": \"$(bah images --format '{{.Size}}' --noheading "$client" | head -n1)\", \"archive_bytes\": $(stat -c %s "$client_archive"), \"seconds\": $(since "$start")}"
+done
 
 image_bytes="$(bah images --format '{{.Size}}' --noheading "$IMAGE" | head -n1)"
 cat >"$OUT/build.json" <<EOF
@@ -133,6 +166,7 @@ cat >"$OUT/build.json" <<EOF
   "archive_ref": "$ARCHIVE_REF",
   "archive_bytes": $(stat -c %s "$ARCHIVE"),
   "base": {"image": "$BASE_IMAGE", "tar_bytes": $(stat -c %s "$base_tar"), "cached": $base_cached},
+  "clients": {$clients_json},
   "seconds": {"base": $base_seconds, "import": $import_seconds, "build": $build_seconds,
               "archive": $archive_seconds, "total": $(since "$start_all")}
 }

@@ -26,7 +26,7 @@ import pytest
 from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.conftest import install_chart
 from e2e.fleet import answers_ready, wait_for
-from e2e.groups import IMAGE
+from e2e.groups import IMAGE, JAVA_IMAGE, RDKAFKA_IMAGE
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.test_node import ROOT, _host_state
@@ -36,6 +36,12 @@ from staticfleet.kafka.java_peer import ensure_built
 RUNC = Path("/usr/bin/runc")
 # e2e/groups.py's member image as containerd names it (a CRI reference is normalized so).
 MEMBER_IMAGE = f"docker.io/library/{IMAGE}"
+# The Kafka client images (image/clients.Dockerfile) the node scenarios run, by the name their
+# templates give (e2e/groups.py): each is imported from its archive under that name.
+CLIENT_IMAGES = {
+    "rdkafka": f"docker.io/library/{RDKAFKA_IMAGE}",
+    "java": f"docker.io/library/{JAVA_IMAGE}",
+}
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
 # "orders": docs/getting-started.md's (scenario 12).
@@ -56,6 +62,9 @@ SCENARIO_NAMESPACES = (
     "e2e-standby",
     "e2e-prometheus",
     "e2e-kafka-members",
+    "e2e-kafka-rdk",
+    "e2e-kafka-java",
+    "e2e-kafka-migration",
 )
 
 
@@ -113,7 +122,7 @@ def node_built() -> None:
     subprocess.run([str(ROOT / "scripts" / "node" / "install-packages.sh")], check=True)
     subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True, timeout=3600)
     subprocess.run([str(ROOT / "scripts" / "node" / "build.sh")], check=True, timeout=3600)
-    probe.build_image()
+    probe.build_image(*CLIENT_IMAGES)
 
 
 # Package scope: torn down after the last test of e2e/node, not at the end of a `make e2e`
@@ -129,6 +138,9 @@ def fleet_node(node_built: None) -> Iterator[FleetNode]:
             # do (e2e/groups.py's IMAGE, never pulled: its tag is not latest); here it is
             # the chart's image under that second name.
             node.containerd.ctr("image", "tag", "--force", node.image, MEMBER_IMAGE)
+            for client, name in CLIENT_IMAGES.items():
+                built = node.containerd.import_image(probe.client_archive(client))
+                node.containerd.ctr("image", "tag", "--force", built, name)
             cluster = NodeCluster(node.cp.kubeconfig, node.image, node.containerd, workdir / "logs")
             node.stack.callback(cluster.close)
             # Before the kubelet stops: the release's and the groups' pods go through the

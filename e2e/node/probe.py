@@ -48,13 +48,20 @@ ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ARCHIVE = ROOT / "build" / "image" / "staticfleet.oci.tar"
 
 
-def build_image() -> Path:
-    """The chart's image from the working tree, as an OCI archive. Built every time, not only
+def build_image(*clients: str) -> Path:
+    """The chart's image from the working tree, as an OCI archive, and the Kafka client images
+    named (image/clients.Dockerfile's targets, `client_archive`). Built every time, not only
     when the archive is absent: an archive from older sources ran old code on the node (a
     member without a flag its pod template set). The script reuses unchanged layers and
     keeps the archive of an unchanged image, so a build with nothing new costs seconds."""
-    subprocess.run([str(ROOT / "scripts" / "build-image.sh")], check=True, timeout=1800)
+    script = ROOT / "scripts" / "build-image.sh"
+    subprocess.run([str(script), *clients], check=True, timeout=1800)
     return IMAGE_ARCHIVE
+
+
+def client_archive(client: str) -> Path:
+    """The OCI archive of a client image `build_image(client)` wrote."""
+    return IMAGE_ARCHIVE.with_name(f"staticfleet-{client}.oci.tar")
 
 
 NODE_BIN = ROOT / "build" / "node" / "bin"

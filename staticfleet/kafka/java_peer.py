@@ -8,6 +8,7 @@ event log has the shape of `staticfleet member run`'s (plus `"client": "java"`),
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,12 +19,22 @@ from staticfleet.processes import terminate
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-java-peer.sh"
 PEER_DIR = REPO_ROOT / "build" / "java-peer"
 MAIN_CLASS = "io.staticfleet.peer.ConsumerPeer"
+# Set: the peer's jars are there already (the Java client image, image/clients.Dockerfile),
+# nothing is built.
+PEER_DIR_ENV = "STATICFLEET_JAVA_PEER_DIR"
+
+
+def peer_dir() -> Path:
+    given = os.environ.get(PEER_DIR_ENV)
+    return Path(given) if given else PEER_DIR
 
 
 def ensure_built() -> Path:
-    """Build the peer with Maven when absent or changed (once; prints one progress line)."""
-    subprocess.run([str(BUILD_SCRIPT)], check=True)
-    return PEER_DIR
+    """Build the peer with Maven when absent or changed (once; prints one progress line);
+    where it was built into an image (`PEER_DIR_ENV`), only its directory."""
+    if not os.environ.get(PEER_DIR_ENV):
+        subprocess.run([str(BUILD_SCRIPT)], check=True)
+    return peer_dir()
 
 
 class JavaPeer:
@@ -80,7 +91,8 @@ class JavaPeer:
         self._process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        classpath = f"{PEER_DIR / 'consumer-peer.jar'}:{PEER_DIR / 'lib'}/*"
+        built = peer_dir()
+        classpath = f"{built / 'consumer-peer.jar'}:{built / 'lib'}/*"
         # A small client JVM: two cores are shared by the broker, the peers and the tests.
         return [
             "java",

@@ -7,7 +7,8 @@ names), and on a secured cluster the path of the mounted client properties (TLS,
 `KAFKA_CLIENT_CONFIG`, docs/operator.md "Secured clusters"), which the peer merges in. This
 launcher reads them and replaces itself with the Java process (`exec`), so the pod's SIGTERM
 reaches the consumer, which closes as a static member (no LeaveGroup). Its event log goes to
-`--events-dir` (default: the working directory), one file per start.
+`--events-dir` (default: the working directory), one file per start, or with `--events-dir -`
+to stdout, the container's log (`kubectl logs`), as `member run` writes it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from staticfleet.kafka.java_peer import JavaPeer, ensure_built
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events-dir", type=Path, default=Path.cwd())
+    parser.add_argument("--events-dir", default=str(Path.cwd()))
     parser.add_argument("--instance-id-env", default="KAFKA_GROUP_INSTANCE_ID")
     parser.add_argument("--group-id-env", default="KAFKA_GROUP_ID")
     parser.add_argument("--bootstrap-env", default="KAFKA_BOOTSTRAP_SERVERS")
@@ -37,7 +38,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--session-timeout-ms", type=int, default=10_000)
     args = parser.parse_args(argv)
     env = os.environ
-    events = args.events_dir / f"events-{time.time_ns()}.jsonl"
+    to_stdout = args.events_dir == "-"
+    # "-": the peer's own stdout (ConsumerPeer's --events -).
+    events = Path("-") if to_stdout else Path(args.events_dir) / f"events-{time.time_ns()}.jsonl"
     # A consumer-protocol pod gets no strategy (the broker assigns; Java refuses one there).
     strategy = env.get(args.strategy_env) or "range"
     peer = JavaPeer(
@@ -53,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         remote_assignor=env.get(args.remote_assignor_env) or None,
     )
     ensure_built()
-    events.parent.mkdir(parents=True, exist_ok=True)
+    if not to_stdout:
+        events.parent.mkdir(parents=True, exist_ok=True)
     command = peer.command()
     os.execvp(command[0], command)
 

@@ -2,7 +2,8 @@
 operator and back, then the same fleet migrated by hand as a StatefulSet, side by side.
 
 Both fleets are three static Java KafkaConsumer pods (kafka-clients 4.4, `python -m
-staticfleet.kafka.java_pod`) on the secured broker's mutual-TLS listener, classic cooperative
+staticfleet.kafka.java_pod` in the Java client image on the real node, its event log on stdout)
+on the secured broker's mutual-TLS listener, classic cooperative
 (`cooperative-sticky`, remote assignor `uniform`), each with a 6-partition topic of its own into
 which a producer writes a numbered sequence throughout. Cooperative, because an eager fleet's
 classic members give up every partition at each rebalance of a migration, whoever bounces them
@@ -36,9 +37,9 @@ from confluent_kafka import KafkaError, Message, Producer
 from coordinator.client.kafka_groups import MemberType
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
-from e2e.cluster import Cluster, LocalCluster
-from e2e.fleet import Record, Timeout, wait_for
-from e2e.groups import IMAGE, apply, group_status, namespace, patch_spec
+from e2e.cluster import FOLLOW_LOGS_LABEL, Cluster
+from e2e.fleet import Record, Timeout, member_logs_from_text, wait_for
+from e2e.groups import JAVA_IMAGE, apply, group_status, namespace, patch_spec
 from e2e.kafka_fleet import describe, group_acls, kafka_group, secure_group, wait_settled
 from staticfleet.demo.ownership import (
     MemberLog,
@@ -53,7 +54,6 @@ from staticfleet.demo.ownership import (
     unowned_steps,
 )
 from staticfleet.kafka.broker import Acl, KafkaBroker
-from staticfleet.member.events import read_events
 
 GROUP = "migfleet"  # the ConsumerGroup: group id and topic
 MANUAL = "migsts"  # the StatefulSet: group id and topic
@@ -61,6 +61,8 @@ PARTITIONS = 6
 REPLICAS = 3
 RECORDS_PER_SECOND = 50
 CONSUMER = ["python", "-m", "staticfleet.kafka.java_pod"]
+# Its event log on stdout, the container's log (read back through `kubectl logs`).
+CONSUMER_ARGS = ["--events-dir", "-"]
 CLIENT_CONFIG_DIR = "/etc/staticfleet/kafka"  # where the operator mounts its client Secret
 Protocol = Literal["classic", "consumer"]
 # Both fleets: Java's CooperativeStickyAssignor on the classic side, the broker's sticky
@@ -131,14 +133,13 @@ def unconsumed(
     )
 
 
-def fleet_logs(cluster: LocalCluster, ns: str, prefix: str) -> list[MemberLog]:
-    """The event log of every consumer process of the pods named `<prefix>-<n>` (the node
-    agent keeps a pod's directory, and one file per start, across pods of the same name)."""
-    found = []
-    for path in sorted((cluster.node_workdir / "pods" / ns).glob(f"{prefix}-*/events-*.jsonl")):
-        rows = read_events(path)
-        if rows:
-            found.append(MemberLog(owner=path.parent.name, process=path.stem, rows=rows))
+def fleet_logs(cluster: Cluster, ns: str, prefix: str) -> list[MemberLog]:
+    """The event log of every consumer process of the pods named `<prefix>-<n>`: every
+    incarnation's container log (the node's cluster follows each from the moment it runs)."""
+    found: list[MemberLog] = []
+    for slot in range(REPLICAS):
+        owner = f"{prefix}-{slot}"
+        found.extend(member_logs_from_text(owner, cluster.container_log(ns, owner, "consumer")))
     return found
 
 
@@ -225,9 +226,7 @@ def figures(
     return result
 
 
-def drain(
-    cluster: LocalCluster, ns: str, prefix: str, produced: dict[int, tuple[int, int]]
-) -> None:
+def drain(cluster: Cluster, ns: str, prefix: str, produced: dict[int, tuple[int, int]]) -> None:
     """Until every produced record is below its partition's committed position (or 60 s:
     what is left is then counted as lost)."""
 
@@ -253,15 +252,17 @@ def statefulset(name: str, bootstrap: str, secret: str) -> dict[str, Any]:
             "selector": {"matchLabels": {"app": name}},
             "updateStrategy": {"type": "RollingUpdate"},
             "template": {
-                "metadata": {"labels": {"app": name}},
+                # Followed: a bounced pod's log goes with it (e2e/cluster.py, PodLogs).
+                "metadata": {"labels": {"app": name, FOLLOW_LOGS_LABEL: "true"}},
                 "spec": {
                     "terminationGracePeriodSeconds": 20,
                     "volumes": [{"name": "client", "secret": {"secretName": secret}}],
                     "containers": [
                         {
                             "name": "consumer",
-                            "image": IMAGE,
+                            "image": JAVA_IMAGE,
                             "command": CONSUMER,
+                            "args": CONSUMER_ARGS,
                             "env": manual_env(name, bootstrap, "classic"),
                             "volumeMounts": [
                                 {"name": "client", "mountPath": CLIENT_CONFIG_DIR, "readOnly": True}
@@ -321,11 +322,15 @@ def rollout_done(cluster: Cluster, ns: str, protocol: str) -> bool:
 def test_migration_by_the_operator_and_by_hand(
     cluster: Cluster, operator_release: None, record: Record, kafka_broker: KafkaBroker
 ) -> None:
-    assert isinstance(cluster, LocalCluster), "Java pods run on the local node agent only"
     plain = kafka_broker.bootstrap  # the test's own view (producer, describe)
     for topic in (GROUP, MANUAL):
         kafka_broker.create_topic(topic, PARTITIONS)
-    container = {"name": "consumer", "image": IMAGE, "command": CONSUMER}
+    container = {
+        "name": "consumer",
+        "image": JAVA_IMAGE,
+        "command": CONSUMER,
+        "args": CONSUMER_ARGS,
+    }
 
     with namespace(cluster, "e2e-kafka-migration") as ns:
         access = secure_group(cluster, ns, kafka_broker, GROUP, "mtls")

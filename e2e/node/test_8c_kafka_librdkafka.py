@@ -2,7 +2,8 @@
 two-bounce and the documented alternative (`protocolChange: Switch`) works.
 
 Each pod runs a real librdkafka consumer (`python -m staticfleet.kafka.rdkafka_pod`,
-confluent-kafka) configured by the operator's env. librdkafka refuses a strategy list mixing
+confluent-kafka) configured by the operator's env, from the librdkafka client image
+(image/clients.Dockerfile) on the real node. librdkafka refuses a strategy list mixing
 eager and cooperative assignors, so KIP-429's bridge bounce is impossible: the change is
 refused with a condition and an Event and no pod is touched. With `Switch`, the fleet stops,
 one batch LeaveGroup names every instance id, and all restart on cooperative-sticky: one
@@ -20,7 +21,7 @@ from typing import Any
 
 from e2e.cluster import Cluster
 from e2e.fleet import Record, member_logs_from_text, wait_for
-from e2e.groups import IMAGE, apply, group_status, namespace, patch_spec
+from e2e.groups import RDKAFKA_IMAGE, apply, group_status, namespace, patch_spec
 from e2e.kafka_fleet import (
     PARTITIONS,
     STRATEGY_ENV,
@@ -54,7 +55,7 @@ def test_librdkafka_two_bounce_refused_and_switch_works(
     kafka_broker.create_topic(GROUP, PARTITIONS)
     container = {
         "name": "consumer",
-        "image": IMAGE,
+        "image": RDKAFKA_IMAGE,
         "command": ["python", "-m", "staticfleet.kafka.rdkafka_pod"],
     }
 

@@ -2,8 +2,10 @@
 
 `spec.coordinator.type: kafka`, `clientFamily: java`: the operator (the chart's, a local
 process) describes the group on the broker and sends the batch LeaveGroup there; each pod
-runs the Java peer (`python -m staticfleet.kafka.java_pod`, which execs the JVM) configured
-by the env the operator injected (`KAFKA_GROUP_INSTANCE_ID`, the strategy as class names).
+runs the Java peer (`python -m staticfleet.kafka.java_pod`, which execs the JVM) from the Java
+client image (image/clients.Dockerfile: Debian's JRE and the peer's jars) on the real node,
+configured by the env the operator injected (`KAFKA_GROUP_INSTANCE_ID`, the strategy as class
+names), its event log on stdout (`--events-dir -`), read back with `kubectl logs`.
 On the secured broker's mutual-TLS listener (SSL, `authentication.type: tls`): the group's
 client certificate (CN = its principal) has exactly the ACLs docs/kafka.md lists, and the
 operator and the consumers use it through `spec.coordinator.kafka` (the consumers read the
@@ -14,13 +16,12 @@ PLAINTEXT, the test's own view) and the consumers' own callback logs.
 
 from __future__ import annotations
 
-from e2e.cluster import Cluster, LocalCluster
-from e2e.fleet import Record
-from e2e.groups import IMAGE, apply, namespace
+from e2e.cluster import Cluster
+from e2e.fleet import Record, member_logs_from_text
+from e2e.groups import JAVA_IMAGE, apply, namespace
 from e2e.kafka_fleet import PARTITIONS, check_secured, fleet_scenario, kafka_group, secure_group
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
-from staticfleet.member.events import read_events
 
 GROUP = "javafleet"
 
@@ -28,20 +29,19 @@ GROUP = "javafleet"
 def test_java_fleet_on_kafka(
     cluster: Cluster, operator_release: None, record: Record, kafka_broker: KafkaBroker
 ) -> None:
-    assert isinstance(cluster, LocalCluster), "Java pods run on the local node agent only"
     kafka_broker.create_topic(GROUP, PARTITIONS)
     container = {
         "name": "consumer",
-        "image": IMAGE,
+        "image": JAVA_IMAGE,
         "command": ["python", "-m", "staticfleet.kafka.java_pod"],
+        "args": ["--events-dir", "-"],
     }
 
     def logs(ns: str) -> list[MemberLog]:
-        found = []
-        for path in sorted((cluster.node_workdir / "pods" / ns).glob("*/events-*.jsonl")):
-            rows = read_events(path)
-            if rows:
-                found.append(MemberLog(owner=path.parent.name, process=path.stem, rows=rows))
+        found: list[MemberLog] = []
+        for slot in range(6):
+            owner = f"{GROUP}-{slot}"
+            found.extend(member_logs_from_text(owner, cluster.container_log(ns, owner, "consumer")))
         return found
 
     with namespace(cluster, "e2e-kafka-java") as ns:
