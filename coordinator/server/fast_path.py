@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 # the server's own body limit, if lower): aiohttp would buffer as much, and its request task,
 # body stream and fuller JSON policies are what the fast path spares (issue 26).
 MAX_FAST_BODY_BYTES: Final = 1024 * 1024
+# A body past this is buffered here only for a caller known by its token (the leader's
+# SyncGroup is a member's); anyone else's goes to aiohttp from its head, as before.
+MAX_UNKNOWN_CALLER_BODY_BYTES: Final = 16 * 1024
 # A request head longer than this goes to aiohttp (which has its own limits).
 MAX_FAST_HEAD_BYTES: Final = 8 * 1024
 # How long a request's head waits for its body before aiohttp reads it instead (its body
@@ -200,6 +203,12 @@ class FastPath:
         ):
             return None  # aiohttp answers the 403
         return message
+
+    def known_caller(self, authorization: bytes | None) -> bool:
+        """Whether `authorization` names a caller `admit` may accept (by its token alone)."""
+        return (
+            self.principal(authorization) is not None or self.cached_pod(authorization) is not None
+        )
 
     def cached_pod(self, authorization: bytes | None) -> PodIdentity | None:
         """A pod token whose review is cached (members known by their pod); None for any
@@ -441,6 +450,11 @@ class RequestSplitter:
         if parser.get_http_version() != "1.1":
             return None
         if not parser.should_keep_alive() or not 0 < length <= self._fast_limit():
+            return None
+        if length > MAX_UNKNOWN_CALLER_BODY_BYTES and not self._fast.known_caller(
+            head.authorization
+        ):
+            # Not buffered for a caller aiohttp refuses (it answers without reading the body).
             return None
         match = _MEMBER_PATH.fullmatch(head.url)
         return (match.group(1).decode("ascii"), match.group(2)) if match else None

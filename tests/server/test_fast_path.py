@@ -444,6 +444,27 @@ async def test_a_body_over_the_fast_path_cap_is_left_to_aiohttp(
     assert fast.fast_path.answered == 1  # the join; aiohttp answered the sync
 
 
+async def test_a_large_body_without_a_known_token_is_not_buffered(
+    sides: tuple[Side, Side], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Past 16 KiB the fast path waits for a body only for a caller it knows: anyone else's
+    # head goes to aiohttp at once, which refuses it without reading the body. (With the
+    # wait this long, a buffered body would never be answered here.)
+    monkeypatch.setattr(fast_path_module, "BODY_WAIT_S", 3600.0)
+    answers = []
+    for side in sides:
+        request = _post(SYNC_PATH, _sync(side) + b" " * 100_000, token="unknown")
+        reader, writer = await asyncio.open_connection("127.0.0.1", side.running.port)
+        try:
+            writer.write(request[:20_000])  # and no more
+            answers.append(await _read_answer(reader))
+        finally:
+            writer.close()
+    fast_answer, slow_answer = answers
+    assert fast_answer == slow_answer
+    assert fast_answer[0] == "HTTP/1.1 403 Forbidden"
+
+
 def test_the_decoder_refuses_what_the_full_path_refuses() -> None:
     good = b'{"group_id":"g","generation_id":1,"member_id":"m"}'
     assert decode_heartbeat(good) is not None
