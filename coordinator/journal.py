@@ -43,6 +43,20 @@ class JournalEvent:
     group_instance_id: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
+    def numbered(self, seq: int, ts_ms: int) -> JournalEvent:
+        """This event as written: numbered and stamped (dataclasses.replace, without its
+        generic cost: a 1,000-member assignment writes 1,002 rows at once)."""
+        return JournalEvent(
+            seq,
+            ts_ms,
+            self.group_id,
+            self.kind,
+            self.generation_id,
+            self.member_id,
+            self.group_instance_id,
+            self.detail,
+        )
+
     def to_row(self) -> dict[str, Any]:
         return asdict(self)
 

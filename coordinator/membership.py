@@ -32,6 +32,7 @@ from coordinator.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from coordinator.protocol import ProtocolError, decode_assignment
 from coordinator.runtime import CoordinatorContext, CoordinatorResult
 from coordinator.state import GroupState
 from coordinator.store import StoreError
@@ -824,8 +825,6 @@ class MembershipManager:
     def _assignment_detail(self, group: ClassicGroup, assignment: bytes) -> dict[str, Any]:
         if group.protocol_type != "consumer":
             return {"bytes": len(assignment)}
-        from coordinator.protocol import ProtocolError, decode_assignment
-
         if not assignment:
             return {"partitions": []}
         try:

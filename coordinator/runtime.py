@@ -11,7 +11,6 @@ and timer expiry goes through it.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,12 +180,12 @@ class CoordinatorContext:
         # order, so a reader polling with since_seq never sees a gap fill in later. The rows
         # of one write share one timestamp, its first row's (as the records of one batch
         # share one in Kafka): a batch LeaveGroup's rows read as the one request they were.
-        numbered = []
         stamp = batch.journal[0].ts_ms if batch.journal else 0
-        for event in batch.journal:
-            self.journal_seq += 1
-            numbered.append(dataclasses.replace(event, seq=self.journal_seq, ts_ms=stamp))
-        batch.journal = numbered
+        first = self.journal_seq + 1
+        batch.journal = [
+            event.numbered(seq, stamp) for seq, event in enumerate(batch.journal, first)
+        ]
+        self.journal_seq += len(batch.journal)
         try:
             await self.store.write(batch)
         except StoreError:

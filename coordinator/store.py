@@ -15,7 +15,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import msgspec
 
 from coordinator.expected_members import ExpectedMembers
 from coordinator.journal import JournalEvent
@@ -223,6 +225,19 @@ _LEGACY_TABLES = frozenset({"groups", "offsets", "journal", "topics"})
 _LATER_TABLES = frozenset({"meta", "expansions", "promotions"})
 
 
+# The JSON of stored records and journal details. json.dumps took half the CPU of the write
+# of a 1,000-member group's assignment (its group record and 1,002 journal rows, issue 26);
+# msgspec writes the same compact JSON (journal details with sorted keys, as before) about
+# ten times faster. Text beyond ASCII is written as UTF-8 where json.dumps wrote \u escapes:
+# json.loads reads both alike.
+_JSON = msgspec.json.Encoder()
+_SORTED_KEYS_JSON = msgspec.json.Encoder(order="sorted")
+
+
+def _json_text(value: Any, *, sort_keys: bool = False) -> str:
+    return (_SORTED_KEYS_JSON if sort_keys else _JSON).encode(value).decode()
+
+
 def _claim_file(connection: sqlite3.Connection, path: Path) -> None:
     """Make sure `path` is (or becomes) a staticfleet store; raise StoreError otherwise."""
     (application_id,) = connection.execute("PRAGMA application_id").fetchone()
@@ -367,10 +382,7 @@ class SqliteStore(Store):
                     connection.execute("DELETE FROM offsets WHERE group_id = ?", (group_id,))
                 connection.executemany(
                     "INSERT OR REPLACE INTO groups (group_id, record) VALUES (?, ?)",
-                    [
-                        (record.group_id, json.dumps(record.to_json(), separators=(",", ":")))
-                        for record in batch.groups
-                    ],
+                    [(record.group_id, _json_text(record.to_json())) for record in batch.groups],
                 )
                 connection.executemany(
                     "INSERT OR REPLACE INTO offsets (group_id, topic, partition, "
@@ -399,7 +411,7 @@ class SqliteStore(Store):
                             event.generation_id,
                             event.member_id,
                             event.group_instance_id,
-                            json.dumps(event.detail, separators=(",", ":"), sort_keys=True),
+                            _json_text(event.detail, sort_keys=True),
                         )
                         for event in batch.journal
                     ],
@@ -531,7 +543,7 @@ def _write_expected_members(
     else:
         connection.execute(
             "INSERT OR REPLACE INTO expansions (group_id, record) VALUES (?, ?)",
-            (group_id, json.dumps(expected.to_json(), separators=(",", ":"))),
+            (group_id, _json_text(expected.to_json())),
         )
 
 
@@ -549,7 +561,7 @@ def _write_promotion(
     else:
         connection.execute(
             "INSERT OR REPLACE INTO promotions (group_id, standby_id, record) VALUES (?, ?, ?)",
-            (group_id, standby_id, json.dumps(promotion.to_json(), separators=(",", ":"))),
+            (group_id, standby_id, _json_text(promotion.to_json())),
         )
 
 

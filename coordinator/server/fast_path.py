@@ -13,11 +13,11 @@ one-pass decoder), the coordinator called, the answer written with aiohttp's hea
 
 Everything else goes to aiohttp byte for byte, as before: other routes, and any request
 the fast path is not sure about (unknown token, a body it cannot decode strictly, a group
-mismatch, chunked or oversized bodies - a large group leader's SyncGroup included -,
-HTTP/1.0, the server not ready, ...). aiohttp then gives the exact answer it always gave,
-so hostile input meets the same checks as before. The fast path only ever accepts what the
-full path accepts: it decides before calling the coordinator, so a fallback has no side
-effect to repeat.
+mismatch, chunked bodies or bodies over MAX_FAST_BODY_BYTES, a body still incomplete
+BODY_WAIT_S after its head, HTTP/1.0, the server not ready, ...). aiohttp then gives the
+exact answer it always gave, so hostile input meets the same checks as before. The fast
+path only ever accepts what the full path accepts: it decides before calling the
+coordinator, so a fallback has no side effect to repeat.
 
 A JoinGroup or SyncGroup may be parked for a whole rebalance. As under aiohttp (whose
 handlers are not cancelled when their client goes away), the coordinator's call runs to
@@ -57,12 +57,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A heartbeat body is ~150 bytes, a follower's JoinGroup or SyncGroup a few hundred; a
-# body past this (a large group leader's SyncGroup) goes to aiohttp, whose cost it dwarfs.
-MAX_FAST_BODY_BYTES: Final = 16 * 1024
+# A heartbeat body is ~150 bytes, a follower's JoinGroup or SyncGroup a few hundred, and a
+# leader's SyncGroup ~120 bytes per member (~120 KB for 1,000). The leader's is on every
+# member's path (followers' SyncGroups wait for it), so it is taken here up to this cap (or
+# the server's own body limit, if lower): aiohttp would buffer as much, and its request task,
+# body stream and fuller JSON policies are what the fast path spares (issue 26).
+MAX_FAST_BODY_BYTES: Final = 1024 * 1024
+# A body past this is buffered here only for a caller known by its token (the leader's
+# SyncGroup is a member's); anyone else's goes to aiohttp from its head, as before.
+MAX_UNKNOWN_CALLER_BODY_BYTES: Final = 16 * 1024
 # A request head longer than this goes to aiohttp (which has its own limits).
 MAX_FAST_HEAD_BYTES: Final = 8 * 1024
-# How long a heartbeat's head waits for its body before aiohttp reads it instead (its body
+# How long a request's head waits for its body before aiohttp reads it instead (its body
 # timeout starts then): a client writing head and body apart sends them microseconds apart.
 BODY_WAIT_S: Final = 0.05
 
@@ -198,6 +204,12 @@ class FastPath:
             return None  # aiohttp answers the 403
         return message
 
+    def known_caller(self, authorization: bytes | None) -> bool:
+        """Whether `authorization` names a caller `admit` may accept (by its token alone)."""
+        return (
+            self.principal(authorization) is not None or self.cached_pod(authorization) is not None
+        )
+
     def cached_pod(self, authorization: bytes | None) -> PodIdentity | None:
         """A pod token whose review is cached (members known by their pod); None for any
         other: aiohttp reviews it, or refuses it."""
@@ -326,6 +338,8 @@ class RequestSplitter:
         # The request in `_task` may be parked (a JoinGroup or SyncGroup).
         self._parks = False
         self._body_wait: asyncio.TimerHandle | None = None
+        # While `_body_wait` is armed: the length of the request whose body is coming.
+        self._body_total = 0
         self._closed = False
 
     def feed(self, data: bytes) -> None:
@@ -341,6 +355,10 @@ class RequestSplitter:
             data = data[self._forwarding :]
             self._forwarding = 0
         self._buffer += data
+        if self._body_wait is not None and len(self._buffer) < self._body_total:
+            # A large body (a leader's SyncGroup) comes in many pieces: its head was parsed
+            # when it came, not again for each piece.
+            return
         self._process()
 
     def close(self) -> None:
@@ -395,6 +413,7 @@ class RequestSplitter:
                 # and body apart), then let aiohttp read it under its body timeout.
                 self._head_done(False)
                 if self._body_wait is None:
+                    self._body_total = total
                     self._body_wait = asyncio.get_running_loop().call_later(
                         BODY_WAIT_S, self._body_late, total
                     )
@@ -431,6 +450,11 @@ class RequestSplitter:
         if parser.get_http_version() != "1.1":
             return None
         if not parser.should_keep_alive() or not 0 < length <= self._fast_limit():
+            return None
+        if length > MAX_UNKNOWN_CALLER_BODY_BYTES and not self._fast.known_caller(
+            head.authorization
+        ):
+            # Not buffered for a caller aiohttp refuses (it answers without reading the body).
             return None
         match = _MEMBER_PATH.fullmatch(head.url)
         return (match.group(1).decode("ascii"), match.group(2)) if match else None
