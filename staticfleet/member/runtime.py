@@ -346,10 +346,12 @@ async def close_member(member: Member, consumer: SourceConsumer, settings: Setti
     try:
         await asyncio.wait_for(member.close(leave=settings.leave_on_close), timeout_s)
     except TimeoutError:
+        # The revoke may have finished and a LeaveGroup hung: then nothing is held any more.
+        held = sorted(f"{tp.topic}-{tp.partition}" for tp in consumer.owned)
         print(
             f"staticfleet member run: close not done within {settings.close_timeout_ms} ms "
-            f"({env.CLOSE_TIMEOUT_MS}): the coordinator did not answer; partitions "
-            f"{sorted(consumer.owned)} given up uncommitted",
+            f"({env.CLOSE_TIMEOUT_MS}): the coordinator did not answer; "
+            + (f"partitions {', '.join(held)} given up uncommitted" if held else "nothing held"),
             file=sys.stderr,
         )
         consumer.abandon()
