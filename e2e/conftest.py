@@ -31,7 +31,7 @@ from e2e.cluster import (
 )
 from e2e.fleet import wait_for
 from e2e.results import merged
-from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.kafka.broker import KafkaBroker, running_broker
 from staticfleet.kafka.java_peer import ensure_built
 
 CLUSTER_KIND = os.environ.get("STATICFLEET_E2E_CLUSTER", "local")
@@ -158,10 +158,5 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     workdir = BUILD / "e2e" / "kafka-broker"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    broker = KafkaBroker(workdir, secured=True)
-    broker.start()
-    try:
-        broker.wait_ready(timeout=120)
+    with running_broker(workdir, timeout=120, secured=True) as broker:
         yield broker
-    finally:
-        broker.stop()

@@ -71,10 +71,14 @@ def bounces_per_slot(sightings: Iterable[PodSighting], since: float) -> dict[str
     return per_slot
 
 
-def member_logs(cluster: Cluster, namespace: str, pod_names: Iterable[str]) -> list[MemberLog]:
+def member_logs(
+    cluster: Cluster, namespace: str, pod_names: Iterable[str], container: str = "member"
+) -> list[MemberLog]:
+    """Every member process's event log from these pods' `container` (every incarnation's, on
+    a cluster that follows them), one MemberLog per process."""
     logs: list[MemberLog] = []
     for pod in sorted(set(pod_names)):
-        logs.extend(member_logs_from_text(pod, cluster.container_log(namespace, pod, "member")))
+        logs.extend(member_logs_from_text(pod, cluster.container_log(namespace, pod, container)))
     return logs
 
 

@@ -23,7 +23,7 @@ import pytest
 from _pytest.nodeid import NodeId
 from hypothesis import settings
 
-from staticfleet.kafka.broker import SCRAM_MECHANISMS, KafkaBroker
+from staticfleet.kafka.broker import SCRAM_MECHANISMS, KafkaBroker, running_broker
 from staticfleet.kafka.pki import KeyPair
 
 # Hypothesis's per-example deadline is a wall-clock check: on a busy 2-core machine (the suite
@@ -126,13 +126,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     `secured_user`, `ssl_client`). A test that stops or kills a broker starts its own
     (`KafkaBroker(tmp_path)`), not this one.
     """
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), secured=True)
-    broker.start()
-    try:
-        broker.wait_ready(timeout=120)
+    with running_broker(tmp_path_factory.mktemp("kafka"), timeout=120, secured=True) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @dataclass(frozen=True)

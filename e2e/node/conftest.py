@@ -30,7 +30,7 @@ from e2e.groups import IMAGE, JAVA_IMAGE, RDKAFKA_IMAGE
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.test_node import ROOT, _host_state
-from staticfleet.kafka.broker import KafkaBroker
+from staticfleet.kafka.broker import KafkaBroker, running_broker
 from staticfleet.kafka.java_peer import ensure_built
 
 RUNC = Path("/usr/bin/runc")
@@ -173,13 +173,10 @@ def kafka_broker(fleet_node: FleetNode) -> Iterator[KafkaBroker]:
     workdir = ROOT / "build" / "e2e" / "kafka-broker-node"
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    broker = KafkaBroker(workdir, secured=True, client_host=probe.bridge_address())
-    broker.start()
-    try:
-        broker.wait_ready(timeout=120)
+    with running_broker(
+        workdir, timeout=120, secured=True, client_host=probe.bridge_address()
+    ) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture

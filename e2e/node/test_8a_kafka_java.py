@@ -17,9 +17,10 @@ PLAINTEXT, the test's own view) and the consumers' own callback logs.
 from __future__ import annotations
 
 from e2e.cluster import Cluster
-from e2e.fleet import Record, member_logs_from_text
+from e2e.fleet import Record
 from e2e.groups import JAVA_IMAGE, apply, namespace
 from e2e.kafka_fleet import PARTITIONS, check_secured, fleet_scenario, kafka_group, secure_group
+from e2e.rollouts import member_logs
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
 
@@ -38,11 +39,7 @@ def test_java_fleet_on_kafka(
     }
 
     def logs(ns: str) -> list[MemberLog]:
-        found: list[MemberLog] = []
-        for slot in range(6):
-            owner = f"{GROUP}-{slot}"
-            found.extend(member_logs_from_text(owner, cluster.container_log(ns, owner, "consumer")))
-        return found
+        return member_logs(cluster, ns, (f"{GROUP}-{slot}" for slot in range(6)), "consumer")
 
     with namespace(cluster, "e2e-kafka-java") as ns:
         access = secure_group(cluster, ns, kafka_broker, GROUP, "mtls")

@@ -12,9 +12,10 @@ own view) and the members' event logs (their container logs).
 from __future__ import annotations
 
 from e2e.cluster import Cluster
-from e2e.fleet import Record, member_logs_from_text
+from e2e.fleet import Record
 from e2e.groups import IMAGE, apply, namespace
 from e2e.kafka_fleet import PARTITIONS, check_secured, fleet_scenario, kafka_group, secure_group
+from e2e.rollouts import member_logs
 from staticfleet.demo.ownership import MemberLog
 from staticfleet.kafka.broker import KafkaBroker
 
@@ -32,11 +33,7 @@ def test_our_members_on_kafka(
     }
 
     def logs(ns: str) -> list[MemberLog]:
-        found: list[MemberLog] = []
-        for slot in range(6):
-            owner = f"{GROUP}-{slot}"
-            found.extend(member_logs_from_text(owner, cluster.container_log(ns, owner, "member")))
-        return found
+        return member_logs(cluster, ns, (f"{GROUP}-{slot}" for slot in range(6)))
 
     with namespace(cluster, "e2e-kafka-members") as ns:
         access = secure_group(cluster, ns, kafka_broker, GROUP, "scram")

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from e2e.cluster import Cluster
-from e2e.fleet import Record, member_logs_from_text, wait_for
+from e2e.fleet import Record, wait_for
 from e2e.groups import RDKAFKA_IMAGE, apply, group_status, namespace, patch_spec
 from e2e.kafka_fleet import (
     PARTITIONS,
@@ -33,6 +33,7 @@ from e2e.kafka_fleet import (
     secure_group,
     wait_settled,
 )
+from e2e.rollouts import member_logs
 from staticfleet.demo.ownership import MemberLog, all_holdings, ownership_overlaps
 from staticfleet.kafka.broker import KafkaBroker
 
@@ -60,12 +61,7 @@ def test_librdkafka_two_bounce_refused_and_switch_works(
     }
 
     def logs(ns: str) -> list[MemberLog]:
-        found: list[MemberLog] = []
-        for slot in range(REPLICAS):
-            owner = f"{GROUP}-{slot}"
-            text = cluster.container_log(ns, owner, "consumer")
-            found.extend(member_logs_from_text(owner, text))
-        return found
+        return member_logs(cluster, ns, (f"{GROUP}-{slot}" for slot in range(REPLICAS)), "consumer")
 
     with namespace(cluster, "e2e-kafka-rdk") as ns:
         access = secure_group(cluster, ns, kafka_broker, GROUP, "scram")

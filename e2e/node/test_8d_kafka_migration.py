@@ -38,9 +38,10 @@ from coordinator.client.kafka_groups import MemberType
 from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.transport import TransportError
 from e2e.cluster import FOLLOW_LOGS_LABEL, Cluster
-from e2e.fleet import Record, Timeout, member_logs_from_text, wait_for
+from e2e.fleet import Record, Timeout, wait_for
 from e2e.groups import JAVA_IMAGE, apply, group_status, namespace, patch_spec
 from e2e.kafka_fleet import describe, group_acls, kafka_group, secure_group, wait_settled
+from e2e.rollouts import member_logs
 from staticfleet.demo.ownership import (
     MemberLog,
     Partition,
@@ -136,11 +137,7 @@ def unconsumed(
 def fleet_logs(cluster: Cluster, ns: str, prefix: str) -> list[MemberLog]:
     """The event log of every consumer process of the pods named `<prefix>-<n>`: every
     incarnation's container log (the node's cluster follows each from the moment it runs)."""
-    found: list[MemberLog] = []
-    for slot in range(REPLICAS):
-        owner = f"{prefix}-{slot}"
-        found.extend(member_logs_from_text(owner, cluster.container_log(ns, owner, "consumer")))
-    return found
+    return member_logs(cluster, ns, (f"{prefix}-{slot}" for slot in range(REPLICAS)), "consumer")
 
 
 def on_protocol(bootstrap: str, group: str, protocol: Protocol) -> bool:

@@ -851,8 +851,17 @@ def _accepts(host: str, port: int) -> bool:
 
 
 @contextlib.contextmanager
-def running_broker(workdir: Path, *, timeout: float = 60.0) -> Iterator[KafkaBroker]:
-    broker = KafkaBroker(workdir)
+def running_broker(
+    workdir: Path,
+    *,
+    timeout: float = 60.0,
+    secured: bool = False,
+    settings: Mapping[str, str] | None = None,
+    client_host: str = "127.0.0.1",
+) -> Iterator[KafkaBroker]:
+    """A broker (KafkaBroker's options) started and ready within `timeout`; stopped at the end,
+    also when the block raised or the broker never got ready."""
+    broker = KafkaBroker(workdir, secured=secured, settings=settings, client_host=client_host)
     broker.start()
     try:
         broker.wait_ready(timeout)

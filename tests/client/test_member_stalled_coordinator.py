@@ -95,22 +95,31 @@ def commits(log: Path) -> list[dict[str, object]]:
     return [event for event in read_events(log) if event["event"] == "commit"]
 
 
-def test_a_member_survives_a_coordinator_stalled_past_its_session(coordinator, tmp_path):
-    process, url = coordinator
-    log = tmp_path / "member.jsonl"
-    environment = {
+def member_environment(url: str, log: Path, **settings: str) -> dict[str, str]:
+    """A static member `s-0` of the group, its event log at `log`, with `settings` over it."""
+    return {
         **os.environ,
         "STATICFLEET_COORDINATOR_URL": url,
         "STATICFLEET_GROUP_ID": GROUP,
         "STATICFLEET_INSTANCE_ID": "s-0",
         "STATICFLEET_TOPICS": TOPIC,
-        "STATICFLEET_REBALANCE_PROTOCOL": "cooperative",
-        "STATICFLEET_SESSION_TIMEOUT_MS": str(SESSION_MS),
-        "STATICFLEET_REBALANCE_TIMEOUT_MS": "3000",
-        "STATICFLEET_HEARTBEAT_INTERVAL_MS": "100",
         "STATICFLEET_EVENT_LOG": str(log),
         "STATICFLEET_TOKEN": TOKEN,
+        **settings,
     }
+
+
+def test_a_member_survives_a_coordinator_stalled_past_its_session(coordinator, tmp_path):
+    process, url = coordinator
+    log = tmp_path / "member.jsonl"
+    environment = member_environment(
+        url,
+        log,
+        STATICFLEET_REBALANCE_PROTOCOL="cooperative",
+        STATICFLEET_SESSION_TIMEOUT_MS=str(SESSION_MS),
+        STATICFLEET_REBALANCE_TIMEOUT_MS="3000",
+        STATICFLEET_HEARTBEAT_INTERVAL_MS="100",
+    )
     commit_interval_ms = 50
     member = subprocess.Popen(
         staticfleet(
@@ -183,17 +192,12 @@ def test_a_member_stopped_while_the_coordinator_answers_nothing_ends_within_its_
     # (30 s) and a pod's grace period would end first, in the kubelet's SIGKILL.
     process, url = coordinator
     log = tmp_path / "member.jsonl"
-    environment = {
-        **os.environ,
-        "STATICFLEET_COORDINATOR_URL": url,
-        "STATICFLEET_GROUP_ID": GROUP,
-        "STATICFLEET_INSTANCE_ID": "s-0",
-        "STATICFLEET_TOPICS": TOPIC,
-        "STATICFLEET_SESSION_TIMEOUT_MS": "30000",
-        "STATICFLEET_EVENT_LOG": str(log),
-        "STATICFLEET_TOKEN": TOKEN,
-        "STATICFLEET_CLOSE_TIMEOUT_MS": "1500",
-    }
+    environment = member_environment(
+        url,
+        log,
+        STATICFLEET_SESSION_TIMEOUT_MS="30000",
+        STATICFLEET_CLOSE_TIMEOUT_MS="1500",
+    )
     err = tmp_path / "member.err"
     member = subprocess.Popen(
         staticfleet("member", "run", "--commit-interval-ms", "200"),

@@ -24,7 +24,7 @@ from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.errors import ErrorCode
 from coordinator.messages import LeaveGroupRequest, MemberIdentity
 from coordinator.protocol import TopicPartition
-from staticfleet.kafka.broker import Acl, KafkaBroker
+from staticfleet.kafka.broker import Acl, KafkaBroker, running_broker
 from staticfleet.member.events import read_events
 from staticfleet.member.runtime import EXIT_KAFKA_ACCESS, EXIT_OK
 from tests.client.helpers import member_config, settled, wait_until
@@ -223,20 +223,16 @@ def reauth_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBro
     """A secured broker that ends a SASL session when its token expires (KIP-368:
     connections.max.reauth.ms > 0 bounds a session by the token's lifetime), and whose
     SASL_SSL listener does not enable PLAIN (a mechanism the cluster refuses)."""
-    broker = KafkaBroker(
+    with running_broker(
         tmp_path_factory.mktemp("kafka-reauth"),
+        timeout=120,
         secured=True,
         settings={
             "connections.max.reauth.ms": "600000",
             "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
         },
-    )
-    broker.start()
-    try:
-        broker.wait_ready(timeout=120)
+    ) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 async def test_oauth_members_heartbeat_across_token_refreshes(reauth_broker: KafkaBroker) -> None:
