@@ -31,6 +31,7 @@ import signal
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,20 @@ def server_cpu_ns(pid: int, thread: str = "*") -> int:
     """CPU time of `pid`'s threads (`thread`: one thread id, or all)."""
     tasks = Path(f"/proc/{pid}/task").glob(f"{thread}/schedstat")
     return sum(int(path.read_text().split()[0]) for path in tasks)
+
+
+def one_partition_each(member_ids: Iterable[str]) -> list[dict[str, str]]:
+    """A leader's SyncGroup assignments as the load generator's fleet sends them: one
+    partition of TOPIC per member (sorted by member id), consumer protocol v0, base64."""
+    return [
+        {
+            "member_id": member_id,
+            "assignment": _b64(
+                encode_assignment(Assignment((TopicPartition(TOPIC, partition),)), version=0)
+            ),
+        }
+        for partition, member_id in enumerate(sorted(member_ids))
+    ]
 
 
 class Member:
@@ -129,16 +144,7 @@ async def one_run(
         before, previous = server_cpu_ns(pid), before
         if before - previous < IDLE_CPU_NS:
             break
-    member_ids = sorted(m["member_id"] for m in joined[leader]["members"])
-    assignments = [
-        {
-            "member_id": member_id,
-            "assignment": _b64(
-                encode_assignment(Assignment((TopicPartition(TOPIC, partition),)), version=0)
-            ),
-        }
-        for partition, member_id in enumerate(member_ids)
-    ]
+    assignments = one_partition_each(m["member_id"] for m in joined[leader]["members"])
     main_before = server_cpu_ns(pid, str(pid))
     began = time.perf_counter()
     answer = await sync(leader, assignments)

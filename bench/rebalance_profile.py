@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import cProfile
 import json
 import pstats
@@ -30,9 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.leader_sync import one_partition_each
 from coordinator.clock import settle
 from coordinator.messages import JoinGroupResponse, SyncGroupRequest
-from coordinator.protocol import Assignment, TopicPartition, encode_assignment
 from coordinator.store import SqliteStore
 from coordinator.wire import decode_plain, encode
 from tests.coordinator.harness import GROUP, Harness, join_request
@@ -80,16 +79,7 @@ async def leader_sync_cpu(members: int) -> float:
         leader = next(r for r in joined if r.leader == r.member_id)
         followers = [harness.sync(r.member_id, r.generation_id) for r in joined if r is not leader]
         await settle()  # every follower parked
-        member_ids = sorted(member.member_id for member in leader.members)
-        assignments = [
-            {
-                "member_id": member_id,
-                "assignment": base64.b64encode(
-                    encode_assignment(Assignment((TopicPartition("fleet", index),)), version=0)
-                ).decode(),
-            }
-            for index, member_id in enumerate(member_ids)
-        ]
+        assignments = one_partition_each(member.member_id for member in leader.members)
         body = json.dumps(
             {
                 "group_id": GROUP, "generation_id": leader.generation_id,

@@ -134,9 +134,9 @@ archive() {
 
 # --- 4. the OCI archive ---------------------------------------------------------------------
 start=$(now)
-image_id="$(bah inspect --type image --format '{{.FromImageID}}' "$IMAGE")"
 say "[4/4] $ARCHIVE ($ARCHIVE_REF)"
 archive "$IMAGE" "$ARCHIVE" "$ARCHIVE_REF"
+image_id="$(cat "$ARCHIVE.id")"
 archive_seconds=$(since "$start")
 
 # --- the client images named (image/clients.Dockerfile) --------------------------------------
