@@ -7,13 +7,18 @@ import io
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from confluent_kafka import KafkaError
 
 from coordinator import CoordinatorConfig, GroupCoordinator, MemoryStore, SystemClock
 from coordinator.client import GroupMember, InProcessTransport
+from coordinator.client.kafka_errors import (
+    KafkaAuthenticationFailed,
+    KafkaSaslMechanismUnsupported,
+)
 from coordinator.errors import CoordinatorError, ErrorCode
 from coordinator.protocol import TopicPartition
 from staticfleet.kafka.broker import KafkaBroker
-from staticfleet.kafka.source import KafkaReader, bootstrap_of, partition_counts
+from staticfleet.kafka.source import KafkaReader, access_error, bootstrap_of, partition_counts
 from staticfleet.member.cluster_metadata import ClusterTopicMetadata
 from staticfleet.member.events import EventLog
 from staticfleet.member.source_consumer import SourceConsumer
@@ -38,6 +43,22 @@ def test_a_kafka_source_url_names_the_bootstrap_servers() -> None:
     for wrong in ("http://x:1", "kafka://", "127.0.0.1:9092"):
         with pytest.raises(ValueError, match="kafka://"):
             bootstrap_of(wrong)
+
+
+def test_a_sasl_client_on_a_listener_without_sasl_is_told_so() -> None:
+    # librdkafka's words when a SASL_SSL client meets an SSL listener; the coordinator's own
+    # handshake reports the same cause, and CI once saw the two race for the exit reason.
+    text = (
+        "sasl_ssl://127.0.0.1:1/bootstrap: SASL SCRAM-SHA-512 mechanism handshake failed: "
+        "Broker: Request not valid in current SASL state: broker's supported mechanisms:  "
+        "(after 8ms in state AUTH_HANDSHAKE)"
+    )
+    error = access_error(KafkaError(KafkaError._AUTHENTICATION, text), "127.0.0.1:1")
+    assert isinstance(error, KafkaSaslMechanismUnsupported)
+    assert "does not use SASL" in str(error)
+    wrong_password = "SASL authentication error: Authentication failed during authentication"
+    refused = access_error(KafkaError(KafkaError._AUTHENTICATION, wrong_password), "b:1")
+    assert type(refused) is KafkaAuthenticationFailed
 
 
 def test_partition_counts_come_from_the_cluster(
