@@ -33,6 +33,7 @@ from e2e.node.test_9_spark_on_k8s import (
     EXECUTORS,
     GRACE_S,
     GROUP,
+    START_TIMEOUT_S,
     consumer_group,
     member_logs,
     overlaps,
@@ -95,7 +96,7 @@ def _scenario(
 ) -> None:
     admin = cluster.admin()
     started = time.monotonic()
-    wait_stable(cluster, ns, GROUP, EXECUTORS, timeout_s=420)
+    wait_stable(cluster, ns, GROUP, EXECUTORS, timeout_s=START_TIMEOUT_S)
     record("submit_to_stable_s", round(time.monotonic() - started, 1))
     pods = all_executor_pods(cluster, ns)
     ids = {name: pod["metadata"]["annotations"][INSTANCE_ANNOTATION] for name, pod in pods.items()}
