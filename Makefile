@@ -176,7 +176,7 @@ e2e: install e2e-build soak-tools ## the end-to-end scenarios on a local control
 	$(E2E_PYTEST) e2e --ignore=e2e/node/test_node.py
 
 e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and a fleet (docs/node.md)
-	$(E2E_PYTEST) e2e/node/test_node.py e2e/node/test_10_fleet_on_node.py e2e/node/test_11_faults_on_node.py e2e/node/test_11b_operator_replicas_on_node.py e2e/node/test_3_managed.py e2e/node/test_4_upgrade.py e2e/node/test_5_scale_down.py e2e/node/test_6_adopted.py e2e/node/test_7_operator_restart.py e2e/node/test_8_operator_pod_replaced.py e2e/node/test_8a_kafka_java.py e2e/node/test_8b_kafka_members.py e2e/node/test_8c_kafka_librdkafka.py e2e/node/test_8d_kafka_migration.py e2e/node/test_9b_scale_up.py e2e/node/test_9c_hot_standby.py e2e/node/test_9f_prometheus.py e2e/node/test_12_getting_started.py
+	$(E2E_PYTEST) e2e/node/test_node.py e2e/node/test_10_fleet_on_node.py e2e/node/test_11_faults_on_node.py e2e/node/test_11b_operator_replicas_on_node.py e2e/node/test_3_managed.py e2e/node/test_4_upgrade.py e2e/node/test_5_scale_down.py e2e/node/test_6_adopted.py e2e/node/test_7_operator_restart.py e2e/node/test_8_operator_pod_replaced.py e2e/node/test_8a_kafka_java.py e2e/node/test_8b_kafka_members.py e2e/node/test_8c_kafka_librdkafka.py e2e/node/test_8d_kafka_migration.py e2e/node/test_9_spark_on_k8s.py e2e/node/test_9b_scale_up.py e2e/node/test_9c_hot_standby.py e2e/node/test_9d_spark_driver_killed.py e2e/node/test_9f_prometheus.py e2e/node/test_12_getting_started.py
 
 # The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
 # Docker engine; kind itself is built from its Go module).

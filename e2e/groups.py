@@ -17,6 +17,9 @@ IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
 RDKAFKA_IMAGE = f"{IMAGE_REPOSITORY}-rdkafka:{IMAGE_TAG}"
 # The Java peer's (image/clients.Dockerfile's java target), on the real node only too.
 JAVA_IMAGE = f"{IMAGE_REPOSITORY}-java:{IMAGE_TAG}"
+# The Spark executors' (image/clients.Dockerfile's spark target; scenarios 9 and 9d), on the
+# real node only too.
+SPARK_IMAGE = f"{IMAGE_REPOSITORY}-spark:{IMAGE_TAG}"
 TOPIC = "orders"
 PARTITIONS = 24
 SESSION_TIMEOUT_MS = 30_000

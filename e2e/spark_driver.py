@@ -1,5 +1,5 @@
 """The Spark driver of scenario 9, run by spark-submit in client mode against the e2e API
-server (`e2e/test_9_spark_on_k8s.py` gives the `--master k8s://…` and the confs):
+server (`e2e/node/test_9_spark_on_k8s.py` gives the `--master k8s://…` and the confs):
 
     spark-submit --master k8s://https://127.0.0.1:PORT --deploy-mode client ... \
         e2e/spark_driver.py --executors 3 --control-dir DIR

@@ -11,7 +11,7 @@
 #      means to a containerd (`ctr -n k8s.io image import` loads it for a kubelet).
 # Records sizes and times in build/image/build.json. Needs root, mmdebstrap and buildah
 # (Debian packages; scripts/node/install-packages.sh installs them). See docs/node.md.
-# Each TARGET named (a target of image/clients.Dockerfile: rdkafka, java) is then built over that
+# Each TARGET named (a target of image/clients.Dockerfile: rdkafka, java, spark) is then built over that
 # image as localhost/staticfleet-TARGET:<version>, written as build/image/staticfleet-TARGET.oci.tar
 # (docker.io/library/staticfleet-TARGET:<version>): a Kafka client family's member image.
 #

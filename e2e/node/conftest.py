@@ -26,7 +26,7 @@ import pytest
 from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.conftest import install_chart
 from e2e.fleet import answers_ready, wait_for
-from e2e.groups import IMAGE, JAVA_IMAGE, RDKAFKA_IMAGE
+from e2e.groups import IMAGE, JAVA_IMAGE, RDKAFKA_IMAGE, SPARK_IMAGE
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
 from e2e.node.test_node import ROOT, _host_state
@@ -36,16 +36,18 @@ from staticfleet.kafka.java_peer import ensure_built
 RUNC = Path("/usr/bin/runc")
 # e2e/groups.py's member image as containerd names it (a CRI reference is normalized so).
 MEMBER_IMAGE = f"docker.io/library/{IMAGE}"
-# The Kafka client images (image/clients.Dockerfile) the node scenarios run, by the name their
-# templates give (e2e/groups.py): each is imported from its archive under that name.
+# The client images (image/clients.Dockerfile: the Kafka client families', Spark's executors')
+# the node scenarios run, by the name their templates (or spark-submit) give (e2e/groups.py):
+# each is imported from its archive under that name.
 CLIENT_IMAGES = {
     "rdkafka": f"docker.io/library/{RDKAFKA_IMAGE}",
     "java": f"docker.io/library/{JAVA_IMAGE}",
+    "spark": f"docker.io/library/{SPARK_IMAGE}",
 }
 # Namespaces the node scenarios make; deleted (through the kubelet) before the node stops,
 # also when a scenario failed before its own cleanup.
 # "orders": docs/getting-started.md's (scenario 12).
-# The rest: scenarios 3-9c and 9f, written for any Cluster (e2e/cluster.py).
+# The rest: scenarios 3-9f, written for any Cluster (e2e/cluster.py).
 SCENARIO_NAMESPACES = (
     "e2e-node-fleet",
     "e2e-node-faults",
@@ -55,6 +57,8 @@ SCENARIO_NAMESPACES = (
     "e2e-scale",
     "e2e-upgrade",
     "e2e-spark",
+    "e2e-spark-k8s",
+    "e2e-spark-killed",
     "e2e-resume",
     "e2e-durable",
     "e2e-scale-up",

@@ -5,7 +5,7 @@ replacement grace period cut to 20 s, its session timeout the example's 120 s).
 
 What a user sees, and what is asserted:
 - each executor loses its driver (the RPC connection closes: "Driver … disassociated!
-  Shutting down." in its log) and exits, 0 with Spark 4 (1 with Spark 3); the node agent
+  Shutting down." in its log) and exits, 0 with Spark 4 (1 with Spark 3); the kubelet
   reports its pod Succeeded (Failed) - Spark makes executor pods `restartPolicy: Never`.
   In client mode the executor pods have no ownerReference (there is no driver pod), so
   nothing deletes them: they stay until a user does;
@@ -22,27 +22,53 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from e2e.cluster import Cluster
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, wait_for
 from e2e.groups import apply, group_status, namespace, wait_stable
-from e2e.rollouts import doubly_assigned
-from e2e.test_9_spark_on_k8s import (
+from e2e.node.test_9_spark_on_k8s import (
     EXECUTORS,
     GRACE_S,
     GROUP,
+    START_TIMEOUT_S,
     consumer_group,
     member_logs,
     overlaps,
     submitted_driver,
 )
+from e2e.rollouts import doubly_assigned
 
 
 def all_executor_pods(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
     pods = cluster.get_json("-n", ns, "get", "pods", "-l", "spark-role=executor")["items"]
     return {pod["metadata"]["name"]: pod for pod in pods}
+
+
+def pod_processes(pods: Iterable[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(host pid, pid in its own namespace) of every process left on this host in `pods`:
+    the kubelet's cgroups name the pod's uid (cgroupfs driver), and this test runs as root on
+    the node."""
+    marks = [m for pod in pods for m in _cgroup_marks(pod["metadata"]["uid"])]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cgroups = (entry / "cgroup").read_text()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if any(mark in cgroups for mark in marks):
+            nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+            found.append((int(entry.name), int(nspid.split()[-1])))
+    return found
+
+
+def _cgroup_marks(uid: str) -> tuple[str, str]:
+    return f"pod{uid}", f"pod{uid.replace('-', '_')}"
 
 
 def exit_code(pod: dict[str, Any]) -> int | None:
@@ -70,7 +96,7 @@ def _scenario(
 ) -> None:
     admin = cluster.admin()
     started = time.monotonic()
-    wait_stable(cluster, ns, GROUP, EXECUTORS, timeout_s=420)
+    wait_stable(cluster, ns, GROUP, EXECUTORS, timeout_s=START_TIMEOUT_S)
     record("submit_to_stable_s", round(time.monotonic() - started, 1))
     pods = all_executor_pods(cluster, ns)
     ids = {name: pod["metadata"]["annotations"][INSTANCE_ANNOTATION] for name, pod in pods.items()}
@@ -126,10 +152,11 @@ def _scenario(
     assert {pod["status"]["phase"] for pod in after.values()} == phases
     assert not any(pod["metadata"].get("deletionTimestamp") for pod in after.values())
 
-    # The member processes died with their executors; never two owners.
+    # The member processes died with their executors; never two owners. A log names its
+    # process by its pid in the executor's container (its pid namespace).
     logs = member_logs(control / "members")
     assert len(logs) == EXECUTORS
-    pids = [int(log.process.rsplit(".", 1)[1]) for log in logs]
-    assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []
+    pids = {int(log.process.rsplit(".", 1)[1]) for log in logs}
+    assert [p for p in pod_processes(after.values()) if p[1] in pids] == []
     assert overlaps(logs) == []
     assert doubly_assigned(row for row in journal if row["ts_ms"] >= begin_ms) == []
