@@ -37,6 +37,7 @@ from coordinator.server import (
     serve_group_lag,
     start_server,
 )
+from coordinator.server.allocator import fix_mmap_threshold
 from coordinator.server.context import CONTEXT
 from coordinator.server.gc_policy import (
     DEFAULT_FREEZE_INTERVAL_S,
@@ -160,6 +161,8 @@ async def run_operator(
 ) -> None:
     """Run until `stop_flag` is set (or Kopf stops on a signal). `credentials` bypasses the
     usual login (service account in a pod, else kubeconfig): tests point it at an emulator."""
+    # Large blocks (a TLS connection's read buffer, a LIST answer) go back when freed.
+    fix_mmap_threshold()
     coordinator = GroupCoordinator(
         CoordinatorConfig(
             group_initial_rebalance_delay_ms=options.initial_rebalance_delay_ms,
