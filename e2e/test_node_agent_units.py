@@ -26,12 +26,6 @@ from e2e.node_agent import (
     resource_field,
     rewrite_path,
 )
-from e2e.node_agent.spark import (
-    executor_argv,
-    executor_environment,
-    is_executor_container,
-    is_spark_executor,
-)
 
 
 @pytest.mark.parametrize(
@@ -177,70 +171,6 @@ def test_exit_codes_and_kept_env() -> None:
     assert exit_code_of(-15) == 143
     kept = kept_environment({"PATH": "/bin", "HOME": "/h", "PYTHONPATH": "x", "SECRET": "s"})
     assert kept == {"PATH": "/bin", "HOME": "/h", "PYTHONPATH": "x"}
-
-
-EXECUTOR_ENV = {
-    "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@127.0.0.1:7078",
-    "SPARK_EXECUTOR_ID": "3",
-    "SPARK_EXECUTOR_CORES": "1",
-    "SPARK_EXECUTOR_MEMORY": "512m",
-    "SPARK_APPLICATION_ID": "spark-app-1",
-    "SPARK_EXECUTOR_POD_IP": "10.0.0.5",
-    "SPARK_RESOURCE_PROFILE_ID": "0",
-    "SPARK_EXECUTOR_POD_NAME": "clicks-exec-3",
-    "SPARK_CONF_DIR": "/host/pods/x/volumes/spark-conf-volume-exec",
-    "SPARK_JAVA_OPT_10": "-Dten",
-    "SPARK_JAVA_OPT_2": "-Dtwo",
-    "SPARK_JAVA_OPT_0": "-Dzero",
-}
-
-
-def test_a_spark_executor_runs_as_the_image_entrypoint_runs_it() -> None:
-    argv = executor_argv(EXECUTOR_ENV, java="/jdk/bin/java", spark_home=Path("/py/pyspark"))
-    # Options in numeric order (2 before 10), then the heap, then the class path with the
-    # executor's conf dir first, then the backend and its arguments from the env.
-    assert argv == [
-        "/jdk/bin/java",
-        "-Dzero",
-        "-Dtwo",
-        "-Dten",
-        "-Xms512m",
-        "-Xmx512m",
-        "-cp",
-        "/host/pods/x/volumes/spark-conf-volume-exec:/py/pyspark/jars/*",
-        "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend",
-        "--driver-url",
-        "spark://CoarseGrainedScheduler@127.0.0.1:7078",
-        "--executor-id",
-        "3",
-        "--cores",
-        "1",
-        "--app-id",
-        "spark-app-1",
-        "--hostname",
-        "10.0.0.5",
-        "--resourceProfileId",
-        "0",
-        "--podName",
-        "clicks-exec-3",
-    ]
-
-
-def test_spark_executor_containers_are_recognised_by_their_arg_and_env() -> None:
-    executor = {
-        "name": "spark-kubernetes-executor",
-        "image": "staticfleet:0.1.0",
-        "args": ["executor"],
-        "env": [{"name": "SPARK_DRIVER_URL", "value": "spark://x"}],
-    }
-    assert is_executor_container(executor)
-    assert is_executor_container({**executor, "image": "apache/spark:4.0.0"})
-    assert not is_executor_container({**executor, "args": ["member", "run"]})
-    assert not is_executor_container({**executor, "env": []})
-    assert not is_spark_executor(["executor", "x"], {"SPARK_DRIVER_URL": "u"})
-    env = executor_environment({"PYSPARK_PYTHON": "/p"}, spark_home=Path("/s"), python=Path("/v"))
-    # The pod's own env wins over what the image would set.
-    assert env == {"SPARK_HOME": "/s", "PYSPARK_PYTHON": "/p"}
 
 
 def _pod(name: str) -> dict[str, Any]:

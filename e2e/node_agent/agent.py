@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import importlib.util
 import logging
 import os
 import platform
-import shutil
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,7 +29,6 @@ from e2e.kube_api import (
     watch_pods,
 )
 from e2e.node_agent.container import _signal_group
-from e2e.node_agent.errors import ConfigError
 from e2e.node_agent.host import _arch, _read_text, first_ipv4, memory_bytes
 from e2e.node_agent.pod import PodWorker
 from e2e.node_agent.spec import (
@@ -81,18 +78,6 @@ class NodeAgent:
         self._http: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._transitions: dict[str, str] = {}
-
-    def spark_home(self) -> Path:
-        """The pip PySpark's package directory: its ``jars/`` are a Spark image's jars."""
-        spec = importlib.util.find_spec("pyspark")
-        if spec is None or spec.origin is None:
-            raise ConfigError("Spark executor pods need PySpark in the node agent's venv")
-        return Path(spec.origin).parent
-
-    def java(self) -> str:
-        """``$JAVA_HOME/bin/java`` as the Spark image's entrypoint runs, else ``java``."""
-        home = os.environ.get("JAVA_HOME")
-        return str(Path(home) / "bin" / "java") if home else shutil.which("java") or "java"
 
     @property
     def labels(self) -> dict[str, str]:

@@ -20,7 +20,6 @@ import yaml
 from e2e.kube_api import RAW, STRATEGIC_PATCH, JsonObject, KubeError, answer
 from e2e.node_agent.container import ContainerRunner, ContainerStatus, _signal_group
 from e2e.node_agent.errors import ConfigError
-from e2e.node_agent.spark import executor_argv, executor_environment, is_executor_container
 from e2e.node_agent.spec import (
     SA_MOUNT_PATH,
     _phase_done,
@@ -187,11 +186,7 @@ class PodWorker(PodVolumes):
     async def _run_containers(self) -> None:
         if self._frozen or self._terminate.is_set():
             return
-        bad = [
-            c
-            for c in self._all_specs()
-            if not image_runnable(str(c.get("image", ""))) and not is_executor_container(c)
-        ]
+        bad = [c for c in self._all_specs() if not image_runnable(str(c.get("image", "")))]
         if bad:
             self._fail("UnsupportedImage", unrunnable_message(str(bad[0].get("image"))))
             return
@@ -299,13 +294,6 @@ class PodWorker(PodVolumes):
         env["HOSTNAME"] = self.name
         env.update(await self._mount_environment(mounts))
         env.update({k: rewrite_path(v, mounts) for k, v in pod_env.items()})
-        if is_executor_container(container):
-            # Spark's image entrypoint, "executor" case: one KubernetesExecutorBackend JVM.
-            spark_home = self.agent.spark_home()
-            env = executor_environment(
-                env, spark_home=spark_home, python=self.agent.executable.parent / "python"
-            )
-            argv = executor_argv(env, java=self.agent.java(), spark_home=spark_home)
         return argv, env
 
     async def _mount_environment(self, mounts: Sequence[tuple[str, Path]]) -> dict[str, str]:
