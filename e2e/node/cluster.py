@@ -6,6 +6,8 @@ the moment each container runs, since a bounced pod's logs go with it). docs/nod
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +86,38 @@ def node_volume(
             "hostPath": {"path": str(path), "type": "Directory"},
         },
     }
+
+
+@dataclass(frozen=True)
+class PodProcess:
+    """A process of a pod on this node."""
+
+    pid: int  # on the host
+    nspid: int  # in its container's pid namespace (what the process itself logs)
+    command: bytes  # argv[0]
+
+
+def pod_processes(pods: Iterable[Mapping[str, Any]]) -> list[PodProcess]:
+    """Every process on this host that belongs to one of `pods`: the kubelet's cgroups name
+    the pod's uid (cgroupfs driver), and the scenarios run as root on the node."""
+    marks = [
+        mark
+        for pod in pods
+        for uid in [str(pod["metadata"]["uid"])]
+        for mark in (f"pod{uid}", f"pod{uid.replace('-', '_')}")
+    ]
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cgroups = (entry / "cgroup").read_text()
+            if not any(mark in cgroups for mark in marks):
+                continue
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue  # it ended meanwhile
+        nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+        found.append(PodProcess(int(entry.name), int(nspid.split()[-1]), command))
+    return found

@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,7 +57,7 @@ from e2e.groups import (
     wait_stable,
 )
 from e2e.node import probe
-from e2e.node.cluster import NodeCluster
+from e2e.node.cluster import NodeCluster, pod_processes
 from e2e.node.conftest import CALL_FAILED, FleetNode, print_diagnostics
 
 GROUP = "node-faults"
@@ -249,22 +248,8 @@ def _restarted_in_place(
 
 
 def _sidecar_reader_pid(pod: dict[str, Any]) -> int:
-    """The host pid of `pod`'s event reader (`cat`): the kubelet's cgroups name the pod's uid
-    (cgroupfs driver), and this test runs as root on the node."""
-    uid = pod["metadata"]["uid"]
-    marks = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "cmdline").read_bytes().split(b"\0")[0] != b"cat":
-                continue
-            cgroups = (entry / "cgroup").read_text()
-        except OSError:
-            continue
-        if any(mark in cgroups for mark in marks):
-            found.append(int(entry.name))
+    """The host pid of `pod`'s event reader (`cat`)."""
+    found = [process.pid for process in pod_processes([pod]) if process.command == b"cat"]
     assert len(found) == 1, found
     return found[0]
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from e2e.cluster import Cluster
 from e2e.fleet import INSTANCE_ANNOTATION, Record, rows_of, wait_for
 from e2e.groups import apply, group_status, namespace, wait_stable
+from e2e.node.cluster import pod_processes
 from e2e.node.test_9_spark_on_k8s import (
     EXECUTORS,
     GRACE_S,
@@ -45,30 +45,6 @@ from e2e.rollouts import doubly_assigned
 def all_executor_pods(cluster: Cluster, ns: str) -> dict[str, dict[str, Any]]:
     pods = cluster.get_json("-n", ns, "get", "pods", "-l", "spark-role=executor")["items"]
     return {pod["metadata"]["name"]: pod for pod in pods}
-
-
-def pod_processes(pods: Iterable[dict[str, Any]]) -> list[tuple[int, int]]:
-    """(host pid, pid in its own namespace) of every process left on this host in `pods`:
-    the kubelet's cgroups name the pod's uid (cgroupfs driver), and this test runs as root on
-    the node."""
-    marks = [m for pod in pods for m in _cgroup_marks(pod["metadata"]["uid"])]
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cgroups = (entry / "cgroup").read_text()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        if any(mark in cgroups for mark in marks):
-            nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
-            found.append((int(entry.name), int(nspid.split()[-1])))
-    return found
-
-
-def _cgroup_marks(uid: str) -> tuple[str, str]:
-    return f"pod{uid}", f"pod{uid.replace('-', '_')}"
 
 
 def exit_code(pod: dict[str, Any]) -> int | None:
@@ -157,6 +133,6 @@ def _scenario(
     logs = member_logs(control / "members")
     assert len(logs) == EXECUTORS
     pids = {int(log.process.rsplit(".", 1)[1]) for log in logs}
-    assert [p for p in pod_processes(after.values()) if p[1] in pids] == []
+    assert [p for p in pod_processes(after.values()) if p.nspid in pids] == []
     assert overlaps(logs) == []
     assert doubly_assigned(row for row in journal if row["ts_ms"] >= begin_ms) == []
