@@ -46,6 +46,14 @@ class KafkaSaslMechanismUnsupported(KafkaAccessError):
     reason = "KafkaSaslMechanismUnsupported"
 
 
+# A SaslHandshake answered ILLEGAL_SASL_STATE: the listener is PLAINTEXT or SSL. Both of a
+# member's clients (the coordinator's handshake, the Kafka source's librdkafka) say it so.
+NOT_A_SASL_LISTENER: Final = (
+    "this listener does not use SASL (is security.protocol right? the listener may be "
+    "PLAINTEXT or SSL)"
+)
+
+
 class KafkaAuthorizationFailed(KafkaAccessError):
     """An ACL is missing: `operation` (the Kafka request, e.g. "JoinGroup") on
     `resource_type` ("Group", "Topic", "Cluster") `resource_name`."""

@@ -40,6 +40,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from coordinator.client.kafka_errors import (
     ILLEGAL_SASL_STATE,
+    NOT_A_SASL_LISTENER,
     SASL_AUTHENTICATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
     KafkaAccessError,
@@ -276,10 +277,7 @@ async def sasl_authenticate(
             f"(it enables: {', '.join(enabled) or 'none'})"
         )
     if handshake.error_code == ILLEGAL_SASL_STATE:
-        raise KafkaSaslMechanismUnsupported(
-            f"broker {address}: this listener does not use SASL (is security.protocol right? "
-            "the listener may be PLAINTEXT or SSL)"
-        )
+        raise KafkaSaslMechanismUnsupported(f"broker {address}: {NOT_A_SASL_LISTENER}")
     if handshake.error_code != 0:
         raise KafkaAuthenticationFailed(
             f"broker {address}: SaslHandshake answered Kafka error {handshake.error_code}"

@@ -22,6 +22,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
 
 from coordinator.client.kafka_errors import (
+    NOT_A_SASL_LISTENER,
     KafkaAccessError,
     KafkaAuthenticationFailed,
     KafkaAuthorizationFailed,
@@ -57,14 +58,11 @@ def access_error(error: KafkaError, where: str) -> KafkaAccessError | None:
     if code == KafkaError._AUTHENTICATION:
         if "mechanism" in lowered and ("not enabled" in lowered or "unsupported" in lowered):
             return KafkaSaslMechanismUnsupported(f"Kafka at {where}: {text}")
-        # ILLEGAL_SASL_STATE to a SaslHandshake: the listener is PLAINTEXT or SSL. The
-        # coordinator's own handshake names the same cause; whichever client meets the
-        # listener first reports it, so both must give the same reason.
+        # librdkafka's words for ILLEGAL_SASL_STATE. The coordinator's own handshake names
+        # the same cause; whichever client meets the listener first reports it, so both
+        # must give the same reason.
         if "not valid in current sasl state" in lowered:
-            return KafkaSaslMechanismUnsupported(
-                f"Kafka at {where}: this listener does not use SASL (is security.protocol "
-                f"right? the listener may be PLAINTEXT or SSL): {text}"
-            )
+            return KafkaSaslMechanismUnsupported(f"Kafka at {where}: {NOT_A_SASL_LISTENER}: {text}")
         return KafkaAuthenticationFailed(f"Kafka at {where}: {text}")
     if code == KafkaError._SSL:
         if "mismatch" in lowered and ("hostname" in lowered or "ip address" in lowered):
