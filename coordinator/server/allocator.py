@@ -8,7 +8,8 @@ come in bursts: asyncio's 256 KiB read buffer for each TLS connection to the API
 (a fleet coming up opens a hundred at once) and the text of every LIST answer. After a burst
 the process kept them as resident memory it would never use again (docs/performance.md,
 "The allocator's threshold"). Fixing the threshold keeps those blocks mapped on their own,
-so freeing one returns it.
+so freeing one returns it (a block the heap's free top already holds is still served from
+there: the threshold only decides how the heap grows).
 
 glibc only: another C library (musl in an Alpine image) has no `mallopt`, and this does
 nothing there. A user who set `MALLOC_MMAP_THRESHOLD_` themselves keeps their value.
