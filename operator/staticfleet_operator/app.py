@@ -55,7 +55,7 @@ from staticfleet_operator.metrics import OperatorMetrics
 from staticfleet_operator.peering import PeeringGate, watch_peering
 from staticfleet_operator.pod_bindings import PodBindings
 from staticfleet_operator.readiness import expect_groups
-from staticfleet_operator.reconcile import Operator
+from staticfleet_operator.reconcile import Operator, register_listed_tokens
 from staticfleet_operator.token_review import token_reviewer
 
 log = logging.getLogger("staticfleet.operator")
@@ -284,7 +284,10 @@ async def run_operator(
             if lister is None:
                 lister = asyncio.create_task(
                     expect_groups(
-                        lambda: operator.kube, operator.tokens_gate, list(options.namespaces)
+                        lambda: operator.kube,
+                        operator.tokens_gate,
+                        list(options.namespaces),
+                        on_listed=lambda listed: register_listed_tokens(operator, listed),
                     ),
                     name="staticfleet-expect-groups",
                 )

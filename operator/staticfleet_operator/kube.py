@@ -476,8 +476,8 @@ class KubeApi:
 
     # --- consumer groups ----------------------------------------------------------------------
 
-    async def list_group_keys(self, namespaces: Sequence[str]) -> list[tuple[str, str]]:
-        """(namespace, name) of every ConsumerGroup in `namespaces` (none: all of them)."""
+    async def list_groups(self, namespaces: Sequence[str]) -> list[JsonObject]:
+        """Every ConsumerGroup in `namespaces` (none: all of them)."""
 
         def listing(namespace: str | None) -> Callable[[ApiClient], Awaitable[Any]]:
             def request(client: ApiClient) -> Any:
@@ -493,13 +493,8 @@ class KubeApi:
             return request
 
         scopes: list[str | None] = [*namespaces] or [None]
-        bodies = [await self.json(listing(scope)) for scope in scopes]
-        keys: list[tuple[str, str]] = []
-        for body in bodies:
-            for item in body.get("items") or []:
-                metadata = item.get("metadata") or {}
-                keys.append((str(metadata.get("namespace")), str(metadata.get("name"))))
-        return keys
+        listings = [await self.json(listing(scope)) for scope in scopes]
+        return [item for listed in listings for item in listed.get("items") or []]
 
     async def get_group(self, namespace: str, name: str) -> JsonObject | None:
         return await self.get_custom_object(GROUP, VERSION, PLURAL, name, namespace)

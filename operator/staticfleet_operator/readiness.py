@@ -8,6 +8,12 @@ the process started (listed once, `expect_groups`) have each had their token rec
 once — registered, or found unusable (a group whose Secret is missing must not hold every
 other group's members back).
 
+Not every group waits for its pass: the listing hands the groups to `on_listed`, which
+registers at once each token its Secret already holds (`reconcile.register_listed_tokens`,
+no write: what needs one, a missing Secret or a refused token, is the pass's). At a restart
+that is nearly every group, so readiness costs a listing, not a pass per group, which at
+1,000 groups is most of a restart (docs/performance.md, "Restart → ready").
+
 Bounded: a listed group that is never reconciled (deleted in between, say) would keep the
 gate closed for ever, so once passes have started (the replica is active) the gate opens
 anyway after `max_wait_s`, with a warning naming the groups still waiting. A paused peering
@@ -19,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -30,6 +37,8 @@ from staticfleet_operator.kube import KubeApi, KubeError
 log = logging.getLogger("staticfleet.operator.readiness")
 
 DEFAULT_MAX_WAIT_SECONDS = 60.0
+# The ConsumerGroups listed at start, each with its key.
+Listed = Sequence[tuple[GroupRef, Mapping[str, Any]]]
 LIST_RETRY_SECONDS = 2.0
 
 
@@ -53,6 +62,12 @@ class TokensGate:
     def reconciled(self, key: GroupRef) -> None:
         if self.first_pass_at is None:
             self.first_pass_at = self.clock()
+        self.registered(key)
+
+    def registered(self, key: GroupRef) -> None:
+        """The group's token is registered, by its pass or from the listing. Only a pass
+        starts the bound: a standby replica registers listed tokens too, runs no pass, and
+        must not give up on the rest before it is active."""
         self.reconciled_keys.add(key)
         if self.pending is not None:
             self.pending.discard(key)
@@ -79,16 +94,25 @@ async def expect_groups(
     gate: TokensGate,
     namespaces: Sequence[str],
     *,
+    on_listed: Callable[[Listed], Awaitable[None]] | None = None,
     retry_s: float = LIST_RETRY_SECONDS,
 ) -> None:
-    """List the ConsumerGroups once (retrying until the API answers) and hand them to the
-    gate; until then the gate stays closed."""
+    """List the ConsumerGroups once (retrying until the API answers), hand them to the gate
+    (until then it stays closed), then to `on_listed`."""
     while True:
         try:
-            keys = await kube().list_group_keys(namespaces)
+            bodies = await kube().list_groups(namespaces)
         except (KubeError, aiohttp.ClientError, TimeoutError) as error:
             log.warning("cannot list ConsumerGroups (readiness waits): %s", error)
             await asyncio.sleep(retry_s)
             continue
-        gate.expect(GroupRef(namespace, name) for namespace, name in keys)
+        listed = [(ref_of(body), body) for body in bodies]
+        gate.expect(ref for ref, _ in listed)
+        if on_listed is not None:
+            await on_listed(listed)
         return
+
+
+def ref_of(body: Mapping[str, Any]) -> GroupRef:
+    metadata = body.get("metadata") or {}
+    return GroupRef(str(metadata.get("namespace")), str(metadata.get("name")))

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from coordinator import ErrorCode
 from coordinator.client.kafka_errors import KafkaAccessError
-from staticfleet_operator.actions import PassResult
+from staticfleet_operator.actions import PassResult, RegisterToken
 from staticfleet_operator.actuator import Actuator
 from staticfleet_operator.backends import NOT_SERVING, CoordinatorUnreachable, leave_errors
 from staticfleet_operator.context import NotActing, Operator
@@ -111,6 +111,34 @@ async def sync_member_token(op: Operator, ref: GroupRef, body: Mapping[str, Any]
     observation = await observe_member_token(op, ref, body, spec)
     result = plan_member_token(observation, memory)
     await Actuator(op, observation, memory, None).apply(result)
+
+
+async def register_listed_tokens(
+    op: Operator, listed: Sequence[tuple[GroupRef, Mapping[str, Any]]]
+) -> None:
+    """At start, the groups listed for readiness (readiness.py): each member token its
+    Secret already holds is registered without waiting for the group's pass, and the group
+    no longer holds readiness back. Only a plan that registers and reports nothing is
+    applied, so this writes nothing to the API; a Secret to create or a token to report
+    unusable is left to the pass. A group with no token to register (a Kafka-coordinated
+    one, an invalid spec) holds nothing back either, as after its pass."""
+    for ref, body in listed:
+        raw = body.get("spec") or {}
+        if validate_spec(raw) or parse_spec(raw).coordinator.is_kafka:
+            op.tokens_gate.registered(ref)
+            continue
+        memory = op.memories.of(ref)
+        async with memory.lock:
+            observation = await observe_member_token(op, ref, body, parse_spec(raw))
+            result = plan_member_token(observation, memory)
+            if result.events or not all(isinstance(a, RegisterToken) for a in result.actions):
+                continue
+            await Actuator(op, observation, memory, None).apply(
+                PassResult(result.summary, actions=result.actions, remember=result.remember)
+            )
+            if result.actions and memory.token_group_id is None:
+                continue  # the authenticator refused it: the pass reports why
+            op.tokens_gate.registered(ref)
 
 
 async def finalize(op: Operator, namespace: str, name: str, body: Mapping[str, Any]) -> str:

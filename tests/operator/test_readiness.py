@@ -69,79 +69,102 @@ def test_gate_gives_up_on_a_group_never_reconciled_after_the_bound() -> None:
     assert gate() and gate.gave_up
 
 
-async def test_after_a_restart_ready_only_once_member_tokens_are_registered() -> None:
-    token = "members-token-of-orders-0123456789"
-    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
-        declare_resources(emulator)
-        url = str(server.url).rstrip("/")
-        groups = f"/apis/staticfleet.dev/v1alpha1/namespaces/{NAMESPACE}/consumergroups"
-        secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
-        async with aiohttp.ClientSession() as session:
-            # What a restarted operator finds: groups and their token Secrets.
-            for created in (
-                consumer_group("orders", managed_spec("orders", replicas=0)),
-                # A group whose user Secret is missing must not hold readiness back.
-                consumer_group(
-                    "broken",
-                    managed_spec(
-                        "broken", replicas=0, tokenSecretRef={"name": "nope", "key": "token"}
-                    ),
-                ),
-            ):
-                async with session.post(url + groups, json=created) as r:
-                    assert r.status < 300
-            secret = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": "orders-member-token", "namespace": NAMESPACE},
-                "data": {"token": base64.b64encode(token.encode()).decode()},
-            }
-            async with session.post(url + secrets, json=secret) as r:
-                assert r.status < 300
+TOKEN = "members-token-of-orders-0123456789"
 
-        port = free_port()
-        options = OperatorOptions(
-            namespaces=(NAMESPACE,),
-            store="memory://",
-            coordinator_host="127.0.0.1",
-            coordinator_port=port,
-            interval=0.2,
-            gc_freeze_interval=0,  # a test process: its collector stays as it is
+
+async def test_after_a_restart_ready_only_once_member_tokens_are_registered() -> None:
+    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+        answers = await _restart_until_ready(emulator, server, broken=True)
+        assert 503 in answers  # it was unready before (the gate was really consulted)
+
+
+def lists_pods(request: kmock.Request) -> bool:
+    plural = request.resource.plural if request.resource is not None else None
+    method = str(request.method.value).upper() if request.method is not None else ""
+    return plural == "pods" and method == "GET"
+
+
+async def test_ready_from_the_listed_tokens_without_waiting_for_the_passes() -> None:
+    """The pods' informer never lists (every GET of pods answers 500), so no pass of the
+    managed group can finish: readiness comes from the tokens registered off the listing.
+    (A group whose Secret is missing waits for its pass: it is not in this test.)"""
+    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+        emulator[lists_pods] << 500
+        await _restart_until_ready(emulator, server, broken=False)
+        assert list(emulator[lists_pods])  # the informer did try, and was refused
+
+
+async def _restart_until_ready(
+    emulator: kmock.KubernetesEmulator, server: kmock.Server, *, broken: bool
+) -> list[int]:
+    """Groups and their Secrets as a restarted operator finds them (`broken`: and a group
+    whose Secret is missing); the operator started; /readyz polled until 200, when a member
+    with the group's token must be let in at once. Returns every /readyz answer."""
+    declare_resources(emulator)
+    url = str(server.url).rstrip("/")
+    groups = f"/apis/staticfleet.dev/v1alpha1/namespaces/{NAMESPACE}/consumergroups"
+    secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    async with aiohttp.ClientSession() as session:
+        created = [consumer_group("orders", managed_spec("orders", replicas=0))]
+        if broken:
+            # A group whose user Secret is missing must not hold readiness back.
+            spec = managed_spec("broken", replicas=0, tokenSecretRef={"name": "nope", "key": "t"})
+            created.append(consumer_group("broken", spec))
+        for group in created:
+            async with session.post(url + groups, json=group) as r:
+                assert r.status < 300
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "orders-member-token", "namespace": NAMESPACE},
+            "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
+        }
+        async with session.post(url + secrets, json=secret) as r:
+            assert r.status < 300
+
+    port = free_port()
+    options = OperatorOptions(
+        namespaces=(NAMESPACE,),
+        store="memory://",
+        coordinator_host="127.0.0.1",
+        coordinator_port=port,
+        interval=0.2,
+        gc_freeze_interval=0,  # a test process: its collector stays as it is
+    )
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = True
+    settings.posting.enabled = False
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_operator(
+            options,
+            AuthConfig(admin_tokens=frozenset({"admin-token-123456"})),
+            stop_flag=stop,
+            credentials=kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE),
+            settings=settings,
         )
-        settings = kopf.OperatorSettings()
-        settings.scanning.disabled = True
-        settings.posting.enabled = False
-        stop = asyncio.Event()
-        task = asyncio.create_task(
-            run_operator(
-                options,
-                AuthConfig(admin_tokens=frozenset({"admin-token-123456"})),
-                stop_flag=stop,
-                credentials=kopf.ConnectionInfo(server=url, default_namespace=NAMESPACE),
-                settings=settings,
-            )
-        )
-        base = f"http://127.0.0.1:{port}"
-        beat = {"group_id": "orders", "generation_id": 1, "member_id": "nobody"}
-        answers: list[int] = []
-        try:
-            async with aiohttp.ClientSession() as session:
-                for _ in range(2000):
-                    with contextlib.suppress(aiohttp.ClientConnectionError):
-                        async with session.get(f"{base}/readyz") as r:
-                            answers.append(r.status)
-                            if r.status == 200:
-                                break
-                    await asyncio.sleep(0.005)
-                assert answers and answers[-1] == 200, answers[-5:]
-                # The moment it is ready, a member with the group's token is let in.
-                async with session.post(
-                    f"{base}/v1/groups/orders/heartbeat",
-                    json=beat,
-                    headers={"Authorization": f"Bearer {token}"},
-                ) as r:
-                    assert r.status == 200, await r.text()
-            assert 503 in answers  # it was unready before (the gate was really consulted)
-        finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
+    )
+    base = f"http://127.0.0.1:{port}"
+    beat = {"group_id": "orders", "generation_id": 1, "member_id": "nobody"}
+    answers: list[int] = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2000):
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with session.get(f"{base}/readyz") as r:
+                        answers.append(r.status)
+                        if r.status == 200:
+                            break
+                await asyncio.sleep(0.005)
+            assert answers and answers[-1] == 200, answers[-5:]
+            # The moment it is ready, a member with the group's token is let in.
+            async with session.post(
+                f"{base}/v1/groups/orders/heartbeat",
+                json=beat,
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            ) as r:
+                assert r.status == 200, await r.text()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    return answers
