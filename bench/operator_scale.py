@@ -21,8 +21,8 @@ Figures:
 - the webhook alone: AdmissionReviews POSTed straight to it, as the API server sends them
   (the API server's histogram has no bucket between 25 and 100 ms);
 - the operator's RSS (and its peak, VmHWM, before and after a restart), and the time from its
-  restart until /readyz answers 200 (every group's member token registered again, i.e. every
-  group reconciled once).
+  restart until /readyz answers 200 (every group's member token registered again: from the
+  listed groups' Secrets, or by the group's pass; operator/staticfleet_operator/readiness.py).
 
 The harness holds the 6 N pods too: it freezes its own collector as the operator does
 (coordinator/server/gc_policy.py), or its own full collections (0.4-0.6 s) would be timed

@@ -11,8 +11,8 @@ other group's members back).
 Not every group waits for its pass: the listing hands the groups to `on_listed`, which
 registers at once each token its Secret already holds (`reconcile.register_listed_tokens`,
 no write: what needs one, a missing Secret or a refused token, is the pass's). At a restart
-that is nearly every group, so readiness costs a listing, not a pass per group, which at
-1,000 groups is most of a restart (docs/performance.md, "Restart → ready").
+that is nearly every group, so readiness costs a listing, not a pass per group: at 1,000
+groups, 2.1 s instead of 13.4 s (docs/performance.md, "Restart → ready").
 
 Bounded: a listed group that is never reconciled (deleted in between, say) would keep the
 gate closed for ever, so once passes have started (the replica is active) the gate opens
