@@ -663,7 +663,7 @@ async def _scenario(
         sizes.direct_admissions,
     )
 
-    # Restart: from the new process's start until /readyz (every group reconciled once).
+    # Restart: from the new process's start until /readyz (every group's token registered).
     rss = operator.rss_mib()
     peak = operator.rss_mib("VmHWM")
     print(
