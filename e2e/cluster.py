@@ -396,6 +396,12 @@ class PodLogs:
         paths = sorted(self.log_dir.glob(f"{namespace}__{pod}__*__{container}.log"))
         return "".join(path.read_text(errors="replace") for path in paths)
 
+    def pods(self, namespace: str) -> list[str]:
+        """Every pod name in `namespace` whose containers were followed, gone ones too (a
+        Deployment's pods have names nobody can list once they are deleted)."""
+        paths = self.log_dir.glob(f"{namespace}__*.log")
+        return sorted({path.name.split("__")[1] for path in paths})
+
     def stop(self) -> None:
         self._stop.set()
         self._watcher.join(timeout=5)

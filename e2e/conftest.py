@@ -2,8 +2,9 @@
 
 `STATICFLEET_E2E_CLUSTER=local` (default, `make e2e`): our control plane and node agent.
 `STATICFLEET_E2E_CLUSTER=kind` (`make e2e-kind`): the cluster in $KUBECONFIG.
-The scenarios are numbered and run in file order: 1 and 2 need no operator installed, 9, 9d and 9e
-share one Helm release of the chart (the others run on the real node, e2e/node).
+The scenarios are numbered and run in file order: 1 and 2 here (2 installs and uninstalls the
+chart itself); the others run on the real node, with its own release (e2e/node/conftest.py),
+but 9g, which runs a control plane of its own (docs/soak.md).
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ from e2e.cluster import (
 )
 from e2e.fleet import wait_for
 from e2e.results import merged
-from staticfleet.kafka.broker import KafkaBroker, running_broker
-from staticfleet.kafka.java_peer import ensure_built
 
 CLUSTER_KIND = os.environ.get("STATICFLEET_E2E_CLUSTER", "local")
 RESULTS_FILE = ROOT / "e2e" / ("results.json" if CLUSTER_KIND == "local" else "results-kind.json")
@@ -63,15 +62,6 @@ def cluster() -> Iterator[Cluster]:
 def crds_applied(cluster: Cluster) -> None:
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
     cluster.wait_crd_established("consumergroups.staticfleet.dev")
-
-
-@pytest.fixture(scope="session")
-def operator_release(cluster: Cluster, crds_applied: None) -> Iterator[None]:
-    """The chart installed once for scenarios 9, 9d and 9e (the others run on the real node,
-    e2e/node), the operator Ready."""
-    install_chart(cluster)
-    yield
-    cluster.helm("uninstall", RELEASE, "-n", OPERATOR_NAMESPACE, "--wait", "--timeout", "120s")
 
 
 def install_chart(cluster: Cluster) -> None:
@@ -146,17 +136,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     RESULTS_FILE.write_text(
         json.dumps(merged(previous, results, known), indent=2, sort_keys=True) + "\n"
     )
-
-
-@pytest.fixture(scope="session")
-def kafka_broker() -> Iterator[KafkaBroker]:
-    """The secured KRaft broker for the node agent's Kafka scenario (9e; the node's scenarios,
-    8a-8d, have theirs, on the pods' bridge: e2e/node/conftest.py), on loopback,
-    where the operator and the member processes reach it on its SASL_SSL and SSL listeners
-    (PLAINTEXT is the tests' own view); a fresh log directory every session."""
-    ensure_built()  # the Java peer, once, before six pods would each check the build
-    workdir = BUILD / "e2e" / "kafka-broker"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-    with running_broker(workdir, timeout=120, secured=True) as broker:
-        yield broker

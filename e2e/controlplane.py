@@ -72,7 +72,7 @@ CONTROLLERS = (
     "persistentvolume-binder-controller",
     "persistentvolumeclaim-protection-controller",
     "persistentvolume-protection-controller",
-    # KEDA's ScaledObjects (e2e/test_9e_keda.py) scale through an HPA.
+    # KEDA's ScaledObjects (e2e/node/test_9e_keda.py) scale through an HPA.
     "horizontal-pod-autoscaler-controller",
 )
 

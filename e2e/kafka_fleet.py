@@ -1,5 +1,5 @@
 """Kafka-coordinated fleets for scenarios 8a-8c: ConsumerGroups with `spec.coordinator.type:
-kafka` on the secured broker the session starts (`kafka_broker` in conftest.py), each group
+kafka` on the node's secured broker (`kafka_broker` in e2e/node/conftest.py), each group
 with its own principal (a SCRAM user over TLS, or a client certificate on the mutual-TLS
 listener) granted exactly the ACLs docs/kafka.md lists, the broker's own describe, and the
 scenario every client family goes through.

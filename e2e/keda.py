@@ -1,19 +1,26 @@
-"""KEDA on the e2e control plane, for the autoscaling scenario (e2e/test_9e_keda.py).
+"""KEDA on the e2e control plane, for the autoscaling scenario (e2e/node/test_9e_keda.py).
 
 KEDA's two programs, built from its Go module by scripts/build-keda.sh into build/e2e/bin,
-run as host processes of the test with the admin kubeconfig, as the control plane does:
+run as host processes of the test with the admin kubeconfig, as the control plane does (on
+the real node too: only the members are pods):
 
 - `keda` (its operator) turns a ScaledObject into an HPA and serves the scalers' metrics
-  over gRPC (mutual TLS) on loopback;
+  over gRPC (mutual TLS) on loopback; its scalers call what they watch from this host (the
+  node's broker on the pods' bridge, the coordinator at its Service's ClusterIP: a host
+  process does not resolve the cluster's DNS names);
 - `keda-adapter` serves `external.metrics.k8s.io` to the API server: the APIService names
   the Service keda/keda-metrics-apiserver, whose EndpointSlice points at the host address the
-  adapter listens on (the API server runs with --enable-aggregator-routing: there is no
-  kube-proxy), and its caBundle is the CA of the adapter's serving certificate.
+  adapter listens on, and its caBundle is the CA of the adapter's serving certificate. The
+  API server (e2e/controlplane.py) runs with --enable-aggregator-routing, so it calls that
+  EndpointSlice address itself; kube-proxy, which the node runs, also routes the Service's
+  ClusterIP there, but the API server does not go through it.
 
 One CA signs one certificate for both (KEDA's programs read ca.crt, tls.crt and tls.key from
 one --cert-dir, for gRPC as client and server and for HTTPS), naming the Service, 127.0.0.1
 and the node IP. KEDA's CRDs are applied from the module cache (config/crd/bases/ of the
-pinned version), not copied into the repository.
+pinned version), not copied into the repository. On the way out, ScaledObjects left by a
+failed test are deleted while KEDA still runs (it removes its finalizer from them, so their
+namespaces can go), then the APIService and KEDA's namespace.
 """
 
 from __future__ import annotations
@@ -289,5 +296,11 @@ def running_keda(cluster: Cluster, workdir: Path) -> Iterator[Keda]:
         )
         yield keda
     finally:
+        # The cluster outlives KEDA (the node's later scenarios): a ScaledObject KEDA no longer
+        # runs for would keep its finalizer, and its namespace Terminating.
+        cluster.kubectl(
+            "delete", "scaledobjects.keda.sh", "--all", "-A", "--timeout=60s", check=False
+        )
         cluster.kubectl("delete", "apiservice", API_SERVICE, "--ignore-not-found", check=False)
         keda.stop()
+        cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)

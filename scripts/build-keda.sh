@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build KEDA for the e2e autoscaling scenario (e2e/test_9e_keda.py) into build/e2e/bin, once:
+# Build KEDA for the e2e autoscaling scenario (e2e/node/test_9e_keda.py) into build/e2e/bin, once:
 # keda (its operator, cmd/operator) and keda-adapter (its external metrics API server,
 # cmd/adapter), from the Go module pinned by e2e/go/keda/go.mod and go.sum. Later calls
 # reuse a binary while the KEDA module version built into it (go version -m) is the pin.

@@ -59,6 +59,11 @@ class NodeCluster(Cluster):
         result = self.kubectl("-n", namespace, "logs", pod, "-c", container, check=False)
         return result.stdout
 
+    def pods_run(self, namespace: str) -> list[str]:
+        """Every followed pod name in `namespace` (members, pods labelled FOLLOW_LOGS_LABEL),
+        gone ones too: their logs stay in `self.logs` (as LocalCluster.pods_run's)."""
+        return self.logs.pods(namespace)
+
     def crash_operator(self) -> None:
         """SIGKILL of the operator's container, as the OOM killer would: the kubelet
         restarts it in the same pod (restartPolicy Always)."""

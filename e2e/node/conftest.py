@@ -65,6 +65,8 @@ SCENARIO_NAMESPACES = (
     "e2e-scale-up-plain",
     "e2e-standby",
     "e2e-prometheus",
+    "e2e-keda",
+    "e2e-keda-embedded",
     "e2e-kafka-members",
     "e2e-kafka-rdk",
     "e2e-kafka-java",
@@ -185,8 +187,7 @@ def kafka_broker(fleet_node: FleetNode) -> Iterator[KafkaBroker]:
 
 @pytest.fixture
 def operator_release(fleet_node: FleetNode) -> None:
-    """The chart's release: fleet_node installed it (as e2e/conftest.py's does for the
-    node agent's scenarios)."""
+    """The chart's release: fleet_node installed it."""
 
 
 def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> dict[str, Any]:

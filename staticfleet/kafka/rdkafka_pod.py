@@ -14,7 +14,7 @@ log.
 
 With `--ms-per-record` it also works: it spends that long on every record it reads and
 commits what it processed after each batch, a fixed throughput per member, so a burst
-builds lag that only more members drain (what an autoscaler acts on: e2e/test_9e_keda.py).
+builds lag that only more members drain (what an autoscaler acts on: e2e/node/test_9e_keda.py).
 Without it, it only holds its assignment and commits nothing.
 """
 

@@ -1,34 +1,48 @@
 """Scenario 9e: KEDA scales a Kafka-coordinated ConsumerGroup through its /scale subresource,
 and, in the same run, the same consumers as a KEDA-scaled Deployment, side by side.
 
-KEDA v2.21 (built from its Go module, e2e/keda.py) runs beside the control plane; a
+On the real node (e2e/node): the members are containers the kubelet runs; KEDA v2.21 (built
+from its Go module, e2e/keda.py) runs as host processes beside the control plane. A
 ScaledObject's scaleTargetRef is the ConsumerGroup and its trigger is KEDA's own `kafka`
-scaler pointed at the group on the e2e broker (the broker holds the group's commits, so
-KEDA reads the lag there; docs/operator.md "Autoscaling"). The members are slow librdkafka
-consumers (`staticfleet.kafka.rdkafka_pod --ms-per-record`: a fixed cost per record), so a
-burst builds lag that only more members drain. The HPA KEDA makes adds one member per step;
-each step is one rebalance (the first member's `assigned` callbacks), the burst drains, and
-the group goes back to one member: each step down one batch LeaveGroup (the operator's
-MembersLeft Event) naming exactly the removed instance ids.
+scaler pointed at the group on the node's broker (the broker holds the group's commits, so
+KEDA reads the lag there; docs/operator.md "Autoscaling"), on the SASL_SSL listener the
+members use, as the group's SCRAM-SHA-512 user through a TriggerAuthentication (docs/kafka.md's
+ACLs, READ on the group and the topic, cover KEDA's metadata, offsets and commits reads); the
+test's own view (lag, bursts, the broker's describe) is PLAINTEXT on loopback. The members are
+slow librdkafka consumers (`staticfleet.kafka.rdkafka_pod --ms-per-record`, in the librdkafka
+client image: a fixed cost per record), so a burst builds lag that only more members drain.
+The HPA KEDA makes adds one member per step; each step is one rebalance (the first member's
+`assigned` callbacks), the burst drains, and the group goes back to one member: each step
+down one batch LeaveGroup (the operator's MembersLeft Event) naming exactly the removed
+instance ids.
 
 Then the comparison: the same consumer program, cost, partitions, burst and trigger, as a
 plain Deployment (what users run today) in a group and topic of its own, scaled by its own
-ScaledObject, twice. Dynamic members (no group.instance.id) first: what most users run, as a
-Deployment's pods get new random names on every start, so an instance id per pod survives no
-restart; a dynamic member sends a LeaveGroup when it closes. Then static members named after
-their pods (the downward API), which users set to spare a rebalance per restart: a static
-member sends no LeaveGroup, so one a scale-down removed holds its partitions until its
-session times out (what the operator's batch LeaveGroup is for). The bursts run one after
-the other (three fleets at once would share the machine's two cores and starve each other).
-All three are measured by the same code from the consumers' own assigned/revoked logs
-(staticfleet.demo.ownership): rebalances, partitions moved, unowned partition-seconds; and
-from the broker: peak lag, time to drain.
+ScaledObject, twice, with the same credentials (a copy of the group's client configuration
+Secret, as a user's KafkaUser would give, and the same principal granted the same ACLs on
+the Deployment's group and topic). Their pods are followed (e2e/cluster.py, PodLogs): a pod
+the scale-down deletes takes its log with it. Dynamic members (no group.instance.id) first:
+what most users run, as a Deployment's pods get new random names on every start, so an
+instance id per pod survives no restart; a dynamic member sends a LeaveGroup when it closes.
+Then static members named after their pods (the downward API), which users set to spare a
+rebalance per restart: a static member sends no LeaveGroup, so one a scale-down removed holds
+its partitions until its session times out (what the operator's batch LeaveGroup is for).
+The bursts run one after the other (three fleets at once would share the machine's two cores
+and starve each other). All three are measured by the same code from the consumers' own
+assigned/revoked logs (staticfleet.demo.ownership): rebalances, partitions moved, unowned
+partition-seconds; and from the broker: peak lag, time to drain.
 
 Last, with the same KEDA (a module fixture: started once): an embedded-coordinator group
-whose members (`staticfleet member run`, the same cost per record) read the topic on the
-broker and commit to the embedded coordinator, `spec.source.kafka` set so the operator
-computes the lag, scaled by KEDA's `metrics-api` trigger on the coordinator's
+whose members (`staticfleet member run` in the librdkafka image, the chart's plus the `kafka`
+extra a Kafka source needs; the same cost per record) read the topic on the broker's SASL_SSL
+listener (a client configuration Secret of their own, `--kafka-config`) and commit to the
+embedded coordinator, `spec.source.kafka` set (the same user and CA) so the operator computes
+the lag, scaled by KEDA's `metrics-api` trigger on the coordinator's
 `GET /v1/groups/{groupId}/lag` with the group's member token: the same steps and figures.
+An in-cluster KEDA would call the coordinator Service by its DNS name (docs/operator.md's
+`http://<service>.<namespace>.svc:9092/...`); this KEDA is a host process, which the
+cluster's DNS does not serve, so its URL names the Service's ClusterIP, which kube-proxy's
+rules route from the host as from a pod (the same Service, port and route).
 """
 
 from __future__ import annotations
@@ -46,11 +60,22 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from e2e.cluster import BUILD, Cluster, LocalCluster
+from e2e.cluster import BUILD, FOLLOW_LOGS_LABEL, Cluster
 from e2e.fleet import Record, member_logs_from_text, wait_for
-from e2e.groups import IMAGE, apply, namespace, wait_stable
-from e2e.kafka_fleet import describe, kafka_group, operator_events, wait_settled
+from e2e.groups import RDKAFKA_IMAGE, apply, namespace, wait_stable
+from e2e.kafka_fleet import (
+    CA_SECRET,
+    SecuredAccess,
+    describe,
+    group_acls,
+    kafka_group,
+    operator_events,
+    secure_group,
+    wait_settled,
+)
 from e2e.keda import Keda, running_keda
+from e2e.node.cluster import NodeCluster
+from e2e.node.conftest import FleetNode
 from staticfleet.demo.ownership import (
     MemberLog,
     all_holdings,
@@ -80,6 +105,43 @@ CONSUMER = [
 ]
 # The figures compared, each as the Deployment's over the ConsumerGroup's.
 COMPARED = ("rebalances", "partitions_moved", "unowned_partition_s", "peak_lag", "drain_s")
+# Where the operator mounts a group's client configuration Secret (its -kafka-client); the
+# Deployments mount their copy there too, the embedded members their own.
+CLIENT_CONFIG_DIR = "/etc/staticfleet/kafka"
+KEDA_AUTH = "kafka-scram"  # the TriggerAuthentication of the three `kafka` triggers
+
+
+def keda_kafka_auth(ns: str, access: SecuredAccess) -> list[dict[str, Any]]:
+    """KEDA's credentials for its `kafka` scaler: the group's SCRAM user (its password in the
+    Secret the ConsumerGroup names, the CA in the cluster CA's Secret, as Strimzi has them;
+    the user name, which Strimzi's KafkaUser Secret does not hold, in a Secret of its own)."""
+    authentication = access.kafka["authentication"]
+    username_secret = f"{KEDA_AUTH}-username"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": username_secret, "namespace": ns},
+            "type": "Opaque",
+            "stringData": {"username": authentication["username"]},
+        },
+        {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "TriggerAuthentication",
+            "metadata": {"name": KEDA_AUTH, "namespace": ns},
+            "spec": {
+                "secretTargetRef": [
+                    {"parameter": "username", "name": username_secret, "key": "username"},
+                    {
+                        "parameter": "password",
+                        "name": authentication["passwordSecret"]["secretName"],
+                        "key": authentication["passwordSecret"]["password"],
+                    },
+                    {"parameter": "ca", "name": CA_SECRET, "key": "ca.crt"},
+                ]
+            },
+        },
+    ]
 
 
 def scaled_object(ns: str, bootstrap: str, group: str, target: dict[str, str]) -> dict[str, Any]:
@@ -122,22 +184,27 @@ def scaled_object(ns: str, bootstrap: str, group: str, target: dict[str, str]) -
                         # The broker is Kafka 4, which dropped the pre-2.1 protocol versions
                         # (KIP-896) that KEDA's default (sarama's 1.0.0) would speak.
                         "version": "4.0.0",
+                        "sasl": "scram_sha512",
+                        "tls": "enable",
                     },
+                    "authenticationRef": {"name": KEDA_AUTH},
                 }
             ],
         },
     }
 
 
-def deployment(name: str, bootstrap: str, *, static: bool) -> dict[str, Any]:
+def deployment(name: str, bootstrap: str, secret: str, *, static: bool) -> dict[str, Any]:
     """The same consumer as a Deployment: the env the operator would give a librdkafka member
-    of an eager group (`range`); KAFKA_GROUP_INSTANCE_ID only if `static`, then the pod's
-    name (the downward API), which a restarted or replaced pod does not keep."""
+    of an eager group (`range`), the client configuration from `secret` mounted where the
+    operator mounts its own; KAFKA_GROUP_INSTANCE_ID only if `static`, then the pod's name
+    (the downward API), which a restarted or replaced pod does not keep."""
     values = {
         "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
         "KAFKA_GROUP_ID": name,
         "KAFKA_TOPICS": name,
         "KAFKA_PARTITION_ASSIGNMENT_STRATEGY": "range",
+        "KAFKA_CLIENT_CONFIG": f"{CLIENT_CONFIG_DIR}/client.properties",
     }
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
     if static:
@@ -155,15 +222,20 @@ def deployment(name: str, bootstrap: str, *, static: bool) -> dict[str, Any]:
             "replicas": 1,
             "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": name}},
+                # Followed: a pod the scale-down deletes takes its log with it (PodLogs).
+                "metadata": {"labels": {"app": name, FOLLOW_LOGS_LABEL: "true"}},
                 "spec": {
                     "terminationGracePeriodSeconds": 20,
+                    "volumes": [{"name": "client", "secret": {"secretName": secret}}],
                     "containers": [
                         {
                             "name": "consumer",
-                            "image": IMAGE,
+                            "image": RDKAFKA_IMAGE,
                             "command": CONSUMER,
                             "env": env,
+                            "volumeMounts": [
+                                {"name": "client", "mountPath": CLIENT_CONFIG_DIR, "readOnly": True}
+                            ],
                         }
                     ],
                 },
@@ -358,34 +430,46 @@ def ratios(deployment_figures: dict[str, Any], group_figures: dict[str, Any]) ->
 
 
 @pytest.fixture(scope="module")
-def keda_started(cluster: Cluster, operator_release: None) -> Iterator[tuple[Keda, float]]:
-    """KEDA, started once for this file's tests; and how long it took to start."""
+def keda_started(fleet_node: FleetNode) -> Iterator[tuple[Keda, float]]:
+    """KEDA, started once for this file's tests on the node's control plane (the release
+    fleet_node installed); and how long it took to start."""
     started = time.monotonic()
-    with running_keda(cluster, BUILD / "e2e" / "keda") as running:
+    with running_keda(fleet_node.cluster, BUILD / "e2e" / "keda") as running:
         yield running, round(time.monotonic() - started, 1)
 
 
 def test_keda_scales_a_kafka_group_through_scale(
-    cluster: Cluster, keda_started: tuple[Keda, float], record: Record, kafka_broker: KafkaBroker
+    cluster: Cluster,
+    operator_release: None,
+    keda_started: tuple[Keda, float],
+    record: Record,
+    kafka_broker: KafkaBroker,
 ) -> None:
-    assert isinstance(cluster, LocalCluster), "the members and KEDA run as local processes"
+    assert isinstance(cluster, NodeCluster), "KEDA runs beside the node's control plane"
     keda, keda_start_s = keda_started
-    bootstrap = kafka_broker.bootstrap
+    bootstrap = kafka_broker.bootstrap  # PLAINTEXT on loopback: the test's own view
     kafka_broker.create_topic(GROUP, PARTITIONS)
     kafka_broker.create_topic(DEPLOYMENT, PARTITIONS)
     kafka_broker.create_topic(STATIC_DEPLOYMENT, PARTITIONS)
-    container = {"name": "consumer", "image": IMAGE, "command": CONSUMER}
+    container = {"name": "consumer", "image": RDKAFKA_IMAGE, "command": CONSUMER}
     record("keda_start_s", keda_start_s)
     with namespace(cluster, "e2e-keda") as ns:
         # --- the ConsumerGroup -------------------------------------------------------------
-        apply(cluster, ns, kafka_group(GROUP, bootstrap, "librdkafka", container, replicas=1))
+        access = secure_group(cluster, ns, kafka_broker, GROUP, "scram")
+        record("security", access.security)
+        group = kafka_group(
+            GROUP, access.bootstrap, "librdkafka", container, kafka=access.kafka, replicas=1
+        )
+        apply(cluster, ns, group)
         wait_settled(cluster, ns, bootstrap, GROUP, 1)
+        for manifest in keda_kafka_auth(ns, access):
+            apply(cluster, ns, manifest)
         group_target = {
             "apiVersion": "staticfleet.dev/v1alpha1",
             "kind": "ConsumerGroup",
             "name": GROUP,
         }
-        apply(cluster, ns, scaled_object(ns, bootstrap, GROUP, group_target))
+        apply(cluster, ns, scaled_object(ns, access.bootstrap, GROUP, group_target))
 
         def group_replicas() -> tuple[int, int]:
             group = cluster.get_json("-n", ns, "get", "consumergroup", GROUP)
@@ -409,12 +493,30 @@ def test_keda_scales_a_kafka_group_through_scale(
         record("peak_lag", burst.peak_lag)
         record("drain_s", burst.drain_s)
         record("scaled_in_s", group_figures["scaled_in_s"])
+        # The same credentials for the Deployments (a user's KafkaUser): the operator's client
+        # configuration, copied before the ConsumerGroup (its owner) goes, and the group's
+        # principal granted the same ACLs on their groups and topics.
+        client = cluster.get_json("-n", ns, "get", "secret", f"{GROUP}-kafka-client")["data"]
+        assert "client.properties" in client, sorted(client)
+        secret = f"{DEPLOYMENT}-kafka-client"
+        apply(
+            cluster,
+            ns,
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret}, "data": client},
+        )
+        for name in (DEPLOYMENT, STATIC_DEPLOYMENT):
+            kafka_broker.grant(*group_acls(access.principal, name, [name]))
         cluster.kubectl("-n", ns, "delete", "scaledobject", GROUP, "--wait=true")
         cluster.kubectl("-n", ns, "delete", "cg", GROUP, "--wait=true", "--timeout=120s")
 
         # --- the same consumers as Deployments, one burst after the other -----------------
-        dynamic = deployment_burst(cluster, keda, ns, bootstrap, DEPLOYMENT, static=False)
-        static = deployment_burst(cluster, keda, ns, bootstrap, STATIC_DEPLOYMENT, static=True)
+        secured = {"secured": access.bootstrap, "secret": secret}
+        dynamic = deployment_burst(
+            cluster, keda, ns, bootstrap, DEPLOYMENT, **secured, static=False
+        )
+        static = deployment_burst(
+            cluster, keda, ns, bootstrap, STATIC_DEPLOYMENT, **secured, static=True
+        )
         record(
             "side_by_side",
             {
@@ -431,11 +533,20 @@ def test_keda_scales_a_kafka_group_through_scale(
 
 
 def deployment_burst(
-    cluster: LocalCluster, keda: Keda, ns: str, bootstrap: str, name: str, *, static: bool
+    cluster: NodeCluster,
+    keda: Keda,
+    ns: str,
+    bootstrap: str,
+    name: str,
+    *,
+    secured: str,
+    secret: str,
+    static: bool,
 ) -> dict[str, Any]:
     """The burst through a KEDA-scaled Deployment `name` (its own group and topic): its
-    figures, measured as the ConsumerGroup's."""
-    apply(cluster, ns, deployment(name, bootstrap, static=static))
+    figures, measured as the ConsumerGroup's. `bootstrap` is the test's view (PLAINTEXT),
+    `secured` the consumers' and KEDA's (SASL_SSL), `secret` the client configuration."""
+    apply(cluster, ns, deployment(name, secured, secret, static=static))
     wait_for(
         f"{name}: one member Stable on the broker",
         lambda: one_member_stable(bootstrap, name),
@@ -444,7 +555,7 @@ def deployment_burst(
         describe=lambda: json.dumps(describe(bootstrap, name)),
     )
     target = {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}
-    apply(cluster, ns, scaled_object(ns, bootstrap, name, target))
+    apply(cluster, ns, scaled_object(ns, secured, name, target))
 
     def replicas() -> tuple[int, int]:
         found = cluster.get_json("-n", ns, "get", "deployment", name)
@@ -485,26 +596,55 @@ EMBEDDED_BURST = 5000  # smaller than the Kafka group's: the added e2e time stay
 WARM_UP = 100  # records before the burst, so every partition has a commit (lag counts it)
 
 
-def embedded_group(name: str, bootstrap: str) -> dict[str, Any]:
-    """Members are `staticfleet member run` reading the topic on the broker, committing to
-    the embedded coordinator, at the Kafka group's cost per record (small polls, so a
-    member's batch of work stays under a second); spec.source names the broker, so the
-    operator computes the lag the route serves."""
+def source_secret(name: str, access: SecuredAccess, password: str, ca: str) -> dict[str, Any]:
+    """The members' client configuration for their source (the operator writes one only for a
+    Kafka coordinator): the group's SCRAM user over TLS, the CA beside it."""
+    properties = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": access.kafka["authentication"]["username"],
+        "sasl.password": password,
+        "ssl.ca.location": f"{CLIENT_CONFIG_DIR}/ca.crt",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "Opaque",
+        "stringData": {
+            "client.properties": "".join(f"{k}={v}\n" for k, v in properties.items()),
+            "ca.crt": ca,
+        },
+    }
+
+
+def embedded_group(name: str, access: SecuredAccess, secret: str) -> dict[str, Any]:
+    """Members are `staticfleet member run` reading the topic on the broker (SASL_SSL, the
+    client configuration in `secret`), committing to the embedded coordinator, at the Kafka
+    group's cost per record (small polls, so a member's batch of work stays under a second);
+    spec.source names the broker and the same user, so the operator computes the lag the
+    route serves."""
     member = {
         "name": "member",
-        "image": IMAGE,
+        # The librdkafka image: the chart's with confluent-kafka (the `kafka` extra a Kafka
+        # source needs, which the chart's image leaves out); its entrypoint is rdkafka_pod's.
+        "image": RDKAFKA_IMAGE,
+        "command": ["staticfleet"],
         "args": [
             "member",
             "run",
             "--topics",
             name,
             "--source",
-            f"kafka://{bootstrap}",
+            f"kafka://{access.bootstrap}",
+            "--kafka-config",
+            f"{CLIENT_CONFIG_DIR}/client.properties",
             "--ms-per-record",
             str(MS_PER_RECORD),
             "--max-poll-records",
             "50",
         ],
+        "volumeMounts": [{"name": "source", "mountPath": CLIENT_CONFIG_DIR, "readOnly": True}],
     }
     return {
         "apiVersion": "staticfleet.dev/v1alpha1",
@@ -514,14 +654,18 @@ def embedded_group(name: str, bootstrap: str) -> dict[str, Any]:
             "groupId": name,
             "topics": [{"name": name, "partitions": PARTITIONS}],
             "replicas": 1,
-            "source": {"kafka": {"bootstrapServers": bootstrap}},
+            "source": {"kafka": {"bootstrapServers": access.bootstrap, **access.kafka}},
             "membership": {"instanceIdPrefix": name, "sessionTimeoutMs": 30_000},
             "rebalance": {"protocol": "eager"},
             "rollout": {"memberReadyTimeoutSeconds": 180},
             # KEDA's HPA window stabilizes the steps; the operator's would only add wait.
             "scaleDown": {"stabilizationWindowSeconds": 0},
             "template": {
-                "spec": {"terminationGracePeriodSeconds": 10, "containers": [member]},
+                "spec": {
+                    "terminationGracePeriodSeconds": 10,
+                    "volumes": [{"name": "source", "secret": {"secretName": secret}}],
+                    "containers": [member],
+                },
             },
         },
     }
@@ -586,19 +730,30 @@ def lag_route(url: str, token: str) -> dict[str, Any] | None:
 
 
 def test_keda_scales_an_embedded_group_on_the_lag_route(
-    cluster: Cluster, keda_started: tuple[Keda, float], record: Record, kafka_broker: KafkaBroker
+    cluster: Cluster,
+    operator_release: None,
+    keda_started: tuple[Keda, float],
+    record: Record,
+    kafka_broker: KafkaBroker,
 ) -> None:
-    assert isinstance(cluster, LocalCluster), "the members and KEDA run as local processes"
+    assert isinstance(cluster, NodeCluster), "KEDA runs beside the node's control plane"
     keda, _ = keda_started
-    bootstrap = kafka_broker.bootstrap
+    bootstrap = kafka_broker.bootstrap  # PLAINTEXT on loopback: the test's own view
     kafka_broker.create_topic(EMBEDDED, PARTITIONS)
     admin = cluster.admin()
     started = time.monotonic()
     with namespace(cluster, "e2e-keda-embedded") as ns:
-        apply(cluster, ns, embedded_group(EMBEDDED, bootstrap))
+        access = secure_group(cluster, ns, kafka_broker, EMBEDDED, "scram")
+        user = cluster.get_json("-n", ns, "get", "secret", f"{ns}.{EMBEDDED}")["data"]
+        password = base64.b64decode(user["password"]).decode()
+        source = f"{EMBEDDED}-source"
+        ca = kafka_broker.pki.ca_path.read_text()
+        apply(cluster, ns, source_secret(source, access, password, ca))
+        apply(cluster, ns, embedded_group(EMBEDDED, access, source))
         wait_stable(cluster, ns, EMBEDDED, 1)
         secret = cluster.get_json("-n", ns, "get", "secret", f"{EMBEDDED}-member-token")
         token = base64.b64decode(secret["data"]["token"]).decode()
+        # The coordinator Service's ClusterIP (a host process cannot resolve its DNS name).
         url = f"{cluster.coordinator_base_url()}/v1/groups/{EMBEDDED}/lag"
 
         def lag_now() -> int:
@@ -650,6 +805,7 @@ def test_keda_scales_an_embedded_group_on_the_lag_route(
         found["burst_records"] = EMBEDDED_BURST
         found["rebalances_per_step"] = per_step
         found["trigger"] = "metrics-api on GET /v1/groups/{groupId}/lag (bearer: member token)"
+        found["security"] = access.security
         record("embedded_group", found)
         record("embedded_group_s", round(time.monotonic() - started, 1))
         cluster.kubectl("-n", ns, "delete", "scaledobject", EMBEDDED, "--wait=true")
