@@ -120,25 +120,26 @@ def drained_fleet(fleet_node: FleetNode, request: pytest.FixtureRequest) -> Iter
     """The group's namespace; afterwards the node uncordoned and the operator Ready and routed
     again, whatever the test did: the scenarios after this one use the release."""
     cluster = fleet_node.cluster
-    try:
-        with namespace(cluster, NAMESPACE) as ns:
-            apply(
-                cluster,
-                ns,
-                managed_group(GROUP, replicas=MEMBERS, session_timeout_ms=SESSION_TIMEOUT_MS),
-            )
-            wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=240)
+    with namespace(cluster, NAMESPACE) as ns:
+        apply(
+            cluster,
+            ns,
+            managed_group(GROUP, replicas=MEMBERS, session_timeout_ms=SESSION_TIMEOUT_MS),
+        )
+        wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=240)
+        try:
             yield ns
+        finally:
             if request.node.stash.get(CALL_FAILED, False):
                 print_diagnostics(cluster)
-    finally:
-        cluster.kubectl("uncordon", probe.NODE_NAME, check=False)
-        coordinator = cluster.coordinator_base_url()
-        wait_for(
-            "the operator Ready and routed again",
-            lambda: answers_ready(coordinator),
-            timeout_s=180,
-        )
+            # Before the namespace goes: its group's finalizer needs the operator running.
+            cluster.kubectl("uncordon", probe.NODE_NAME, check=False)
+            coordinator = cluster.coordinator_base_url()
+            wait_for(
+                "the operator Ready and routed again",
+                lambda: answers_ready(coordinator),
+                timeout_s=180,
+            )
 
 
 def test_full_drain_evicts_the_operator_and_the_group_recovers(
