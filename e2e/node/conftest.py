@@ -51,6 +51,7 @@ CLIENT_IMAGES = {
 SCENARIO_NAMESPACES = (
     "e2e-node-fleet",
     "e2e-node-faults",
+    "e2e-node-drain",
     "orders",
     "e2e-node-replicas",
     "e2e-managed",
@@ -88,9 +89,14 @@ def pytest_runtest_makereport(
     return report
 
 
-# The node scenarios that change the shared release, in this order, after the others: 11b
-# leaves it at two operator replicas on a shared volume, 12 uninstalls it.
-_LAST = ("test_11b_operator_replicas_on_node.py", "test_12_getting_started.py")
+# The node scenarios that change the shared release, in this order, after the others: 11c
+# evicts the operator's pod (a full drain; it leaves the operator Ready again), 11b leaves
+# the release at two operator replicas on a shared volume, 12 uninstalls it.
+_LAST = (
+    "test_11c_full_drain_on_node.py",
+    "test_11b_operator_replicas_on_node.py",
+    "test_12_getting_started.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

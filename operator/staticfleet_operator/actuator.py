@@ -55,6 +55,9 @@ from staticfleet_operator.tokens import MANAGED_TOKEN_KEY, managed_secret, new_t
 
 log = logging.getLogger("staticfleet.operator")
 
+# A pass's member token step (pass_plan.py): what the readiness gate waits for.
+_TOKEN_ACTIONS = (CreateTokenSecret, RegisterToken, UnregisterTokens)
+
 
 class Actuator:
     """Applies one `PassResult` for the group `observation` was taken of."""
@@ -79,7 +82,16 @@ class Actuator:
             await self._report(result)
         summary = result.summary
         gauges = result.gauges
+        tokens_done = False
         for action in result.actions:
+            if not tokens_done and not isinstance(action, _TOKEN_ACTIONS):
+                # The token step is done (plan order: it comes first): readiness waits for
+                # nothing more of this pass. A later action may fail for want of readiness
+                # itself: a pod create goes through the pod webhook, whose Service routes only
+                # to a Ready operator (a restart that finds a member pod missing, as after a
+                # full drain: docs/node.md, scenario 11c).
+                self.op.tokens_gate.reconciled(self.ref)
+                tokens_done = True
             if isinstance(action, SettleSlots):
                 left, slots = await self._settle(action)
                 gauges = replace(gauges, slots=slots) if gauges is not None else None

@@ -59,9 +59,14 @@ class TokensGate:
         self.pending = set(keys) - self.reconciled_keys
         log.info("ready once the member tokens of %d group(s) are registered", len(self.pending))
 
-    def reconciled(self, key: GroupRef) -> None:
+    def pass_started(self) -> None:
+        """A pass began (the replica is active): the bound runs from the first, even if every
+        pass fails before its token step (each would else keep the gate closed for ever)."""
         if self.first_pass_at is None:
             self.first_pass_at = self.clock()
+
+    def reconciled(self, key: GroupRef) -> None:
+        self.pass_started()
         self.registered(key)
 
     def registered(self, key: GroupRef) -> None:

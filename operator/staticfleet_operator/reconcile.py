@@ -76,6 +76,7 @@ async def reconcile_pass(op: Operator, namespace: str, name: str) -> bool:
 async def _pass(op: Operator, ref: GroupRef) -> tuple[str, PassResult | None]:
     started = time.monotonic()
     result: PassResult | None = None
+    op.tokens_gate.pass_started()
     try:
         memory = op.memories.of(ref)
         async with memory.lock:

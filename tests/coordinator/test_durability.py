@@ -25,8 +25,8 @@ from coordinator import (
     SqliteStore,
     SyncGroupRequest,
 )
-from coordinator.clock import settle
-from tests.coordinator.harness import GROUP, Harness, join_request
+from coordinator.clock import ManualClock, settle
+from tests.coordinator.harness import GROUP, SESSION_MS, Harness, join_request
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,6 +63,39 @@ async def test_restart_on_same_sqlite_file_serves_static_members_without_rebalan
     assert [r.kind for r in rows].count("rebalance_started") == 1
     await second.coordinator.close()
     await first.coordinator.close()
+
+
+async def test_a_coordinator_down_longer_than_a_session_expires_nobody_at_load(
+    tmp_path: Path,
+) -> None:
+    """The operator's pod evicted by a full drain of a one-node cluster: its replacement is
+    Pending until uncordon, minutes beyond the members' session. The restarted coordinator
+    starts every loaded member's session from its load, not from the last heartbeat the old
+    one heard (Kafka's GroupMetadataManager reschedules heartbeat expiration of every member
+    of a group it loads on failover), so its own downtime expires nobody; a member still
+    silent a session after the load does expire (e2e/node/test_11c_full_drain_on_node.py)."""
+    path = tmp_path / "coordinator.db"
+    clock = ManualClock()
+    first = await Harness(store=SqliteStore(path), clock=clock).start()
+    formed = await first.form_group(["i-0", "i-1", "i-2"])
+    await first.coordinator.close()
+    await clock.advance(10 * SESSION_MS)  # the coordinator is down: nobody heard
+    second = await Harness(store=SqliteStore(path), clock=clock).start()
+    await clock.advance(SESSION_MS - 1)
+    assert await second.state() == "Stable"
+    # Two of them heartbeat in time and keep their generation; the third stays silent.
+    for response in formed[:2]:
+        assert await second.heartbeat(response.member_id, 1, response.member_id[:3]) == 0
+    await clock.advance(2)
+    await asyncio.sleep(0.1)  # the removal's SQLite write, on the store's thread
+    (described,) = await second.coordinator.describe_groups([GROUP])
+    assert {m.group_instance_id for m in described.members} == {"i-0", "i-1"}
+    rows = await second.coordinator.journal_rows(GROUP)
+    removed = [r for r in rows if r.kind == "member_removed"]
+    assert [(r.group_instance_id, r.detail.get("reason")) for r in removed] == [
+        ("i-2", "session_timeout")
+    ]
+    await second.coordinator.close()
 
 
 def _read_acks(process: subprocess.Popen[str], wanted: int) -> list[list[str]]:

@@ -69,6 +69,20 @@ def test_gate_gives_up_on_a_group_never_reconciled_after_the_bound() -> None:
     assert gate() and gate.gave_up
 
 
+def test_the_bound_starts_with_the_first_pass_even_one_that_fails() -> None:
+    """A restarted operator whose every pass failed (a pod create refused by its own pod
+    webhook, unreachable until the operator is Ready: docs/node.md, scenario 11c) was never
+    ready: the bound ran from the first pass that succeeded."""
+    clock = FakeClock()
+    gate = TokensGate(max_wait_s=60, clock=clock)
+    gate.expect([GroupRef("ns", "a")])
+    gate.pass_started()  # and failed before its token step, every time
+    clock.now += 59
+    assert not gate()
+    clock.now += 1
+    assert gate() and gate.gave_up
+
+
 TOKEN = "members-token-of-orders-0123456789"
 
 
