@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from coordinator import ErrorCode
@@ -28,6 +28,7 @@ from staticfleet_operator.kube import NamespaceTerminating
 from staticfleet_operator.observer import observe, observe_member_token
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.pass_plan import plan_member_token, plan_pass
+from staticfleet_operator.readiness import Listed
 from staticfleet_operator.rollout import CoordinatorView
 
 log = logging.getLogger("staticfleet.operator")
@@ -114,9 +115,7 @@ async def sync_member_token(op: Operator, ref: GroupRef, body: Mapping[str, Any]
     await Actuator(op, observation, memory, None).apply(result)
 
 
-async def register_listed_tokens(
-    op: Operator, listed: Sequence[tuple[GroupRef, Mapping[str, Any]]]
-) -> None:
+async def register_listed_tokens(op: Operator, listed: Listed) -> None:
     """At start, the groups listed for readiness (readiness.py): each member token its
     Secret already holds is registered without waiting for the group's pass, and the group
     no longer holds readiness back. Only a plan that registers and reports nothing is
@@ -125,12 +124,13 @@ async def register_listed_tokens(
     one, an invalid spec) holds nothing back either, as after its pass."""
     for ref, body in listed:
         raw = body.get("spec") or {}
-        if validate_spec(raw) or parse_spec(raw).coordinator.is_kafka:
+        spec = None if validate_spec(raw) else parse_spec(raw)
+        if spec is None or spec.coordinator.is_kafka:
             op.tokens_gate.registered(ref)
             continue
         memory = op.memories.of(ref)
         async with memory.lock:
-            observation = await observe_member_token(op, ref, body, parse_spec(raw))
+            observation = await observe_member_token(op, ref, body, spec)
             result = plan_member_token(observation, memory)
             if result.events or not all(isinstance(a, RegisterToken) for a in result.actions):
                 continue
