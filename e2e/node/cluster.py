@@ -6,6 +6,7 @@ the moment each container runs, since a bounced pod's logs go with it). docs/nod
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +21,14 @@ from e2e.cluster import (
     Cluster,
     PodLogs,
 )
+from e2e.node import probe
 from e2e.node.containerd import Containerd
 
 # The PersistentVolume the chart's claim binds to: a hostPath the kubelet mounts as it is
 # (no fsGroup change for hostPath), so it is made owned by the image's uid.
 IMAGE_UID = 10001
+# What `kubectl drain` prints for an eviction a PodDisruptionBudget refused (429).
+BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget"
 
 
 class NodeCluster(Cluster):
@@ -63,6 +67,29 @@ class NodeCluster(Cluster):
         """Every followed pod name in `namespace` (members, pods labelled FOLLOW_LOGS_LABEL),
         gone ones too: their logs stay in `self.logs` (as LocalCluster.pods_run's)."""
         return self.logs.pods(namespace)
+
+    def drain(
+        self, timeout_s: int, *, pod_selector: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`kubectl drain` of the node (only the pods `pod_selector` picks, if given), given up
+        after `timeout_s`; its exit status is the caller's to judge."""
+        selector = [f"--pod-selector={pod_selector}"] if pod_selector else []
+        return self.kubectl(
+            "drain",
+            probe.NODE_NAME,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            *selector,
+            f"--timeout={timeout_s}s",
+            check=False,
+            timeout=timeout_s + 60,
+        )
+
+    def disruptions_allowed(self, namespace: str, budget: str) -> int | None:
+        """The PodDisruptionBudget's `status.disruptionsAllowed` (None before it is computed)."""
+        status = self.get_json("-n", namespace, "get", "pdb", budget).get("status") or {}
+        allowed = status.get("disruptionsAllowed")
+        return int(allowed) if allowed is not None else None
 
     def crash_operator(self) -> None:
         """SIGKILL of the operator's container, as the OOM killer would: the kubelet
@@ -126,3 +153,12 @@ def pod_processes(pods: Iterable[Mapping[str, Any]]) -> list[PodProcess]:
         nspid = next(line for line in status.splitlines() if line.startswith("NSpid:"))
         found.append(PodProcess(int(entry.name), int(nspid.split()[-1]), command))
     return found
+
+
+def evicted_pods(drain_output: str) -> list[str]:
+    """The pods `kubectl drain` reports evicted ("pod/NAME evicted")."""
+    return sorted(
+        line.split()[0].removeprefix("pod/")
+        for line in drain_output.splitlines()
+        if line.startswith("pod/") and line.rstrip().endswith(" evicted")
+    )

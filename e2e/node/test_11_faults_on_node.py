@@ -57,7 +57,7 @@ from e2e.groups import (
     wait_stable,
 )
 from e2e.node import probe
-from e2e.node.cluster import NodeCluster, pod_processes
+from e2e.node.cluster import BUDGET_REFUSAL, NodeCluster, evicted_pods, pod_processes
 from e2e.node.conftest import CALL_FAILED, FleetNode, print_diagnostics
 
 GROUP = "node-faults"
@@ -68,7 +68,6 @@ MEMBERS = 3
 SESSION_TIMEOUT_MS = 45_000
 DRAIN_TIMEOUT_S = 15
 ROLLOUT_DRAIN_TIMEOUT_S = 8
-BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget"
 HEALTH_PORT = 8081
 EVENTS_DIR = "/events"
 EVENTS_FIFO = f"{EVENTS_DIR}/log"
@@ -446,7 +445,7 @@ def test_drain_with_the_disruption_budget(
         record("drain_exit_code", drain.returncode)
         record("drain_blocked_s", drain_s)
         record("drain_evicted", evicted)
-        assert _evicted(output) == evicted, output
+        assert evicted_pods(output) == evicted, output
         record(
             "drain_budget_refusals",
             output.count(BUDGET_REFUSAL),
@@ -518,7 +517,7 @@ def test_drain_while_a_rollout_bounces(
         record("rollout_drain_exit_code", drain.returncode)
         record("rollout_drain_budget_refusals", output.count(BUDGET_REFUSAL))
         # Evicted after the bounce's replacement turned Ready (the drain retries every 5 s).
-        record("rollout_drain_evicted", _evicted(output))
+        record("rollout_drain_evicted", evicted_pods(output))
         assert BUDGET_REFUSAL in output, output
         cluster.kubectl("uncordon", probe.NODE_NAME)
         uncordoned = time.monotonic()
@@ -540,33 +539,13 @@ def test_drain_while_a_rollout_bounces(
 
 
 def _allowed(fleet: Fleet) -> int | None:
-    budget = fleet.cluster.get_json("-n", fleet.ns, "get", "pdb", f"{GROUP}-members")
-    allowed = (budget.get("status") or {}).get("disruptionsAllowed")
-    return int(allowed) if allowed is not None else None
+    return fleet.cluster.disruptions_allowed(fleet.ns, f"{GROUP}-members")
 
 
 def _drain(fleet: Fleet, timeout_s: int) -> subprocess.CompletedProcess[str]:
     # Only the group's pods: the operator's own pod (one replica, no budget by default)
-    # serves the embedded coordinator; docs/node.md says what evicting it does.
-    return fleet.cluster.kubectl(
-        "drain",
-        probe.NODE_NAME,
-        "--ignore-daemonsets",
-        "--delete-emptydir-data",
-        f"--pod-selector=staticfleet.dev/group={GROUP}",
-        f"--timeout={timeout_s}s",
-        check=False,
-        timeout=timeout_s + 60,
-    )
-
-
-def _evicted(drain_output: str) -> list[str]:
-    """The pods `kubectl drain` reports evicted ("pod/NAME evicted")."""
-    return sorted(
-        line.split()[0].removeprefix("pod/")
-        for line in drain_output.splitlines()
-        if line.startswith("pod/") and line.rstrip().endswith(" evicted")
-    )
+    # serves the embedded coordinator; scenario 11c drains it too.
+    return fleet.cluster.drain(timeout_s, pod_selector=f"staticfleet.dev/group={GROUP}")
 
 
 def _same(pods: list[dict[str, Any]], name: str, uid: str) -> bool:

@@ -49,7 +49,7 @@ from e2e.cluster import CHART, FULLNAME, OPERATOR_NAMESPACE, RELEASE, pod_ready
 from e2e.fleet import INSTANCE_ANNOTATION, Record, answers_ready, rows_of, wait_for
 from e2e.groups import apply, managed_group, namespace, wait_stable
 from e2e.node import probe
-from e2e.node.cluster import NodeCluster
+from e2e.node.cluster import BUDGET_REFUSAL, NodeCluster, evicted_pods
 from e2e.node.conftest import CALL_FAILED, FleetNode, print_diagnostics
 from e2e.rollouts import doubly_assigned, member_logs, ownership
 
@@ -61,7 +61,6 @@ MEMBERS = 3
 SESSION_TIMEOUT_MS = 45_000
 DRAIN_TIMEOUT_S = 20
 OPERATOR_BUDGET_DRAIN_TIMEOUT_S = 10
-BUDGET_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget"
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -149,7 +148,7 @@ def test_full_drain_evicts_the_operator_and_the_group_recovers(
     before = wait_stable(cluster, ns, GROUP, MEMBERS, timeout_s=120)
     wait_for(
         "the group's budget to allow one disruption",
-        lambda: _allowed(cluster, ns) == 1,
+        lambda: cluster.disruptions_allowed(ns, f"{GROUP}-members") == 1,
         timeout_s=60,
     )
     leader = next(m for m in before["members"] if m["member_id"] == before["leader"])
@@ -161,18 +160,10 @@ def test_full_drain_evicts_the_operator_and_the_group_recovers(
 
     with Timeline(cluster, ns) as timeline:
         started = time.monotonic()
-        drain = cluster.kubectl(
-            "drain",
-            probe.NODE_NAME,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            f"--timeout={DRAIN_TIMEOUT_S}s",
-            check=False,
-            timeout=DRAIN_TIMEOUT_S + 60,
-        )
+        drain = cluster.drain(DRAIN_TIMEOUT_S)
         drain_s = time.monotonic() - started
         output = drain.stdout + drain.stderr
-        evicted = _evicted(output)
+        evicted = evicted_pods(output)
         record("drain_exit_code", drain.returncode)
         record("drain_blocked_s", round(drain_s, 1))
         record("drain_evicted", evicted)
@@ -318,21 +309,6 @@ def _came_back(journal: list[dict[str, Any]], instance_id: str, since_ms: int) -
     )
 
 
-def _allowed(cluster: NodeCluster, ns: str) -> int | None:
-    budget = cluster.get_json("-n", ns, "get", "pdb", f"{GROUP}-members")
-    allowed = (budget.get("status") or {}).get("disruptionsAllowed")
-    return int(allowed) if allowed is not None else None
-
-
-def _evicted(drain_output: str) -> list[str]:
-    """The pods `kubectl drain` reports evicted ("pod/NAME evicted")."""
-    return sorted(
-        line.split()[0].removeprefix("pod/")
-        for line in drain_output.splitlines()
-        if line.startswith("pod/") and line.rstrip().endswith(" evicted")
-    )
-
-
 def test_the_chart_operator_budget_blocks_a_full_drain(
     fleet_node: FleetNode, record: Record
 ) -> None:
@@ -360,22 +336,14 @@ def test_the_chart_operator_budget_blocks_a_full_drain(
         record("operator_budget_disruptions_allowed", allowed.get("disruptionsAllowed"))
         assert allowed.get("disruptionsAllowed") == 0, allowed
         started = time.monotonic()
-        drain = cluster.kubectl(
-            "drain",
-            probe.NODE_NAME,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            f"--timeout={OPERATOR_BUDGET_DRAIN_TIMEOUT_S}s",
-            check=False,
-            timeout=OPERATOR_BUDGET_DRAIN_TIMEOUT_S + 60,
-        )
+        drain = cluster.drain(OPERATOR_BUDGET_DRAIN_TIMEOUT_S)
         output = drain.stdout + drain.stderr
         record("operator_budget_drain_exit_code", drain.returncode)
         record("operator_budget_drain_s", round(time.monotonic() - started, 1))
         record("operator_budget_refusals", output.count(BUDGET_REFUSAL))
         assert drain.returncode != 0, output
         assert BUDGET_REFUSAL in output, output
-        assert operator["metadata"]["name"] not in _evicted(output), output
+        assert operator["metadata"]["name"] not in evicted_pods(output), output
         still = cluster.operator_pod()
         assert still is not None and still["metadata"]["uid"] == operator["metadata"]["uid"]
         assert pod_ready(still)
