@@ -8,7 +8,8 @@ group id (the Kafka-level `spec.groupId`) is a different thing and stays a plain
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 
 class GroupRef(NamedTuple):
@@ -17,6 +18,12 @@ class GroupRef(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> GroupRef:
+        """The ref of a ConsumerGroup object (its metadata's namespace and name)."""
+        metadata = body.get("metadata") or {}
+        return cls(str(metadata.get("namespace")), str(metadata.get("name")))
 
     @classmethod
     def parse(cls, text: str) -> GroupRef:

@@ -175,7 +175,7 @@ class Observed:
     def group_written(self, body: Mapping[str, Any]) -> None:
         metadata = _metadata(body)
         if self.groups is not None and metadata.get("name"):
-            key = GroupRef(str(metadata.get("namespace")), str(metadata["name"]))
+            key = GroupRef.of(body)
             now = self.clock()
             # Kept as the index keeps it (no managedFields), oldest first: entries whose group
             # is not read again would otherwise stay until its next pass (the resync's, a

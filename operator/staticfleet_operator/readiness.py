@@ -111,13 +111,8 @@ async def expect_groups(
             log.warning("cannot list ConsumerGroups (readiness waits): %s", error)
             await asyncio.sleep(retry_s)
             continue
-        listed = [(ref_of(body), body) for body in bodies]
+        listed = [(GroupRef.of(body), body) for body in bodies]
         gate.expect(ref for ref, _ in listed)
         if on_listed is not None:
             await on_listed(listed)
         return
-
-
-def ref_of(body: Mapping[str, Any]) -> GroupRef:
-    metadata = body.get("metadata") or {}
-    return GroupRef(str(metadata.get("namespace")), str(metadata.get("name")))
