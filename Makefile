@@ -153,11 +153,11 @@ chart-lint: install helm promtool kubeconform kube-schemas ## helm lint, rendere
 
 # --- End to end (e2e/) ---------------------------------------------------------------------
 # A real control plane (etcd, kube-apiserver, kube-controller-manager, kubectl) built once from
-# the Go module proxy into build/e2e/bin, the node agent in place of a kubelet, the chart
-# installed with the helm above. See e2e/README.md.
+# the Go module proxy into build/e2e/bin, a real node beside it (scripts/node/build.sh), the
+# chart installed with the helm above. See e2e/README.md.
 E2E_PYTEST := $(PY) -m pytest -q -o testpaths=e2e --timeout 1500 -p no:cacheprovider
 
-.PHONY: e2e e2e-build e2e-kind e2e-node prometheus
+.PHONY: e2e e2e-build e2e-node prometheus
 
 e2e-build: helm prometheus ## build etcd, kube-apiserver, kube-controller-manager, kubectl, KEDA into build/e2e/bin, and Prometheus (once)
 	@e2e/build.sh
@@ -167,23 +167,18 @@ e2e-build: helm prometheus ## build etcd, kube-apiserver, kube-controller-manage
 prometheus: ## build prometheus (tools/prometheus/go.mod) into build/bin/prometheus (once)
 	@scripts/build-go-tool.sh prometheus
 
-# e2e/node/test_image.py (the chart's image built and run in containerd) and the scenarios on
-# a real kubelet, containerd, kube-proxy and CoreDNS (e2e/node/: 10, the chart's operator and
-# a fleet; 11, liveness, OOM, drain; 11b, two operator replicas; 11c, a full drain; 3-9f, written for any
-# Cluster, the Kafka ones with the client images, 9e with KEDA as host processes; 12, Getting
-# started) run here, as do 1 and 2 (on the node agent) and 9g (a control plane of its own); the
-# node probe with both containerds (e2e/node/test_node.py) is `make e2e-node` with the node
-# scenarios (docs/node.md).
-e2e: install e2e-build soak-tools ## the end-to-end scenarios on a local control plane (e2e/README.md)
+# e2e/node/test_image.py (the chart's image built and run in containerd) and every scenario on
+# a real kubelet, containerd, kube-proxy and CoreDNS (e2e/node/: 1, the CRDs, and 2, the chart's
+# install and uninstall, on the bare node; 10, the chart's operator and a fleet; 11, liveness,
+# OOM, drain; 11b, two operator replicas; 11c, a full drain; 3-9f, written for any Cluster, the
+# Kafka ones with the client images, 9e with KEDA as host processes; 12, Getting started), and
+# 9g (a control plane of its own); the node probe with both containerds
+# (e2e/node/test_node.py) is `make e2e-node` with the node scenarios (docs/node.md).
+e2e: install e2e-build soak-tools ## the end-to-end scenarios on a real node beside a local control plane (e2e/README.md)
 	$(E2E_PYTEST) e2e --ignore=e2e/node/test_node.py
 
-e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and a fleet (docs/node.md)
-	$(E2E_PYTEST) e2e/node/test_node.py e2e/node/test_10_fleet_on_node.py e2e/node/test_11_faults_on_node.py e2e/node/test_11b_operator_replicas_on_node.py e2e/node/test_11c_full_drain_on_node.py e2e/node/test_3_managed.py e2e/node/test_4_upgrade.py e2e/node/test_5_scale_down.py e2e/node/test_6_adopted.py e2e/node/test_7_operator_restart.py e2e/node/test_8_operator_pod_replaced.py e2e/node/test_8a_kafka_java.py e2e/node/test_8b_kafka_members.py e2e/node/test_8c_kafka_librdkafka.py e2e/node/test_8d_kafka_migration.py e2e/node/test_9_spark_on_k8s.py e2e/node/test_9b_scale_up.py e2e/node/test_9c_hot_standby.py e2e/node/test_9d_spark_driver_killed.py e2e/node/test_9e_keda.py e2e/node/test_9f_prometheus.py e2e/node/test_12_getting_started.py
-
-# The same scenarios on a kind cluster with the image built from the Dockerfile (needs a
-# Docker engine; kind itself is built from its Go module).
-e2e-kind: install helm ## the same scenarios on a kind cluster (needs Docker)
-	@e2e/kind.sh $(E2E_PYTEST) e2e
+e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and every node scenario, and the node probe (docs/node.md)
+	$(E2E_PYTEST) e2e/node
 
 # --- Kafka's own assignors (java/assignors) ------------------------------------------------
 # A harness jar around kafka-clients' assignors, built by Maven from java/assignors/pom.xml

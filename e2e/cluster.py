@@ -1,10 +1,9 @@
-"""The cluster a scenario runs against, and the only part that differs between bootstraps.
+"""The cluster a scenario runs against: the tools a user has (`kubectl`, `helm`), the
+coordinator over HTTP, the member containers' logs, and a way to crash the operator.
 
-`LocalCluster` (make e2e): etcd, kube-apiserver and kube-controller-manager built from their
-Go modules and started on loopback, plus e2e/node_agent/ standing in for the kubelet.
-`KindCluster` (make e2e-kind): an existing kind cluster with the image built from the
-Dockerfile. The scenarios use only what both offer: `kubectl`, `helm`, the coordinator over
-HTTP, the member containers' logs and a way to crash a container.
+One bootstrap implements it, the real node's (e2e/node/cluster.py: `NodeCluster`); the
+scenarios are written against this interface, so they read as a user's steps and not as the
+node's plumbing (docs/node.md).
 """
 
 from __future__ import annotations
@@ -12,19 +11,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e.controlplane import free_ports
 from e2e.fleet import GROUP_LABEL, CoordinatorAdmin, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,15 +30,15 @@ CHART = ROOT / "charts" / "staticfleet"
 RELEASE = "sf"
 OPERATOR_NAMESPACE = "staticfleet-system"
 FULLNAME = f"{RELEASE}-staticfleet"
-# The chart's default coordinator port (kind reaches it through the Service).
+# The chart's default coordinator port (the test reaches it through the Service).
 COORDINATOR_PORT = 9092
-# The image every pod runs: the node agent runs it as local processes, kind loads it.
 # A scenario's own pods (not a ConsumerGroup's) whose every incarnation's log it reads, e.g. a
 # StatefulSet of consumers rolled by hand (scenario 8d): followed as members' are (PodLogs).
 FOLLOW_LOGS_LABEL = "e2e.staticfleet.dev/follow-logs"
+# The name the scenarios' member templates give the image (e2e/groups.py): never pulled,
+# e2e/node/conftest.py tags the chart's image so in the node's containerd.
 IMAGE_REPOSITORY = "staticfleet"
 IMAGE_TAG = "e2e"
-IMAGE_VALUES = ["--set", f"image.repository={IMAGE_REPOSITORY}", "--set", f"image.tag={IMAGE_TAG}"]
 
 
 def crd_established(crd: Mapping[str, Any]) -> bool:
@@ -126,7 +120,7 @@ class Cluster(ABC):
     def crash_operator(self) -> None:
         """Kill the operator process without warning (SIGKILL), as a crash would."""
 
-    def close(self) -> None:  # noqa: B027 (most bootstraps start nothing to stop)
+    def close(self) -> None:  # noqa: B027 (a bootstrap that starts nothing stops nothing)
         """Stop what the bootstrap started for the tests (not the cluster itself)."""
 
     # --- conveniences shared by the scenarios -------------------------------------------------
@@ -162,219 +156,6 @@ class Cluster(ABC):
 def pod_ready(pod: dict[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-# --- the local control plane (make e2e) ------------------------------------------------------
-
-
-class LocalCluster(Cluster):
-    """Our own control plane on loopback, and the node agent running pods as processes.
-
-    Every pod shares the node's network (there is no container runtime), so the chart is
-    installed with the coordinator URL members are told set to loopback; there is no
-    cluster DNS to resolve the Service name. The operator's ports are free ports picked for
-    this session, so a coordinator a user runs by hand on 9092 (or anything on 8080, 9443)
-    does not clash with it.
-    """
-
-    name = "local"
-
-    def __init__(self, kubeconfig: Path, node_workdir: Path) -> None:
-        super().__init__(kubeconfig, E2E_BIN / "kubectl", HELM)
-        self.node_workdir = node_workdir
-        self.coordinator_port, self.webhook_port, self.health_port = free_ports(3)
-
-    def chart_values(self) -> list[str]:
-        return [
-            *IMAGE_VALUES,
-            "--set",
-            f"coordinator.port={self.coordinator_port}",
-            "--set",
-            f"coordinator.advertisedUrl=http://127.0.0.1:{self.coordinator_port}",
-            "--set",
-            f"webhook.port={self.webhook_port}",
-            "--set",
-            f"health.port={self.health_port}",
-            # Every pod shares the host's ports here: one default health port would refuse
-            # every member after the first (templates that want probes set their own).
-            "--set",
-            "members.healthPort=0",
-        ]
-
-    def coordinator_base_url(self) -> str:
-        return f"http://127.0.0.1:{self.coordinator_port}"
-
-    def _container_dir(self, namespace: str, pod: str) -> Path:
-        return self.node_workdir / "pods" / namespace / pod
-
-    def container_log(self, namespace: str, pod: str, container: str) -> str:
-        path = self._container_dir(namespace, pod) / f"{container}.log"
-        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-
-    def pods_run(self, namespace: str) -> list[str]:
-        """Every pod name the node ran in `namespace`, gone ones too: its directory, with its
-        logs, stays (a Deployment's pods have names nobody can list once they are deleted)."""
-        directory = self.node_workdir / "pods" / namespace
-        return (
-            sorted(p.name for p in directory.iterdir() if p.is_dir()) if directory.is_dir() else []
-        )
-
-    def crash_operator(self) -> None:
-        pod = self.operator_pod()
-        assert pod is not None, "no operator pod"
-        pid_file = self._container_dir(OPERATOR_NAMESPACE, pod["metadata"]["name"]) / "operator.pid"
-        pid = int(pid_file.read_text().strip())
-        os.killpg(pid, signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def local_cluster(workdir: Path) -> Iterator[LocalCluster]:
-    """Build (cached) and start the control plane and the node agent; stop both after."""
-    from e2e.controlplane import running_control_plane
-
-    subprocess.run([str(ROOT / "e2e" / "build.sh")], check=True)
-    with running_control_plane(workdir / "control-plane", E2E_BIN) as plane:
-        node_dir = workdir / "node"
-        node_dir.mkdir(parents=True, exist_ok=True)
-        log = (workdir / "node-agent.log").open("ab")
-        agent = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "e2e.node_agent",
-                "--kubeconfig",
-                str(plane.kubeconfig),
-                "--workdir",
-                str(node_dir),
-                "--node-ip",
-                plane.node_ip,
-            ],
-            cwd=ROOT,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        cluster = LocalCluster(plane.kubeconfig, node_dir)
-        try:
-            wait_for(
-                "the node agent's Node to be Ready",
-                lambda: _node_ready(cluster),
-                timeout_s=60,
-                describe=lambda: _tail(workdir / "node-agent.log"),
-            )
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(node_dir)))
-            yield cluster
-        finally:
-            cluster.close()
-            # The agent stops its pods' processes on SIGTERM, as a drained kubelet would.
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait(timeout=10)
-            log.close()
-
-
-def node_volume(node_dir: Path) -> dict[str, Any]:
-    """A PersistentVolume of the node, made before the chart is installed, as a cluster
-    without a provisioner offers one (static provisioning): the chart's claim (no
-    storageClassName) binds to it, and `helm install --wait` waits for that. The node agent
-    keeps a claim's files in its own directory per claim (e2e/README.md)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": "e2e-node-data"},
-        "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(node_dir / "persistent-volumes" / "e2e-node-data")},
-        },
-    }
-
-
-def _node_ready(cluster: Cluster) -> bool:
-    nodes = cluster.get_json("get", "nodes")["items"]
-    return any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for node in nodes
-        for c in node["status"].get("conditions") or []
-    )
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    if not path.exists():
-        return f"({path} does not exist)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-# --- kind (make e2e-kind) -------------------------------------------------------------------------
-
-
-class KindCluster(Cluster):
-    """A kind cluster made by e2e/kind.sh, with the image loaded as staticfleet:e2e.
-
-    Pods are real containers here, so their logs come from the API (followed from the
-    moment each pod appears, because a bounced pod's logs go with it), the coordinator is
-    reached through `kubectl port-forward`, and a crash is a forced pod deletion (the
-    chart's default PersistentVolumeClaim keeps the coordinator's SQLite file across it).
-    """
-
-    name = "kind"
-
-    def __init__(self, kubeconfig: Path, log_dir: Path) -> None:
-        kubectl = Path(os.environ.get("KUBECTL", "kubectl"))
-        super().__init__(kubeconfig, kubectl, HELM)
-        self.logs = PodLogs(self, log_dir)
-        self._forward: subprocess.Popen[bytes] | None = None
-        (self._forward_port,) = free_ports(1)
-
-    def chart_values(self) -> list[str]:
-        return [
-            *IMAGE_VALUES,
-            "--set",
-            "image.pullPolicy=Never",
-        ]
-
-    def coordinator_base_url(self) -> str:
-        if self._forward is None or self._forward.poll() is not None:
-            self._forward = subprocess.Popen(
-                [
-                    *self.kubectl_command,
-                    "-n",
-                    OPERATOR_NAMESPACE,
-                    "port-forward",
-                    f"svc/{FULLNAME}-coordinator",
-                    f"{self._forward_port}:{COORDINATOR_PORT}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            wait_for("kubectl port-forward", lambda: _port_open(self._forward_port), timeout_s=30)
-        return f"http://127.0.0.1:{self._forward_port}"
-
-    def container_log(self, namespace: str, pod: str, container: str) -> str:
-        return self.logs.read(namespace, pod, container)
-
-    def crash_operator(self) -> None:
-        pod = self.operator_pod()
-        assert pod is not None, "no operator pod"
-        self.kubectl(
-            "-n",
-            OPERATOR_NAMESPACE,
-            "delete",
-            "pod",
-            pod["metadata"]["name"],
-            "--grace-period=0",
-            "--force",
-        )
-
-    def close(self) -> None:
-        self.logs.stop()
-        if self._forward is not None and self._forward.poll() is None:
-            self._forward.terminate()
 
 
 class PodLogs:
@@ -446,30 +227,6 @@ class PodLogs:
                 stdout=out,
                 stderr=subprocess.DEVNULL,
             )
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-@contextlib.contextmanager
-def kind_cluster(workdir: Path) -> Iterator[KindCluster]:
-    kubeconfig = Path(os.environ.get("KUBECONFIG", Path.home() / ".kube" / "config"))
-    cluster = KindCluster(kubeconfig, workdir / "logs")
-    try:
-        yield cluster
-    finally:
-        cluster.close()
-
-
-def cluster_for(kind: str, workdir: Path) -> contextlib.AbstractContextManager[Cluster]:
-    if kind == "local":
-        return local_cluster(workdir)
-    if kind == "kind":
-        return kind_cluster(workdir)
-    raise ValueError(f"unknown STATICFLEET_E2E_CLUSTER {kind!r}: local or kind")
 
 
 def instance_ids_from_env(pods: Sequence[dict[str, Any]]) -> dict[str, str]:

@@ -1,10 +1,8 @@
-"""Session fixtures for the end-to-end scenarios, and e2e/results.json.
+"""e2e/results.json: what the end-to-end scenarios measured, merged per scenario.
 
-`STATICFLEET_E2E_CLUSTER=local` (default, `make e2e`): our control plane and node agent.
-`STATICFLEET_E2E_CLUSTER=kind` (`make e2e-kind`): the cluster in $KUBECONFIG.
-The scenarios are numbered and run in file order: 1 and 2 here (2 installs and uninstalls the
-chart itself); the others run on the real node, with its own release (e2e/node/conftest.py),
-but 9g, which runs a control plane of its own (docs/soak.md).
+The scenarios are numbered and run in file order on the real node (e2e/node/conftest.py: 1
+and 2 on the bare node, the others with its release), but 9g, which runs a control plane of
+its own (docs/soak.md).
 """
 
 from __future__ import annotations
@@ -12,29 +10,17 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from e2e.cluster import (
-    BUILD,
-    CHART,
-    OPERATOR_NAMESPACE,
-    RELEASE,
-    ROOT,
-    Cluster,
-    cluster_for,
-    pod_ready,
-)
-from e2e.fleet import wait_for
+from e2e.cluster import BUILD, ROOT
 from e2e.results import merged
 
-CLUSTER_KIND = os.environ.get("STATICFLEET_E2E_CLUSTER", "local")
-RESULTS_FILE = ROOT / "e2e" / ("results.json" if CLUSTER_KIND == "local" else "results-kind.json")
+RESULTS_FILE = ROOT / "e2e" / "results.json"
 
 _figures: dict[str, dict[str, Any]] = {}
 _outcomes: dict[str, dict[str, Any]] = {}
@@ -43,45 +29,6 @@ _started = time.time()
 
 def _scenario_of(nodeid: str) -> str:
     return Path(nodeid.split("::")[0]).stem.removeprefix("test_")
-
-
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    workdir = BUILD / "e2e" / f"run-{CLUSTER_KIND}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-    started = time.monotonic()
-    with cluster_for(CLUSTER_KIND, workdir) as running:
-        _figures.setdefault("_session", {})["cluster_start_s"] = round(
-            time.monotonic() - started, 1
-        )
-        yield running
-
-
-@pytest.fixture(scope="session")
-def crds_applied(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.wait_crd_established("consumergroups.staticfleet.dev")
-
-
-def install_chart(cluster: Cluster) -> None:
-    cluster.helm(
-        "install",
-        RELEASE,
-        str(CHART),
-        "-n",
-        OPERATOR_NAMESPACE,
-        "--create-namespace",
-        *cluster.chart_values(),
-        "--wait",
-        "--timeout",
-        "180s",
-    )
-    wait_for(
-        "the operator pod to be Ready",
-        lambda: (pod := cluster.operator_pod()) is not None and pod_ready(pod),
-        timeout_s=120,
-    )
 
 
 @pytest.fixture
@@ -96,7 +43,7 @@ def record(request: pytest.FixtureRequest) -> Callable[[str, Any], None]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    # Only the numbered scenarios go to results.json (not the node agent's unit tests).
+    # Only the numbered scenarios go to results.json (not the unit tests beside them).
     if not _scenario_of(report.nodeid)[:1].isdigit():
         return
     if report.when == "call" or report.outcome != "passed":
@@ -116,7 +63,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     cold_file = ROOT / "e2e" / "cold-build.json"
     cold = json.loads(cold_file.read_text()) if cold_file.exists() else None
     results = {
-        "cluster": CLUSTER_KIND,
+        "cluster": "node",
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "session_seconds": round(time.time() - _started, 1),

@@ -3,7 +3,7 @@
 Starts etcd, kube-apiserver and kube-controller-manager (binaries from e2e/build.sh, in
 build/e2e/bin) with fresh certificates (e2e/certs.py), each in its own process group with
 its log in <workdir>/logs/, on free loopback ports. There is no scheduler, kubelet or
-kube-proxy: the node agent (e2e/node_agent/) binds and runs pods. Admission webhooks
+kube-proxy: e2e/node/ adds a real node beside it (docs/node.md). Admission webhooks
 that name a Service are called at its EndpointSlice address (--enable-aggregator-routing).
 
     with running_control_plane(workdir, bin_dir) as cp:
@@ -77,8 +77,8 @@ CONTROLLERS = (
 )
 
 # With a real kubelet (e2e/node/): it registers its Node tainted not-ready, and only this
-# controller lifts the taint (the node agent's Node has none, and would not keep the leases
-# this controller watches).
+# controller lifts the taint (a control plane without a node, as the operator soak's and the
+# operator benchmark's, has no Node for it to watch).
 REAL_NODE_CONTROLLERS = ("node-lifecycle-controller",)
 
 # Added to the default admission plugins (which already include these but NodeRestriction;

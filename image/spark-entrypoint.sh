@@ -4,7 +4,7 @@
 # driver gives each executor container the single argument `executor` and its settings in
 # the environment (SPARK_DRIVER_URL, SPARK_EXECUTOR_ID, ...; Spark's BasicExecutorFeatureStep);
 # this turns them into one KubernetesExecutorBackend JVM on PySpark's jars. Anything else is
-# run as given. e2e/node_agent/spark.py builds the same command line for the node agent.
+# run as given.
 set -euo pipefail
 
 if [[ "${1:-}" != executor ]]; then

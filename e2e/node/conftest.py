@@ -1,12 +1,13 @@
-"""The real node with the chart's operator installed, shared by the node scenarios.
+"""The real node, and the chart's operator installed on it, shared by the node scenarios.
 
 One node for the node scenarios of a session (the e2e/node package): the control plane,
-kube-scheduler, containerd, kubelet, kube-proxy and CoreDNS (e2e/node/probe.py), the CRDs, the
-chart's PersistentVolume and `helm install` of the chart from the image `make image` builds.
-Bringing it up takes about 40 s, so scenario 11 reuses scenario 10's instead of starting its
-own. At the end the release and every namespace a scenario left go through the kubelet (CNI
-DEL of each sandbox), the node stops, and the host is checked to be as it was. Builds what
-is absent first; needs root.
+kube-scheduler, containerd, kubelet, kube-proxy and CoreDNS (e2e/node/probe.py), the images
+`make image` builds, and a PersistentVolume for the chart's claim (`bare_node`); then the CRDs
+and `helm install` of the chart (`fleet_node`). Bringing the node up takes about 40 s, so every
+scenario reuses it: 1 (the CRDs) and 2 (the chart's install and uninstall) run first on the
+bare node, then the others share the release `fleet_node` installs. At the end the release and
+every namespace a scenario left go through the kubelet (CNI DEL of each sandbox), the node
+stops, and the host is checked to be as it was. Builds what is absent first; needs root.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import OPERATOR_NAMESPACE, RELEASE, pod_ready
-from e2e.conftest import install_chart
+from e2e.cluster import CHART, OPERATOR_NAMESPACE, RELEASE, ROOT, pod_ready
 from e2e.fleet import answers_ready, wait_for
 from e2e.groups import IMAGE, JAVA_IMAGE, RDKAFKA_IMAGE, SPARK_IMAGE
 from e2e.node import probe
 from e2e.node.cluster import IMAGE_UID, NodeCluster, node_volume
-from e2e.node.test_node import ROOT, _host_state
+from e2e.node.test_node import _host_state
 from staticfleet.kafka.broker import KafkaBroker, running_broker
 from staticfleet.kafka.java_peer import ensure_built
 
@@ -89,6 +89,9 @@ def pytest_runtest_makereport(
     return report
 
 
+# The node scenarios on the bare node, first: 2 installs and uninstalls the chart itself,
+# before fleet_node installs the release the others share.
+_FIRST = ("test_1_crds.py", "test_2_chart.py")
 # The node scenarios that change the shared release, in this order, after the others: 11c
 # evicts the operator's pod (a full drain; it leaves the operator Ready again), 11b leaves
 # the release at two operator replicas on a shared volume, 12 uninstalls it.
@@ -100,16 +103,19 @@ _LAST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Within e2e/node, the tests on the shared node last: its package-scoped fixture stops
-    after the last test of the package, so a test of the package after the node scenarios
-    (test_image.py sorts after them) would run beside a running node (the host checks of
-    test_node.py would see it). Of those, the ones that change the shared release last
-    (`_LAST`)."""
+    """Within e2e/node, the tests on the node last: its package-scoped fixture stops after the
+    last test of the package, so a test of the package after the node scenarios (test_image.py
+    sorts after them) would run beside a running node (the host checks of test_node.py would
+    see it). Of those, the ones on the bare node first (`_FIRST`), and the ones that change
+    the shared release last (`_LAST`)."""
     here = Path(__file__).parent
 
     def key(item: pytest.Item) -> tuple[bool, int]:
-        on_node = "fleet_node" in getattr(item, "fixturenames", ())
-        return on_node, _LAST.index(item.path.name) if item.path.name in _LAST else -1
+        on_node = "bare_node" in getattr(item, "fixturenames", ())
+        name = item.path.name
+        if name in _FIRST:
+            return on_node, _FIRST.index(name) - len(_FIRST)
+        return on_node, _LAST.index(name) + 1 if name in _LAST else 0
 
     slots = [i for i, item in enumerate(items) if item.path.parent == here]
     ours = [items[i] for i in slots]
@@ -119,12 +125,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @dataclass
-class FleetNode:
-    """The running node, the chart installed on it, and what bringing it up measured."""
+class BareNode:
+    """The running node with the images and the chart's PersistentVolume, no release."""
 
     cluster: NodeCluster
     node: probe.Node
     workdir: Path
+
+
+@dataclass
+class FleetNode(BareNode):
+    """The node with the chart installed, and what installing it measured."""
+
     figures: dict[str, Any] = field(default_factory=dict)
 
 
@@ -140,15 +152,15 @@ def node_built() -> None:
 # Package scope: torn down after the last test of e2e/node, not at the end of a `make e2e`
 # session whose other scenarios run their own control plane.
 @pytest.fixture(scope="package")
-def fleet_node(node_built: None) -> Iterator[FleetNode]:
+def bare_node(node_built: None) -> Iterator[BareNode]:
     before = _host_state()
     workdir = ROOT / "build" / "node" / "run-fleet"
     node_probe = probe.Probe(workdir)
     try:
         with probe.running_node(node_probe, 180.0, "debian", RUNC) as node:
-            # The scenarios' member template names the image as the node agent's scenarios
-            # do (e2e/groups.py's IMAGE, never pulled: its tag is not latest); here it is
-            # the chart's image under that second name.
+            # The scenarios' member template names the image as e2e/groups.py's IMAGE
+            # (never pulled: its tag is not latest); here it is the chart's image under
+            # that second name.
             node.containerd.ctr("image", "tag", "--force", node.image, MEMBER_IMAGE)
             for client, name in CLIENT_IMAGES.items():
                 built = node.containerd.import_image(probe.client_archive(client))
@@ -158,15 +170,35 @@ def fleet_node(node_built: None) -> Iterator[FleetNode]:
             # Before the kubelet stops: the release's and the groups' pods go through the
             # kubelet (CNI DEL of each sandbox).
             node.stack.callback(_uninstall, cluster)
-            try:
-                figures = _install_operator(cluster, node, workdir)
-            except BaseException:
-                print_diagnostics(cluster)
-                raise
-            yield FleetNode(cluster, node, workdir, figures)
+            # Static provisioning, as a cluster without a provisioner offers it: the chart's
+            # claim (no storageClassName) binds to this volume, owned by the image's uid.
+            data = workdir / "persistent-volumes" / "node-data"
+            data.mkdir(parents=True)
+            os.chown(data, IMAGE_UID, IMAGE_UID)
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(data)))
+            yield BareNode(cluster, node, workdir)
     finally:
         node_probe.write()
     assert _host_state() == before
+
+
+@pytest.fixture(scope="package")
+def fleet_node(bare_node: BareNode) -> FleetNode:
+    cluster = bare_node.cluster
+    try:
+        cluster.kubectl("apply", "-f", str(ROOT / "crds"))
+        cluster.wait_crd_established("consumergroups.staticfleet.dev")
+        figures: dict[str, Any] = dict(install_chart(cluster))
+        operator = cluster.operator_pod()
+        assert operator is not None
+        status = operator["status"]["containerStatuses"][0]
+        assert status["image"] == bare_node.node.image
+    except BaseException:
+        print_diagnostics(cluster)
+        raise
+    figures["versions"] = _versions(cluster)
+    figures["image"] = {"name": bare_node.node.image, "image_id": status["imageID"]}
+    return FleetNode(cluster, bare_node.node, bare_node.workdir, figures)
 
 
 @pytest.fixture
@@ -196,37 +228,42 @@ def operator_release(fleet_node: FleetNode) -> None:
     """The chart's release: fleet_node installed it."""
 
 
-def _install_operator(cluster: NodeCluster, node: probe.Node, workdir: Path) -> dict[str, Any]:
-    cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.wait_crd_established("consumergroups.staticfleet.dev")
-    data = workdir / "persistent-volumes" / "node-data"
-    data.mkdir(parents=True)
-    os.chown(data, IMAGE_UID, IMAGE_UID)
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(data)))
+def install_chart(cluster: NodeCluster) -> dict[str, float]:
+    """`helm install` of the chart, its operator pod Ready and its coordinator Service routed
+    to it from this host; how long each took."""
     started = time.monotonic()
-    install_chart(cluster)
-    figures: dict[str, Any] = {
-        "chart_install_to_operator_ready_s": round(time.monotonic() - started, 1)
-    }
-    operator = cluster.operator_pod()
-    assert operator is not None and pod_ready(operator)
+    cluster.helm(
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        OPERATOR_NAMESPACE,
+        "--create-namespace",
+        *cluster.chart_values(),
+        "--wait",
+        "--timeout",
+        "180s",
+    )
+    wait_for(
+        "the operator pod to be Ready",
+        lambda: (pod := cluster.operator_pod()) is not None and pod_ready(pod),
+        timeout_s=120,
+    )
+    ready = time.monotonic()
     # Ready is not yet routed: kube-proxy programs the Service's ready endpoint up to its
     # sync period later (a REJECT "has no endpoints" until then), and the scenarios' admin
     # calls go through the Service from this host. Seen once under load: a describe right
     # after the install was refused.
-    ready = time.monotonic()
     coordinator = cluster.coordinator_base_url()
     wait_for(
         f"the coordinator's Service ({coordinator}) to route to the ready operator",
         lambda: answers_ready(coordinator),
         timeout_s=60,
     )
-    figures["operator_ready_to_service_routed_s"] = round(time.monotonic() - ready, 1)
-    status = operator["status"]["containerStatuses"][0]
-    assert status["image"] == node.image
-    figures["versions"] = _versions(cluster)
-    figures["image"] = {"name": node.image, "image_id": status["imageID"]}
-    return figures
+    return {
+        "chart_install_to_operator_ready_s": round(ready - started, 1),
+        "operator_ready_to_service_routed_s": round(time.monotonic() - ready, 1),
+    }
 
 
 def _versions(cluster: NodeCluster) -> dict[str, str]:

@@ -437,8 +437,8 @@ def test_kafka_python_dialect(settings_: KafkaClientSettings, expected: dict[str
 
 
 def test_one_self_contained_file_per_family() -> None:
-    """One file, PEMs inline: nothing names a sibling file by path (the node agent, or any
-    mount elsewhere, would break such a path; a rotation replaces the one file whole)."""
+    """One file, PEMs inline: nothing names a sibling file by path (a mount
+    elsewhere would break such a path; a rotation replaces the one file whole)."""
     for family in ClientFamily:
         for settings_ in (SCRAM_SETTINGS, MTLS_SETTINGS):
             files = client_config_files(family, settings_)

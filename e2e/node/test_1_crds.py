@@ -1,18 +1,21 @@
 """Scenario 1: `kubectl apply -f crds/` works, and the API server itself rejects an invalid
-ConsumerGroup with a schema error (OpenAPI validation and the CEL rules of the CRD)."""
+ConsumerGroup with a schema error (OpenAPI validation and the CEL rules of the CRD). On the
+node's control plane before anything of the project is installed (`bare_node`)."""
 
 from __future__ import annotations
 
 import json
 
-from e2e.cluster import ROOT, Cluster
+from e2e.cluster import ROOT
 from e2e.fleet import Record
 from e2e.groups import managed_group
+from e2e.node.conftest import BareNode
 
 
 def test_crds_apply_and_the_api_server_rejects_invalid_groups(
-    cluster: Cluster, record: Record
+    bare_node: BareNode, record: Record
 ) -> None:
+    cluster = bare_node.cluster
     applied = cluster.kubectl("apply", "-f", str(ROOT / "crds"))
     assert "consumergroups.staticfleet.dev" in applied.stdout
     cluster.wait_crd_established("consumergroups.staticfleet.dev")
