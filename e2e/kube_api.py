@@ -1,9 +1,10 @@
 """The e2e harness's Kubernetes access: kubernetes_asyncio, from the control plane's kubeconfig.
 
-The node agent and the operator benchmark call kubernetes_asyncio's typed APIs (`CoreV1Api`,
-`CoordinationV1Api`, ...) and read the answers as plain JSON dicts, as their code (and the
-operator's) works on dicts. Errors are the operator's one hierarchy
-(`staticfleet_operator.kube`: `KubeError`, `NotFound`, `Conflict`, ...).
+The operator benchmark (bench/operator_scale.py, which binds and watches pods as a node
+would) calls kubernetes_asyncio's typed APIs (`CoreV1Api`, `CustomObjectsApi`) and reads the
+answers as plain JSON dicts, as its code (and the operator's) works on dicts. Errors are the
+operator's one hierarchy (`staticfleet_operator.kube`: `KubeError`, `NotFound`, `Conflict`,
+...).
 
     async with await Kube.connect("build/e2e/kubeconfig") as kube:
         pod = await answer(kube.core.read_namespaced_pod("web-0", "default", **RAW))
@@ -23,7 +24,7 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,6 @@ from kubernetes_asyncio.client import (
     ApiClient,
     ApiException,
     Configuration,
-    CoordinationV1Api,
     CoreV1Api,
     CustomObjectsApi,
 )
@@ -59,7 +59,6 @@ class Kube:
     def __init__(self, client: ApiClient) -> None:
         self.client = client
         self.core = CoreV1Api(client)
-        self.coordination = CoordinationV1Api(client)
         self.custom = CustomObjectsApi(client)
 
     @classmethod
@@ -135,35 +134,6 @@ async def bind_pod(kube: Kube, namespace: str, name: str, node: str, uid: str | 
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
     await answer(kube.core.create_namespaced_pod_binding(name, namespace, binding, **RAW))
-
-
-async def request_token(
-    kube: Kube,
-    namespace: str,
-    service_account: str,
-    *,
-    audiences: Sequence[str] | None = None,
-    expiration_seconds: int = 3600,
-    bound_pod: Mapping[str, Any] | None = None,
-) -> tuple[str, str]:
-    """A ServiceAccount token from the TokenRequest API: ``(token, expirationTimestamp)``.
-    ``bound_pod`` (a pod object) binds it so it dies with that pod."""
-    spec: JsonObject = {"expirationSeconds": expiration_seconds}
-    if audiences:
-        spec["audiences"] = [*audiences]
-    if bound_pod is not None:
-        spec["boundObjectRef"] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": bound_pod["metadata"]["name"],
-            "uid": bound_pod["metadata"]["uid"],
-        }
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
-    granted = await answer(
-        kube.core.create_namespaced_service_account_token(service_account, namespace, body, **RAW)
-    )
-    status = granted.get("status") or {}
-    return str(status["token"]), str(status.get("expirationTimestamp", ""))
 
 
 async def watch_pods(
@@ -270,7 +240,6 @@ __all__ = [
     "bind_pod",
     "create_namespace",
     "items",
-    "request_token",
     "text",
     "watch_pods",
 ]
