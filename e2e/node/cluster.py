@@ -65,7 +65,7 @@ class NodeCluster(Cluster):
 
     def pods_run(self, namespace: str) -> list[str]:
         """Every followed pod name in `namespace` (members, pods labelled FOLLOW_LOGS_LABEL),
-        gone ones too: their logs stay in `self.logs` (as LocalCluster.pods_run's)."""
+        gone ones too: their logs stay in `self.logs`."""
         return self.logs.pods(namespace)
 
     def drain(

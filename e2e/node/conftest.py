@@ -131,6 +131,7 @@ class BareNode:
     cluster: NodeCluster
     node: probe.Node
     workdir: Path
+    start_s: float  # from the node's start to its PersistentVolume made (images included)
 
 
 @dataclass
@@ -156,6 +157,7 @@ def bare_node(node_built: None) -> Iterator[BareNode]:
     before = _host_state()
     workdir = ROOT / "build" / "node" / "run-fleet"
     node_probe = probe.Probe(workdir)
+    started = time.monotonic()
     try:
         with probe.running_node(node_probe, 180.0, "debian", RUNC) as node:
             # The scenarios' member template names the image as e2e/groups.py's IMAGE
@@ -176,7 +178,7 @@ def bare_node(node_built: None) -> Iterator[BareNode]:
             data.mkdir(parents=True)
             os.chown(data, IMAGE_UID, IMAGE_UID)
             cluster.kubectl("apply", "-f", "-", input=json.dumps(node_volume(data)))
-            yield BareNode(cluster, node, workdir)
+            yield BareNode(cluster, node, workdir, round(time.monotonic() - started, 1))
     finally:
         node_probe.write()
     assert _host_state() == before
@@ -188,7 +190,7 @@ def fleet_node(bare_node: BareNode) -> FleetNode:
     try:
         cluster.kubectl("apply", "-f", str(ROOT / "crds"))
         cluster.wait_crd_established("consumergroups.staticfleet.dev")
-        figures: dict[str, Any] = dict(install_chart(cluster))
+        figures: dict[str, Any] = {"node_start_s": bare_node.start_s, **install_chart(cluster)}
         operator = cluster.operator_pod()
         assert operator is not None
         status = operator["status"]["containerStatuses"][0]
@@ -198,7 +200,7 @@ def fleet_node(bare_node: BareNode) -> FleetNode:
         raise
     figures["versions"] = _versions(cluster)
     figures["image"] = {"name": bare_node.node.image, "image_id": status["imageID"]}
-    return FleetNode(cluster, bare_node.node, bare_node.workdir, figures)
+    return FleetNode(cluster, bare_node.node, bare_node.workdir, bare_node.start_s, figures)
 
 
 @pytest.fixture
