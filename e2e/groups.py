@@ -12,13 +12,11 @@ from e2e.cluster import IMAGE_REPOSITORY, IMAGE_TAG, Cluster, pod_ready
 from e2e.fleet import wait_for
 
 IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_TAG}"
-# A librdkafka member's image (image/clients.Dockerfile's rdkafka target), on the real node only:
-# the node agent runs nothing but IMAGE.
+# A librdkafka member's image (image/clients.Dockerfile's rdkafka target).
 RDKAFKA_IMAGE = f"{IMAGE_REPOSITORY}-rdkafka:{IMAGE_TAG}"
-# The Java peer's (image/clients.Dockerfile's java target), on the real node only too.
+# The Java peer's (image/clients.Dockerfile's java target).
 JAVA_IMAGE = f"{IMAGE_REPOSITORY}-java:{IMAGE_TAG}"
-# The Spark executors' (image/clients.Dockerfile's spark target; scenarios 9 and 9d), on the
-# real node only too.
+# The Spark executors' (image/clients.Dockerfile's spark target; scenarios 9 and 9d).
 SPARK_IMAGE = f"{IMAGE_REPOSITORY}-spark:{IMAGE_TAG}"
 TOPIC = "orders"
 PARTITIONS = 24

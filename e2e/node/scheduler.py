@@ -1,6 +1,6 @@
 """kube-scheduler v1.36.3 for the real node (scripts/node/build.sh; docs/node.md).
 
-e2e/controlplane.py starts no scheduler: the node agent binds the pods it runs itself. A real
+e2e/controlplane.py starts no scheduler (the operator benchmark binds its pods itself). A real
 kubelet runs only pods bound to its Node, and the chart's Deployment and the operator's
 member pods name no node, so the real node needs the scheduler.
 """

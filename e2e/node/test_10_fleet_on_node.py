@@ -7,9 +7,8 @@ probe; a managed ConsumerGroup of 3 goes Stable in the embedded coordinator, its
 reaching it by the coordinator Service's DNS name; `kubectl logs` of a member shows its
 assignment; a member container killed with SIGKILL is restarted in place by the kubelet and
 rejoins as the same static member, with no new generation. Then the host is as it was. The
-other scenarios still run on the node agent (docs/node.md says why). The node and the
-chart's release come from e2e/node/conftest.py (scenario 11 shares them). Builds what is
-absent first; needs root.
+node and the chart's release come from e2e/node/conftest.py (every node scenario shares
+them). Builds what is absent first; needs root.
 
     .venv/bin/pytest -o testpaths=e2e e2e/node/test_10_fleet_on_node.py
 """

@@ -5,10 +5,11 @@ A container gets them when its command line runs `member run` and its endpoints 
 template's port (`STATICFLEET_HEALTH_PORT` or `--health-port`, not 0), else the operator's
 default (`operator run --member-health-port`, the chart's `members.healthPort`), which is
 then set as `STATICFLEET_HEALTH_PORT`. A sidecar, a Kafka client of another family or a
-Spark executor serves no such endpoint. The default is the operator's, not a constant: on
-the e2e node agent every pod shares the host's ports, and one fixed port would refuse every
-member after the first, so there it is off. A template's 0 turns them off for its group. A
-probe the template already has is kept as it is: a user's probe wins.
+Spark executor serves no such endpoint. The default is the operator's, not a constant: where
+pods share the host's network (`hostNetwork`, or a test harness running pods as host
+processes), one fixed port would refuse every member after the first, so such a setup sets
+it to 0 (off). A template's 0 turns them off for its group. A probe the template already
+has is kept as it is: a user's probe wins.
 """
 
 from __future__ import annotations
