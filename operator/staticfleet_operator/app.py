@@ -304,6 +304,7 @@ async def run_operator(
                         priority=operator_settings.peering.priority,
                         on_active=operator.request_every_pass,
                         pod=pod_name,
+                        lifetime_s=operator_settings.peering.lifetime,
                     ),
                     name="staticfleet-peering",
                 )

@@ -474,6 +474,44 @@ class KubeApi:
         except NotFound:
             return None
 
+    async def patch_custom_object(
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        name: str,
+        patch: Mapping[str, Any],
+        namespace: str | None = None,
+    ) -> JsonObject | None:
+        """A merge patch of a custom object (Kopf's peering object); None when absent."""
+        try:
+            if namespace is None:
+                return await self.json(
+                    lambda c: CustomObjectsApi(c).patch_cluster_custom_object(
+                        group,
+                        version,
+                        plural,
+                        name,
+                        dict(patch),
+                        _content_type=MERGE_PATCH,
+                        _preload_content=False,
+                    )
+                )
+            return await self.json(
+                lambda c: CustomObjectsApi(c).patch_namespaced_custom_object(
+                    group,
+                    version,
+                    namespace,
+                    plural,
+                    name,
+                    dict(patch),
+                    _content_type=MERGE_PATCH,
+                    _preload_content=False,
+                )
+            )
+        except NotFound:
+            return None
+
     # --- consumer groups ----------------------------------------------------------------------
 
     async def list_groups(self, namespaces: Sequence[str]) -> list[JsonObject]:

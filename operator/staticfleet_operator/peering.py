@@ -73,6 +73,13 @@ def is_active(status: Mapping[str, Any], identity: str, priority: int, now: date
     return not any(peer.priority >= priority for peer in live if peer.identity != identity)
 
 
+def registration(identity: str, priority: int, lifetime_s: int, now: datetime) -> dict[str, Any]:
+    """The merge patch that lists this replica in a peering object, as Kopf's keep-alive
+    writes it (`kopf._core.engines.peering.touch`: priority, lifetime, lastseen)."""
+    entry = {"priority": priority, "lifetime": lifetime_s, "lastseen": now.isoformat()}
+    return {"status": {identity: entry}}
+
+
 def others_alive(status: Mapping[str, Any], identity: str, now: datetime) -> bool:
     """Whether a live peer other than this replica is listed (a replica that may still
     hold the store, or the ghost of one that died: the two look alike)."""
@@ -177,15 +184,24 @@ async def watch_peering(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     on_active: Callable[[], None] = lambda: None,
     pod: str | None = None,
+    lifetime_s: int = 60,
 ) -> None:
     """Poll the peering object(s) until cancelled. This replica takes the store when it is
     active in every one of them (`handover_step`), then calls `on_active`; it gives the
     store up when it is not. `pod`: this replica's pod name, when it runs in one. An
     unreadable object counts as paused (fail safe: a replica that cannot tell stops taking
-    members and stops writing)."""
+    members and stops writing).
+
+    Until this replica is first seen listed in an object, the poller lists it there itself
+    (`registration`, with Kopf's `lifetime_s`). Kopf's keep-alive writes the entry at start
+    and then every lifetime less 5-10 s, and a write that finds no object is dropped: an
+    operator that starts before `helm install` has made the peering object (Helm creates
+    custom resources after the Deployment) stayed unlisted, so paused by `is_active` and
+    unready, for 50-55 s. Once listed, the entry is Kopf's alone to keep or remove."""
     objects = peering_objects(name, namespaces)
     wait = timedelta(seconds=2 * interval)
     active_since: datetime | None = None
+    listed_in: set[PeeringObject] = set()
     while True:
         now = clock()
         others = False
@@ -202,6 +218,21 @@ async def watch_peering(
                         peering.namespace,
                     )
                 status = (body or {}).get("status") or {}
+                if body is not None and identity not in status and peering not in listed_in:
+                    async with asyncio.timeout(max(interval, 5.0)):
+                        body = await kube().patch_custom_object(
+                            PEERING_GROUP,
+                            PEERING_VERSION,
+                            peering.plural,
+                            peering.name,
+                            registration(identity, priority, lifetime_s, now),
+                            peering.namespace,
+                        )
+                    status = (body or {}).get("status") or {}
+                    if identity in status:
+                        log.info("listed this replica in the peering object %s", peering)
+                if identity in status:
+                    listed_in.add(peering)
                 active = active and is_active(status, identity, priority, now)
                 others = others or others_alive(status, identity, now)
         except (TimeoutError, KubeError, aiohttp.ClientError) as error:
