@@ -1,8 +1,8 @@
 """e2e/results.json: what the end-to-end scenarios measured, merged per scenario.
 
-The scenarios are numbered and run in file order on the real node (e2e/node/conftest.py: 1
-and 2 on the bare node, the others with its release), but 9g, which runs a control plane of
-its own (docs/soak.md).
+The scenarios are numbered and run on the real node in the order e2e/node/conftest.py gives
+them (1 and 2 on the bare node first, the others with its release), but 9g, which runs a
+control plane of its own (docs/soak.md).
 """
 
 from __future__ import annotations
