@@ -161,6 +161,35 @@ def peering_objects(name: str, namespaces: Sequence[str]) -> list[PeeringObject]
     return [PeeringObject("kopfpeerings", name, ns) for ns in namespaces]
 
 
+async def peering_status(
+    kube: KubeApi,
+    peering: PeeringObject,
+    identity: str,
+    listing: Mapping[str, Any] | None,
+    *,
+    timeout_s: float,
+) -> Mapping[str, Any]:
+    """The peering object's `status` (empty when the object is absent). With `listing`
+    (this replica's `registration`), an object that exists but does not list `identity` is
+    patched with it first, and the status is the patched object's. Each request is bounded
+    by `timeout_s` (`TimeoutError`)."""
+    async with asyncio.timeout(timeout_s):
+        body = await kube.get_custom_object(
+            PEERING_GROUP, PEERING_VERSION, peering.plural, peering.name, peering.namespace
+        )
+    status: Mapping[str, Any] = (body or {}).get("status") or {}
+    if body is None or identity in status or listing is None:
+        return status
+    async with asyncio.timeout(timeout_s):
+        body = await kube.patch_custom_object(
+            PEERING_GROUP, PEERING_VERSION, peering.plural, peering.name, listing, peering.namespace
+        )
+    status = (body or {}).get("status") or {}
+    if identity in status:
+        log.info("listed this replica in the peering object %s", peering)
+    return status
+
+
 @dataclass(slots=True)
 class PeeringGate:
     """A readiness gate: open while this replica is the active one and holds the store."""
@@ -208,29 +237,15 @@ async def watch_peering(
         try:
             active = True
             for peering in objects:
+                listing = (
+                    None
+                    if peering in listed_in
+                    else registration(identity, priority, lifetime_s, now)
+                )
                 # Bounded: a request that hangs must close the gate, not freeze it open.
-                async with asyncio.timeout(max(interval, 5.0)):
-                    body = await kube().get_custom_object(
-                        PEERING_GROUP,
-                        PEERING_VERSION,
-                        peering.plural,
-                        peering.name,
-                        peering.namespace,
-                    )
-                status = (body or {}).get("status") or {}
-                if body is not None and identity not in status and peering not in listed_in:
-                    async with asyncio.timeout(max(interval, 5.0)):
-                        body = await kube().patch_custom_object(
-                            PEERING_GROUP,
-                            PEERING_VERSION,
-                            peering.plural,
-                            peering.name,
-                            registration(identity, priority, lifetime_s, now),
-                            peering.namespace,
-                        )
-                    status = (body or {}).get("status") or {}
-                    if identity in status:
-                        log.info("listed this replica in the peering object %s", peering)
+                status = await peering_status(
+                    kube(), peering, identity, listing, timeout_s=max(interval, 5.0)
+                )
                 if identity in status:
                     listed_in.add(peering)
                 active = active and is_active(status, identity, priority, now)
