@@ -12,7 +12,7 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 # (top-level command, module providing `register(subparsers)` for it)
 SUBCOMMAND_MODULES: list[tuple[str, str]] = [
@@ -39,20 +39,48 @@ EXTRA_OF_MODULE: dict[str, str] = {
 
 
 def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # see VersionAction
+
     try:
         return version("staticfleet")
     except PackageNotFoundError:  # run from a checkout that is not installed
         return "unknown (not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class VersionAction(argparse.Action):
+    """`--version`, with the version read only when asked: importlib.metadata and the search
+    for the package's metadata would otherwise cost every start of every process."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any, **_kwargs: Any) -> None:
+        print(f"staticfleet {package_version()}")  # to stdout, as argparse's own action
+        parser.exit()
+
+
+def modules_to_register(argv: Sequence[str] | None) -> list[str]:
+    """The subcommand modules a parser for `argv` needs: only the named command's, if it names one.
+
+    Every command module imports what its command runs with (the member's client, the
+    coordinator's server, the operator's Kopf), so registering all seven costs each member
+    process about half a CPU-second of imports it never uses. With no command named (or
+    `--help`, or a misspelt one) all are registered, so the usage lists every command.
+    """
+    first = next((word for word in (argv or []) if not word.startswith("-")), None)
+    named = [module for name, module in SUBCOMMAND_MODULES if name == first]
+    return named or [module for _name, module in SUBCOMMAND_MODULES]
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; given `argv`, only what parsing that argv needs."""
     parser = argparse.ArgumentParser(
         prog="staticfleet",
         description="Static-membership consumer fleets: coordinator, members, operator, demo.",
     )
-    parser.add_argument("--version", action="version", version=f"staticfleet {package_version()}")
+    parser.add_argument("--version", action=VersionAction, help="print the version and exit")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for _name, module_name in SUBCOMMAND_MODULES:
+    for module_name in modules_to_register(argv):
         importlib.import_module(module_name).register(subparsers)
     return parser
 
@@ -87,8 +115,8 @@ def missing_extra(error: ModuleNotFoundError) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(words).parse_args(words)
     handler = args.handler
     # Checked before the command starts (the demo would otherwise run for minutes first).
     message = check_extra(getattr(args, "extra", None))

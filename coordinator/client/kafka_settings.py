@@ -55,6 +55,10 @@ class KafkaSettingsError(ValueError):
 
 REDACTED: Final = "[redacted]"
 
+# Kafka's consumer's request.timeout.ms default. Here, not in kafka_transport, so a member on
+# our coordinator reads it without importing the Kafka protocol (kafka-python).
+DEFAULT_REQUEST_TIMEOUT_MS: Final = 30_000
+
 # librdkafka's name -> the field it sets. The order is the order `to_properties` writes.
 PROPERTY_FIELDS: Final[Mapping[str, str]] = {
     "security.protocol": "security_protocol",

@@ -73,6 +73,7 @@ from coordinator.client.kafka_messages import (
 )
 from coordinator.client.kafka_security import token_source
 from coordinator.client.kafka_settings import (
+    DEFAULT_REQUEST_TIMEOUT_MS,
     PLAINTEXT_SETTINGS,
     KafkaClientSettings,
     KafkaSettingsFile,
@@ -104,7 +105,6 @@ from coordinator.standby import StandbyHeartbeatRequest, StandbyHeartbeatRespons
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9092
-DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 # As Kafka's client: a JoinGroup may be parked for the whole rebalance timeout.
 LONG_POLL_MARGIN_MS = 5_000
 

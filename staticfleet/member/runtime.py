@@ -34,14 +34,13 @@ from coordinator.client.consumer_protocol_member import (
 from coordinator.client.http import HttpTransport
 from coordinator.client.kafka_errors import KafkaAccessError
 from coordinator.client.kafka_settings import (
+    DEFAULT_REQUEST_TIMEOUT_MS as KAFKA_REQUEST_TIMEOUT_MS,
+)
+from coordinator.client.kafka_settings import (
     PLAINTEXT_SETTINGS,
     KafkaClientSettings,
     KafkaSettingsFile,
 )
-from coordinator.client.kafka_transport import (
-    DEFAULT_REQUEST_TIMEOUT_MS as KAFKA_REQUEST_TIMEOUT_MS,
-)
-from coordinator.client.kafka_transport import KafkaTransport
 from coordinator.client.member import GroupMember, MemberAccessDenied
 from coordinator.client.standby import wait_for_promotion
 from coordinator.client.strategy import ConfigurationError
@@ -88,6 +87,10 @@ def open_transport(
     """Our coordinator over HTTP(S), or a Kafka cluster's group coordinator for kafka:// URLs
     (the group and its offsets then live on the cluster)."""
     if url.startswith("kafka://"):
+        # Imported here: the Kafka protocol (kafka-python) costs a member on our coordinator
+        # about 0.2 CPU-s of imports at every start (bench/process_start.py).
+        from coordinator.client.kafka_transport import KafkaTransport
+
         return KafkaTransport(url, client_id=client_id, settings=kafka_settings)
     return HttpTransport(url, token, ssl_context=coordinator_ssl)
 
@@ -179,6 +182,8 @@ async def _run_member(settings: Settings, health: HealthState, stop: asyncio.Eve
     member: Member
     try:
         if config.rebalance_protocol is RebalanceProtocolSetting.CONSUMER:
+            from coordinator.client.kafka_transport import KafkaTransport  # see open_transport
+
             if not isinstance(kafka_transport, KafkaTransport):  # settings_from refuses it
                 raise ConfigurationError("the consumer protocol needs a kafka:// coordinator")
             member = ConsumerProtocolMember(

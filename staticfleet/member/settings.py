@@ -18,7 +18,6 @@ from coordinator.client import env
 from coordinator.client.config import MemberConfig, RebalanceProtocolSetting
 from coordinator.client.consumer_protocol_state import InstanceIdWait
 from coordinator.client.coordinator_tls import CoordinatorTlsConfigError, client_context
-from coordinator.client.kafka_security import tls_context
 from coordinator.client.kafka_settings import (
     PLAINTEXT_SETTINGS,
     KafkaClientSettings,
@@ -261,7 +260,10 @@ def settings_from(given: Overrides, environ: Mapping[str, str]) -> Settings:
         kafka_settings_file = KafkaSettingsFile(kafka_config)
         kafka_settings = kafka_settings_file.current()
         # Read the certificates now: a missing or unreadable file is a usage error at start,
-        # not a failure at the first connection.
+        # not a failure at the first connection. Imported here: it brings in the Kafka
+        # protocol (kafka-python), which a member on our coordinator never uses.
+        from coordinator.client.kafka_security import tls_context
+
         tls_context(kafka_settings)
         logger.info("Kafka client settings from %s: %s", kafka_config, kafka_settings.describe())
     ca_file = pick(given.coordinator_ca_file, env.COORDINATOR_CA_FILE)
