@@ -37,6 +37,7 @@ BENCHMARKS: tuple[str, ...] = (
     "scale_flap",
     "reconnect_burst",
     "broker_side_by_side",
+    "process_start",
 )
 # Benchmarks whose module is not `bench.<name>`.
 MODULES: dict[str, str] = {

@@ -49,6 +49,7 @@ from staticfleet.kafka.broker_security import (
     principal_of,
     secured_properties,
 )
+from staticfleet.kafka.class_sharing import ArchiveClaim, claim
 from staticfleet.processes import terminate
 
 # The module's names; the security ones come from broker_security and are used from here.
@@ -224,6 +225,7 @@ class KafkaBroker:
         jvm_options: Sequence[str] = (),
         launcher: Sequence[str] = (),
         client_host: str = "127.0.0.1",
+        class_sharing: bool = True,
     ) -> None:
         self.workdir = Path(workdir)
         # Where a secured broker's SASL_SSL and SSL listeners are bound and advertised, and
@@ -234,6 +236,8 @@ class KafkaBroker:
         # (e.g. `taskset -c 0`): the benchmarks hold the broker to a heap and a core.
         self.jvm_options = tuple(jvm_options)
         self.launcher = tuple(launcher)
+        # The JVM's classes from an archive the first broker wrote (class_sharing.py).
+        self.class_sharing = class_sharing
         # A log directory started before keeps its ports (its bootstrap addresses stay valid)
         # while they are free; otherwise free ones are picked.
         previous = previous_listener_ports(self.workdir)
@@ -263,6 +267,7 @@ class KafkaBroker:
         self._pki: BrokerPki | None = None
         self._oidc: OidcProvider | None = None
         self._oidc_process: subprocess.Popen[bytes] | None = None
+        self._archive_claim = ArchiveClaim([])
         # Known passwords, for client_properties: SCRAM's by (user, mechanism), PLAIN's fixed.
         self.plain_users: Mapping[str, str] = dict(check_credentials(users)) if secured else {}
         self._scram_passwords: dict[tuple[str, str], str] = {
@@ -360,6 +365,8 @@ class KafkaBroker:
         if self.secured:
             self._start_oidc()
         properties = self._write_config()
+        if self.class_sharing:
+            self._archive_claim = claim("kafka-broker", self.classpath)
         if not (self.data_dir / "meta.properties").exists():
             self._java(
                 "kafka.tools.StorageTool",
@@ -396,7 +403,8 @@ class KafkaBroker:
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM (a controlled shutdown), then SIGKILL if it does not exit in time."""
         if self._process is not None:
-            terminate(self._process, timeout)
+            # 143: the JVM's exit on SIGTERM after its shutdown hooks (and its archive) ran.
+            self._archive_claim.finish(terminate(self._process, timeout) in (0, 143))
         self._process = None
         self._stop_oidc()
 
@@ -408,6 +416,7 @@ class KafkaBroker:
         if process.poll() is None:
             process.kill()
             process.wait()
+        self._archive_claim.finish(clean_exit=False)
         self._process = None
 
     def restart(self, timeout: float = 60.0) -> None:
@@ -791,6 +800,10 @@ class KafkaBroker:
             terminate(self._oidc_process, 5.0)
         self._oidc_process = None
 
+    @property
+    def classpath(self) -> str:
+        return f"{self.libs_dir}/*"
+
     def _java_command(self, main_class: str, *args: str) -> list[str]:
         # Kafka 4 fetches no OAuth URL this system property does not list (none by default).
         allowed_urls = (
@@ -798,6 +811,7 @@ class KafkaBroker:
             if self.secured
             else []
         )
+        dumping = self._archive_claim.dump is not None
         return [
             *self.launcher,
             "java",
@@ -811,8 +825,10 @@ class KafkaBroker:
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
             *self.jvm_options,
+            # The storage format maps the broker's archive, but never writes it.
+            *(self._archive_claim.options if main_class == "kafka.Kafka" or not dumping else ()),
             "-cp",
-            f"{self.libs_dir}/*",
+            self.classpath,
             main_class,
             *args,
         ]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from staticfleet.kafka.broker import REPO_ROOT
+from staticfleet.kafka.class_sharing import ArchiveClaim, claim
 from staticfleet.processes import terminate
 
 BUILD_SCRIPT = REPO_ROOT / "scripts" / "build-java-peer.sh"
@@ -89,18 +90,23 @@ class JavaPeer:
             # Java client properties (TLS, SASL) merged into the consumer's configuration.
             self.arguments += ["--client-config", str(client_config)]
         self._process: subprocess.Popen[bytes] | None = None
+        self._archive_claim = ArchiveClaim([])
 
-    def command(self) -> list[str]:
+    @staticmethod
+    def classpath() -> str:
         built = peer_dir()
-        classpath = f"{built / 'consumer-peer.jar'}:{built / 'lib'}/*"
+        return f"{built / 'consumer-peer.jar'}:{built / 'lib'}/*"
+
+    def command(self, jvm_options: Sequence[str] = ()) -> list[str]:
         # A small client JVM: two cores are shared by the broker, the peers and the tests.
         return [
             "java",
             "-Xmx128m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
+            *jvm_options,
             "-cp",
-            classpath,
+            self.classpath(),
             MAIN_CLASS,
             *self.arguments,
         ]
@@ -108,9 +114,14 @@ class JavaPeer:
     def start(self) -> None:
         ensure_built()
         self.event_log.parent.mkdir(parents=True, exist_ok=True)
+        # Shared classes where this process sees the JVM exit (a pod's launcher execs it).
+        self._archive_claim = claim("java-peer", self.classpath())
         with self.stderr_path.open("ab") as stderr:
             self._process = subprocess.Popen(
-                self.command(), stdout=subprocess.DEVNULL, stderr=stderr, stdin=subprocess.DEVNULL
+                self.command(self._archive_claim.options),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
             )
 
     def running(self) -> bool:
@@ -120,9 +131,12 @@ class JavaPeer:
         """SIGTERM: the consumer commits, closes (a static member stays in the group)."""
         if self._process is None:
             return 0
-        return terminate(self._process, timeout)
+        code = terminate(self._process, timeout)
+        self._archive_claim.finish(code in (0, 143))
+        return code
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        self._archive_claim.finish(clean_exit=False)
