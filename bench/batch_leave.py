@@ -143,7 +143,7 @@ def figures(samples: list[float]) -> dict[str, Any]:
 def run(quick: bool) -> dict[str, Any]:
     runs = 2 if quick else 5
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as workdir:
-        broker = KafkaBroker(Path(workdir))
+        broker = KafkaBroker(Path(workdir), class_sharing=False)
         broker.start()
         try:
             broker.wait_ready(timeout=120)

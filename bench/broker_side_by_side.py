@@ -167,6 +167,7 @@ def broker(size: Fleet, priority: int) -> dict[str, Any]:
             settings=BROKER_SETTINGS,
             jvm_options=BROKER_JVM_OPTIONS,
             launcher=launcher,
+            class_sharing=False,  # as a user's broker starts (our CDS archive maps ~50 MiB)
         )
         with kafka:
             assert kafka.pid is not None

@@ -18,7 +18,7 @@ from staticfleet.kafka.broker import KafkaBroker
 
 def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-conformance-") as workdir:
-        broker = KafkaBroker(Path(workdir))
+        broker = KafkaBroker(Path(workdir), class_sharing=False)
         broker.start()
         try:
             broker.wait_ready(timeout=120)

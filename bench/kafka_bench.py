@@ -5,7 +5,8 @@
   only copied), as scripts/install-kafka.sh runs it;
 * broker: time from `KafkaBroker.start()` (storage format included) to the first metadata
   answer, over fresh log directories; the same after a SIGKILL on the same directory; the
-  broker JVM's resident set when ready and its peak after the throughput run;
+  broker JVM's resident set when ready and its peak after the throughput run; as a user's
+  broker starts, without the tests' class-data sharing (staticfleet/kafka/class_sharing.py);
 * member: one `staticfleet member run --source kafka://` process pinned to one core,
   grouped by a `staticfleet coordinator serve` process, reading records produced before it
   starts; records/s from its assignment to the commit that reaches every end offset, and
@@ -80,7 +81,7 @@ def broker_start(workdir: Path, runs: int) -> dict[str, Any]:
     formats: list[float] = []
     rss: list[int] = []
     for run in range(runs):
-        broker = KafkaBroker(workdir / f"broker-{run}")
+        broker = KafkaBroker(workdir / f"broker-{run}", class_sharing=False)
         clock = time.perf_counter()
         broker.start()
         formats.append(time.perf_counter() - clock)
@@ -146,7 +147,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 
 def member_throughput(workdir: Path, records: int) -> dict[str, Any]:
-    broker = KafkaBroker(workdir / "broker-throughput")
+    broker = KafkaBroker(workdir / "broker-throughput", class_sharing=False)
     broker.start()
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -375,7 +376,7 @@ def rolling_restart(
     group coordinator); the records come from the broker either way."""
     workdir = workdir / f"rolling-{group_on}"
     workdir.mkdir(parents=True)
-    broker = KafkaBroker(workdir / "broker")
+    broker = KafkaBroker(workdir / "broker", class_sharing=False)
     broker.start()
     processes: dict[str, subprocess.Popen[bytes]] = {}
     coordinator: subprocess.Popen[bytes] | None = None
