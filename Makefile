@@ -23,12 +23,21 @@ $(STAMP): pyproject.toml constraints.txt
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install --quiet -c constraints.txt -e '.$(if $(EXTRAS),[$(EXTRAS)])'
 	touch $(STAMP)
 
+# The project's own modules compiled to bytecode (__pycache__) before the commands that start
+# many processes: the editable install leaves them uncompiled, and where PYTHONDONTWRITEBYTECODE
+# is set (as where CI runs) every process would compile them again at each start, about
+# 0.05 CPU-s per member process (docs/performance.md, "What starting a process costs").
+# Python still reads what this writes; a source changed since is compiled in memory as before.
+.PHONY: bytecode
+bytecode: install ## compile the project's modules into __pycache__ (make test, demo and e2e do it first)
+	@$(PY) -m compileall -q -j 0 coordinator staticfleet operator/staticfleet_operator pipeline bench e2e tests scripts
+
 # After changing a dependency in pyproject.toml: install it unconstrained, test, then re-pin.
 .PHONY: constraints
 constraints: ## rewrite constraints.txt from what .venv holds of pyproject's dependencies
 	$(PY) scripts/freeze_constraints.py --output constraints.txt
 
-demo: install ## the local fleet demo: coordinator + 6 members, seven scenarios (docs/demo.md)
+demo: install bytecode ## the local fleet demo: coordinator + 6 members, seven scenarios (docs/demo.md)
 	$(VENV)/bin/staticfleet demo
 
 demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka broker, side by side
@@ -38,7 +47,7 @@ demo-kafka: install kafka ## the demo on our coordinator, then on a real Kafka b
 # computes; tests sharing a long-lived fixture stay on one worker (tests/conftest.py).
 # The 25 slowest are listed at the end: where the suite's minutes go (issue 26).
 TEST_WORKERS ?= 3
-test: install java-assignors kafka java-peer soak-tools ## the whole test suite on TEST_WORKERS workers (builds the Kafka broker's jars and the Java peers once)
+test: install bytecode java-assignors kafka java-peer soak-tools ## the whole test suite on TEST_WORKERS workers (builds the Kafka broker's jars and the Java peers once)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The fault soak (docs/soak.md): not in CI (30 minutes); its 35 s smoke is in make test, as is
@@ -63,7 +72,7 @@ else
 	nice -n 10 $(VENV)/bin/staticfleet soak --coordinator $(SOAK_COORDINATOR) $(SOAK_ARGS)
 endif
 
-test-fast: install java-assignors ## the tests without the slow process-level, crash and Kafka broker tests
+test-fast: install bytecode java-assignors ## the tests without the slow process-level, crash and Kafka broker tests
 	$(PY) -m pytest -q -m "not slow and not crash and not kafka"
 
 lint: install chart-lint ## ruff, ruff format --check, mypy --strict, and chart-lint
@@ -174,10 +183,10 @@ prometheus: ## build prometheus (tools/prometheus/go.mod) into build/bin/prometh
 # Kafka ones with the client images, 9e with KEDA as host processes; 12, Getting started), and
 # 9g (a control plane of its own); the node probe with both containerds
 # (e2e/node/test_node.py) is `make e2e-node` with the node scenarios (docs/node.md).
-e2e: install e2e-build soak-tools ## the end-to-end scenarios on a real node beside a local control plane (e2e/README.md)
+e2e: install bytecode e2e-build soak-tools ## the end-to-end scenarios on a real node beside a local control plane (e2e/README.md)
 	$(E2E_PYTEST) e2e --ignore=e2e/node/test_node.py
 
-e2e-node: install e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and every node scenario, and the node probe (docs/node.md)
+e2e-node: install bytecode e2e-build ## a real node (kubelet, containerd, kube-proxy, CoreDNS) runs the image, the chart and every node scenario, and the node probe (docs/node.md)
 	$(E2E_PYTEST) e2e/node
 
 # --- Kafka's own assignors (java/assignors) ------------------------------------------------
