@@ -1,9 +1,10 @@
 """Class-data sharing for the JVMs started over and over: the Kafka broker and the Java peer.
 
 Most of a JVM's start is loading, parsing and verifying the same few thousand classes. A
-dynamic CDS archive (JDK 13+) holds them as the JVM had them after a run: the first JVM of a
-kind that gets to claim the archive writes it when it exits (`-XX:ArchiveClassesAtExit`),
-and every later one maps it (`-XX:SharedArchiveFile`). A broker's start to ready then costs
+dynamic CDS archive (JDK 13+) holds them as the JVM had them after a run: a JVM started
+while there is no archive writes one when it exits (`-XX:ArchiveClassesAtExit`), the first
+to exit cleanly puts its own in place, and every JVM started after that maps it
+(`-XX:SharedArchiveFile`). A broker's start to ready then costs
 about 1.4 CPU-s instead of 2.3 (docs/kafka.md, "Class-data sharing"); the suite starts
 about 17 brokers, 17 storage formats and 60 Java peers.
 
@@ -13,7 +14,7 @@ instead of being refused one. A JVM given an archive that does not match still r
 it (`-Xshare:auto`, the default). The JVM writes the archive at exit, so it goes to a
 temporary file, put in place by `ArchiveClaim.finish` once the process is gone: a JVM never
 maps a half-written one. The JDK has no way to share classes without these two options;
-this module only names the files and keeps two JVMs from writing one.
+this module only names the files and puts one in place.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ARCHIVE_DIR = Path(__file__).resolve().parents[2] / "build" / "cds"
-# A claim older than this is taken to be from a run that died before it finished (a dump
-# takes a few seconds; a broker or a peer runs minutes at most in the tests).
-STALE_CLAIM_S = 30 * 60.0
+# A dump older than this is taken to be from a run that died before it finished (a dump
+# takes a few seconds; a broker or a peer runs tens of minutes at most in the tests).
+STALE_DUMP_S = 60 * 60.0
 
 
 def classpath_jars(classpath: str) -> list[Path]:
@@ -59,44 +60,48 @@ def archive_path(kind: str, classpath: str, archive_dir: Path = ARCHIVE_DIR) -> 
 
 @dataclass
 class ArchiveClaim:
-    """A JVM's part in the archive: it maps it, it writes it at exit, or neither."""
+    """A JVM's part in the archive: it maps it, it writes one at exit, or neither."""
 
     options: list[str]
     dump: Path | None = None  # the temporary file this JVM writes at exit
     archive: Path | None = None
 
     def finish(self, clean_exit: bool) -> None:
-        """After the JVM is gone: the archive it wrote put in place (only after a clean exit:
-        a JVM killed writes nothing, or only part), and the claim released."""
+        """After the JVM is gone: the archive it wrote put in place, unless another JVM's
+        came first, and only after a clean exit (a JVM killed writes nothing, or part)."""
         if self.dump is None or self.archive is None:
             return
         with contextlib.suppress(OSError):
-            if clean_exit and self.dump.stat().st_size > 0:
+            if clean_exit and self.dump.stat().st_size > 0 and not self.archive.exists():
                 os.replace(self.dump, self.archive)
         self.dump.unlink(missing_ok=True)
-        _claim_file(self.archive).unlink(missing_ok=True)
         self.dump = None
 
 
-def _claim_file(archive: Path) -> Path:
-    return archive.with_suffix(".claim")
+def _drop_stale_dumps(archive: Path) -> None:
+    """Dumps left by runs that died before they finished (a dump takes seconds)."""
+    for stale in archive.parent.glob(f"{archive.stem}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if time.time() - stale.stat().st_mtime > STALE_DUMP_S:
+                stale.unlink()
 
 
 def claim(kind: str, classpath: str, archive_dir: Path = ARCHIVE_DIR) -> ArchiveClaim:
-    """The options for a JVM of `kind` about to start on `classpath`."""
+    """The options for a JVM of `kind` about to start on `classpath`.
+
+    Every JVM started while there is no archive writes one of its own, not just the first:
+    the first may run for the whole session (the tests' session broker), and the archive
+    is wanted as soon as any one of them stops.
+    """
     archive = archive_path(kind, classpath, archive_dir)
     if archive is None:
         return ArchiveClaim([])
     if archive.exists():
         return ArchiveClaim([f"-XX:SharedArchiveFile={archive}"])
-    claim_file = _claim_file(archive)
-    with contextlib.suppress(OSError):
-        if time.time() - claim_file.stat().st_mtime > STALE_CLAIM_S:
-            claim_file.unlink()
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(claim_file, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except OSError:  # another JVM is writing it (or no place to): this one runs without
+    except OSError:  # no place to write one: this JVM runs without
         return ArchiveClaim([])
+    _drop_stale_dumps(archive)
     dump = archive.with_name(f"{archive.stem}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     return ArchiveClaim([f"-XX:ArchiveClassesAtExit={dump}"], dump=dump, archive=archive)

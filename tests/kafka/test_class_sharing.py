@@ -1,5 +1,6 @@
-"""Class-data sharing for the broker's and the peer's JVMs: one JVM writes the archive, it is
-put in place only after a clean exit, and later JVMs map it (a real `java` on Kafka's jars)."""
+"""Class-data sharing for the broker's and the peer's JVMs: the first JVM to exit cleanly puts
+its archive in place, nothing after a kill, and later JVMs map it (a real `java` on Kafka's
+jars)."""
 
 from __future__ import annotations
 
@@ -23,20 +24,26 @@ def jars(tmp_path: Path, *names: str) -> str:
     return f"{libs}/*"
 
 
-def test_one_jvm_writes_the_archive_and_the_others_run_without_until_it_is_in_place(
+def test_the_first_jvm_to_exit_cleanly_puts_its_archive_in_place_and_later_ones_map_it(
     tmp_path: Path,
 ) -> None:
     classpath = jars(tmp_path, "a.jar", "b.jar")
     archives = tmp_path / "cds"
-    writer = claim("peer", classpath, archives)
-    assert writer.dump is not None and writer.options == [f"-XX:ArchiveClassesAtExit={writer.dump}"]
-    assert claim("peer", classpath, archives).options == []  # the archive is being written
-    writer.dump.write_bytes(b"archive")  # what the JVM writes at exit
-    writer.finish(clean_exit=True)
+    # Two JVMs started before there is an archive (a session's broker and a test's) each
+    # write one: the one that stops first gives it, whichever it is.
+    long_lived, short_lived = claim("peer", classpath, archives), claim("peer", classpath, archives)
+    assert long_lived.dump is not None and short_lived.dump is not None
+    assert long_lived.dump != short_lived.dump
+    assert short_lived.options == [f"-XX:ArchiveClassesAtExit={short_lived.dump}"]
+    short_lived.dump.write_bytes(b"short")  # what the JVM writes at exit
+    short_lived.finish(clean_exit=True)
     (archive,) = archives.glob("*.jsa")
-    assert archive.read_bytes() == b"archive"
+    assert archive.read_bytes() == b"short"
     assert claim("peer", classpath, archives).options == [f"-XX:SharedArchiveFile={archive}"]
-    assert [path.name for path in archives.iterdir()] == [archive.name]  # no claim, no dump left
+    long_lived.dump.write_bytes(b"long")
+    long_lived.finish(clean_exit=True)
+    assert archive.read_bytes() == b"short"  # the archive in place stays, mapped or not
+    assert [path.name for path in archives.iterdir()] == [archive.name]  # no dump left
 
 
 def test_a_jvm_killed_puts_nothing_in_place_and_the_next_one_writes_the_archive(
@@ -52,16 +59,20 @@ def test_a_jvm_killed_puts_nothing_in_place_and_the_next_one_writes_the_archive(
     assert claim("broker", classpath, archives).dump is not None
 
 
-def test_a_claim_left_by_a_run_that_died_is_taken_over(
+def test_a_dump_left_by_a_run_that_died_is_removed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     classpath = jars(tmp_path, "a.jar")
     archives = tmp_path / "cds"
-    assert claim("broker", classpath, archives).dump is not None  # never finished
-    assert claim("broker", classpath, archives).dump is None
-    monkeypatch.setattr(class_sharing, "STALE_CLAIM_S", 0.0)
+    died = claim("broker", classpath, archives)  # never finished
+    assert died.dump is not None
+    died.dump.write_bytes(b"half")
+    claim("broker", classpath, archives)
+    assert died.dump.exists()  # recent: maybe a JVM still running
+    monkeypatch.setattr(class_sharing, "STALE_DUMP_S", 0.0)
     time.sleep(0.01)
-    assert claim("broker", classpath, archives).dump is not None
+    claim("broker", classpath, archives)
+    assert not died.dump.exists()
 
 
 def test_new_jars_get_an_archive_of_their_own(tmp_path: Path) -> None:
