@@ -51,6 +51,7 @@ from typing import Any
 
 import aiohttp
 
+from bench.child import process_cpu_seconds
 from bench.coordinator_bench import (
     GROUP_ID,
     REBALANCE_RUNS,
@@ -179,9 +180,7 @@ class Server:
     def cpu_seconds(self) -> float:
         """utime + stime of the server process (all its threads), from /proc."""
         assert self.process is not None
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-        return ticks / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.process.pid)
 
     def status(self, key: str) -> float | None:
         """A `VmHWM`/`VmRSS`-style line of /proc/<pid>/status, in MiB."""

@@ -39,6 +39,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from bench.child import process_cpu_seconds
 from staticfleet.kafka.broker import HEAP, REPO_ROOT, KafkaBroker, ensure_installed
 
 POM = REPO_ROOT / "java" / "broker" / "pom.xml"
@@ -52,12 +53,6 @@ def _status_kib(pid: int, field: str) -> int:
             if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     return 0
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def install(workdir: Path, repository: Path | None) -> dict[str, Any]:
@@ -210,7 +205,7 @@ def member_throughput(workdir: Path, records: int) -> dict[str, Any]:
                         break
             time.sleep(0.2)
         assert assigned_ms is not None
-        member_cpu = _cpu_seconds(member.pid)
+        member_cpu = process_cpu_seconds(member.pid)
         member_rss = _status_kib(member.pid, "VmHWM")
         assert broker.pid is not None
         broker_rss = _status_kib(broker.pid, "VmHWM")

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.child import process_cpu_seconds
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Not process_start.json, which `make bench` writes (bench/run.py): a comparison has its own file.
 DEFAULT_OUTPUT = REPO_ROOT / "bench" / "results" / "process_start_compared.json"
@@ -92,12 +94,6 @@ def measure(sources: list[Path], runs: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds `pid` has used so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def broker_starts(runs: int) -> dict[str, Any]:
     """The broker's JVM from start to ready, without and with class-data sharing (the first
     broker with it writes the archive if there is none yet: that run is reported apart)."""
@@ -119,7 +115,7 @@ def broker_starts(runs: int) -> dict[str, Any]:
                 try:
                     ready_s = broker.wait_ready()
                     assert broker.pid is not None
-                    cpu_s = process_cpu_s(broker.pid)
+                    cpu_s = process_cpu_seconds(broker.pid)
                 finally:
                     broker.stop()
             if writes:
