@@ -95,7 +95,12 @@ async def answer(request: Awaitable[Any]) -> JsonObject:
         async with asyncio.timeout(TIMEOUT_SECONDS):
             return await read_json(await request)
     except ApiException as error:
-        raise error_of(error) from error
+        raise refused(error) from error
+
+
+def refused(error: ApiException) -> KubeError:
+    """The operator's typed error for the library's refusal."""
+    return error_of(int(error.status or 0), str(error.reason or ""), error.body or b"")
 
 
 async def text(kube: Kube, path: str) -> str:
@@ -180,7 +185,7 @@ async def watch_pods(
                     yield kind, pod
         except ApiException as error:
             if error.status != 410:
-                raise error_of(error) from error
+                raise refused(error) from error
             log.info("pod watch: resourceVersion %s expired, relisting", rv)
             rv, events = await _relist(lister, selectors, known)
             for event in events:

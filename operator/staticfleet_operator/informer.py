@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
-
 from coordinator.client import env
-from staticfleet_operator.kube import KubeApi, KubeError
+from staticfleet_operator.kube import CORE, KubeApi, KubeError, path
 from staticfleet_operator.owned import GROUP_LABEL
 
 log = logging.getLogger("staticfleet.operator.informer")
@@ -66,26 +63,20 @@ def name_of(body: Mapping[str, Any]) -> Name:
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """What an informer watches: the LIST call (namespaced, cluster-wide), the selector sent
-    to the server, the same test applied to what it answers (an emulator may ignore
-    selectors), what is kept of an object, and the key objects are grouped by (if any)."""
+    """What an informer watches: a core/v1 collection (listed per namespace or
+    cluster-wide), the selector sent to the server as query parameters, the same test
+    applied to what it answers (an emulator may ignore selectors), what is kept of an
+    object, and the key objects are grouped by (if any)."""
 
     plural: str
-    namespaced: Callable[[CoreV1Api], Callable[..., Awaitable[Any]]]
-    everywhere: Callable[[CoreV1Api], Callable[..., Awaitable[Any]]]
     selector: Mapping[str, str]
     wanted: Callable[[Mapping[str, Any]], bool]
     kept: Callable[[Mapping[str, Any]], Body] = trimmed
     grouped: Callable[[Mapping[str, Any]], Name | None] | None = None
 
-    def lister(self, namespace: str | None) -> Callable[[ApiClient], Callable[..., Awaitable[Any]]]:
-        def request(client: ApiClient) -> Callable[..., Awaitable[Any]]:
-            api = CoreV1Api(client)
-            if namespace is None:
-                return self.everywhere(api)
-            return functools.partial(self.namespaced(api), namespace)
-
-        return request
+    def collection(self, namespace: str | None) -> str:
+        """The collection's path in `namespace` (None: in every namespace)."""
+        return path(CORE, self.plural, namespace)
 
 
 def _group_of(pod: Mapping[str, Any]) -> Name | None:
@@ -170,9 +161,7 @@ def _pod_fields(pod: Mapping[str, Any]) -> Body:
 # Pods labelled with their group's name, grouped by (namespace, group label value).
 MEMBER_PODS = Kind(
     "pods",
-    namespaced=lambda api: api.list_namespaced_pod,
-    everywhere=lambda api: api.list_pod_for_all_namespaces,
-    selector={"label_selector": GROUP_LABEL},
+    selector={"labelSelector": GROUP_LABEL},
     wanted=lambda pod: _group_of(pod) is not None,
     kept=pod_kept,
     grouped=_group_of,
@@ -182,9 +171,7 @@ MEMBER_PODS = Kind(
 # as a field selector for Secrets.
 OPAQUE_SECRETS = Kind(
     "secrets",
-    namespaced=lambda api: api.list_namespaced_secret,
-    everywhere=lambda api: api.list_secret_for_all_namespaces,
-    selector={"field_selector": "type=Opaque"},
+    selector={"fieldSelector": "type=Opaque"},
     wanted=lambda secret: secret.get("type", "Opaque") == "Opaque",
     kept=_secret_kept,
 )
@@ -308,7 +295,7 @@ class Informer:
                 tasks.create_task(self._scope(scope), name=f"informer {self.kind.plural} {scope}")
 
     async def _scope(self, scope: str | None) -> None:
-        lister = self.kind.lister(scope)
+        collection = self.kind.collection(scope)
         # Started again after a stop: resume from the last version seen, as after a cut.
         listed = scope in self._versions  # False: list (again) before watching
         failures = 0  # in a row: each waits longer before the next try
@@ -316,11 +303,11 @@ class Informer:
         while True:
             try:
                 if not listed:
-                    self._versions[scope] = await self._list(scope, lister)
+                    self._versions[scope] = await self._list(scope, collection)
                     listed = True
                 seen = False
                 async for event in self.kube().watch(
-                    lister,
+                    collection,
                     resource_version=self._versions[scope],
                     timeout_seconds=WATCH_SECONDS,
                     **self.kind.selector,
@@ -355,9 +342,9 @@ class Informer:
             await asyncio.sleep(min(BACKOFF_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS))
 
     async def _list(
-        self, scope: str | None, lister: Callable[[ApiClient], Callable[..., Awaitable[Any]]]
+        self, scope: str | None, collection: str
     ) -> str | None:
-        listing = await self.kube().list_objects(lister, **self.kind.selector)
+        listing = await self.kube().list_objects(collection, **self.kind.selector)
         first = scope not in self._listed
         dropped = self.replace(scope, listing.get("items") or [])
         if first:

@@ -1,22 +1,22 @@
-"""The operator's Kubernetes API calls: typed helpers over kubernetes_asyncio.
+"""The operator's Kubernetes API calls: JSON over Kopf's own authenticated HTTP session.
 
-kubernetes_asyncio (the async sibling of the `kubernetes` package, generated from the API's
-OpenAPI document) builds every request: paths, query parameters, headers, TLS. What this
-module adds is only what the library does not do for an operator run by Kopf:
+Kopf talks to the API server through an aiohttp session per credentials (`APIContext`,
+kept in its vault, filled by the `@kopf.on.login` handlers). The operator's calls go through
+the same session: one connection pool for Kopf's watches and patches and the operator's
+reads and writes, TLS set up from the credentials by Kopf (inline certificate data is
+written to a temporary file only while the SSL context is built). What this module adds:
 
-- Credentials from Kopf. Every call takes the client for the current credentials from
-  Kopf's vault (the store Kopf's own watches use, filled by the `@kopf.on.login` handlers);
-  the vault keeps one `ApiClient` per credentials and closes it when they are replaced. A
-  401 invalidates the credentials, which makes Kopf run the login handlers again, and the
-  call is retried once with the new ones. Nothing holds a client across a re-login: there
-  is no client to hold, only `KubeApi`, which asks the vault on every call.
-- Credentials stay in memory; certificate data Python's `ssl` can only load from files is
-  written to a private temporary directory for the moment the SSL context is built, and
-  deleted with it (as Kopf's own `ConnectionInfo.as_ssl_context` does).
-- One exception hierarchy: `KubeError` and its kinds (`NotFound`, `Conflict`, ...), raised
-  instead of the library's `ApiException` with a status integer.
-- Bodies are plain dicts, as Kopf hands them to the handlers: answers are read as JSON
-  rather than deserialized into the library's models (and converted back).
+- Paths and query parameters of the few endpoints the operator calls (`path`). A generated
+  client (kubernetes_asyncio) did this before; importing it loads every API and model class
+  of Kubernetes, 63 MiB of the operator's resident memory for some twenty calls whose bodies
+  the operator sends and reads as plain JSON anyway (docs/performance.md, "Where the
+  operator's memory and restart go").
+- Re-login on a 401: the credentials are invalidated in the vault, which makes Kopf run the
+  login handlers again, and the call is retried once with the new ones. Nothing holds a
+  session across a re-login: `KubeApi` asks the vault on every call.
+- One exception hierarchy: `KubeError` and its kinds (`NotFound`, `Conflict`, ...), from the
+  answer's status and its Status body.
+- A bound on every call (`REQUEST_TIMEOUT_SECONDS`), the answer read included.
 - Label selectors are sent to the server *and* applied to the answer: a server that ignores
   them (an emulator) cannot hand the operator someone else's pods.
 """
@@ -24,45 +24,67 @@ module adds is only what the library does not do for an operator run by Kopf:
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import itertools
 import json
 import logging
-import os
-import tempfile
+import urllib.parse
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import kopf
-from kopf._cogs.structs.credentials import KubeContext, Vault
-from kubernetes_asyncio.client import (
-    ApiClient,
-    ApiException,
-    Configuration,
-    CoreV1Api,
-    CustomObjectsApi,
-    PolicyV1Api,
-)
+from kopf._cogs.clients.auth import APIContext
+from kopf._cogs.structs.credentials import Vault
 
 from staticfleet_operator.crd import GROUP, PLURAL, VERSION
 
 log = logging.getLogger("staticfleet.operator.kube")
 
+JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 # Who the API server's audit log says made a request (Kopf's own requests say "kopf/…").
 USER_AGENT = "staticfleet-operator"
-# A request's bound, answer read included (the library sets none): a hung request must fail
-# the pass that made it (which is then retried), not hold its group's lock for ever.
+# A request's bound, answer read included: a hung request must fail the pass that made it
+# (which is then retried), not hold its group's lock for ever.
 REQUEST_TIMEOUT_SECONDS = 60.0
+# Kopf's vault caches one `APIContext` per credentials under this purpose; Kopf's own
+# requests use the same one (kopf._cogs.clients.auth.authenticated).
+CONTEXTS = "contexts"
+RELOGIN = "the API server refused the credentials (401): logging in again"
+
+# The API groups the operator calls.
+CORE = "api/v1"
+POLICY = "apis/policy/v1"
+AUTHENTICATION = "apis/authentication.k8s.io/v1"
+GROUPS = f"apis/{GROUP}/{VERSION}"
 
 JsonObject = dict[str, Any]
-T = TypeVar("T")
+
+
+def path(
+    api: str,
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """The URL path of a collection (`name` None) or an object, namespaced or not:
+    `/api/v1/namespaces/ns/pods/p/status`."""
+    parts = [api]
+    if namespace is not None:
+        parts += ["namespaces", _segment(namespace)]
+    parts.append(plural)
+    if name is not None:
+        parts.append(_segment(name))
+    if subresource is not None:
+        parts.append(subresource)
+    return "/" + "/".join(parts)
+
+
+def _segment(value: str) -> str:
+    return urllib.parse.quote(value, safe="")
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -113,59 +135,45 @@ _KINDS: dict[int, type[KubeError]] = {
 }
 
 
-def error_of(error: ApiException) -> KubeError:
+def error_of(status: int, reason: str = "", body: bytes | str = b"") -> KubeError:
     """The typed error for a refused request (the message from the API's Status body)."""
-    status = int(error.status or 0)
-    message = str(error.body or "")[:500]
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    message = text[:500]
     causes: list[str] = []
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        body = json.loads(error.body)
-        message = str(body.get("message") or message)
+        status_body = json.loads(text)
+        message = str(status_body.get("message") or message)
         # A StatusCause's type is serialized as `reason`.
-        causes = [str(c.get("reason")) for c in (body.get("details") or {}).get("causes") or ()]
+        causes = [
+            str(c.get("reason")) for c in (status_body.get("details") or {}).get("causes") or ()
+        ]
     kind = _KINDS.get(status, KubeError)
     if status == 403 and "NamespaceTerminating" in causes:
         kind = NamespaceTerminating
-    return kind(status, str(error.reason or ""), message)
+    return kind(status, reason, message)
 
 
-# --- clients from Kopf's credentials ----------------------------------------------------------
+def _status_error(status: Mapping[str, Any]) -> KubeError:
+    """The typed error for a Status object (a watch's ERROR event)."""
+    code = int(status.get("code") or 0)
+    return _KINDS.get(code, KubeError)(
+        code, str(status.get("reason") or ""), str(status.get("message") or "")
+    )
 
 
-def api_client(info: KubeContext, *, user_agent: str = USER_AGENT) -> ApiClient:
-    """A kubernetes_asyncio client for what a Kopf login handler returned."""
-    if not isinstance(info, kopf.ConnectionInfo):
-        raise TypeError(f"unsupported credentials for kubernetes_asyncio: {type(info).__name__}")
-    config = Configuration(host=info.server.rstrip("/"))
-    config.verify_ssl = not info.insecure
-    config.proxy = info.proxy_url
-    # The library builds its SSL context from files once, in ApiClient(); inline data is
-    # written to a private directory for that moment only.
-    with tempfile.TemporaryDirectory(prefix="staticfleet-kube-") as scratch:
-        config.ssl_ca_cert = _file(scratch, "ca.pem", info.ca_path, info.ca_data)
-        config.cert_file = _file(scratch, "cert.pem", info.certificate_path, info.certificate_data)
-        config.key_file = _file(scratch, "key.pem", info.private_key_path, info.private_key_data)
-        client = ApiClient(config)
-    for name, value in info.as_http_headers().items():  # bearer token or basic auth
-        client.set_default_header(name, value)
-    client.user_agent = user_agent
-    return client
+async def read_json(response: aiohttp.ClientResponse) -> JsonObject:
+    """An answer's JSON object; a refusal raises its typed error."""
+    try:
+        raw = await response.read()
+    finally:
+        response.release()
+    if not 200 <= response.status <= 299:
+        raise error_of(response.status, str(response.reason or ""), raw)
+    body = json.loads(raw) if raw else {}
+    return body if isinstance(body, dict) else {}
 
 
-def _file(scratch: str, name: str, path: Any, data: str | bytes | None) -> str | None:
-    if path:
-        return os.fsdecode(path)
-    if not data:
-        return None
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    if not raw.lstrip().startswith(b"-----"):
-        raw = base64.b64decode(raw)
-    target = Path(scratch) / name
-    target.write_bytes(raw)
-    return str(target)
-
-
-_instances = itertools.count()
+# --- calls over Kopf's credentials -----------------------------------------------------------
 
 
 class KubeApi:
@@ -183,10 +191,6 @@ class KubeApi:
         self._timeout = timeout
         self._relogin = relogin
         self._owns_vault = False
-        # One client per credentials and per KubeApi (close() closes this one's only); the
-        # vault drops (and closes) a client when its credentials are replaced.
-        self._purpose = f"staticfleet-kube-{next(_instances)}"
-        self._clients: weakref.WeakSet[ApiClient] = weakref.WeakSet()
         self._user_agent = user_agent
         # Writes made (pods created/deleted/patched, Secrets created, Events posted): whether
         # a pass acted. A count, not a log: it stays the same size however long it runs.
@@ -200,130 +204,137 @@ class KubeApi:
         api._owns_vault = True
         return api
 
-    def _client(self, info: KubeContext) -> ApiClient:
-        client = api_client(info, user_agent=self._user_agent)
-        self._clients.add(client)
-        return client
-
     async def close(self) -> None:
-        """Close the connections this API opened (Kopf closes its vault when it stops)."""
-        for client in list(self._clients):
-            await client.close()
+        """Close the sessions of a vault of its own (Kopf closes its vault when it stops)."""
         if self._owns_vault:
             await self._vault.close()
 
-    async def call(self, request: Callable[[ApiClient], Awaitable[T]]) -> T:
-        """`request` with the client for the current credentials. A 401 makes Kopf log in
-        again (the vault is shared with Kopf's watches) and the request is tried once more.
-        Raises `TimeoutError` when it takes longer than the API's timeout."""
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"User-Agent": self._user_agent, "Accept": JSON}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def call(
+        self,
+        method: str,
+        url_path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = JSON,
+    ) -> JsonObject:
+        """One request on the current credentials, its answer's JSON object. A 401 makes
+        Kopf log in again (the vault is shared with Kopf's watches) and the request is tried
+        once more. Raises `TimeoutError` when it takes longer than the API's timeout."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = self._headers(None if body is None else content_type)
         retried = False
-        async for key, info, client in self._vault.extended(self._client, self._purpose):
+        async for key, info, context in self._vault.extended(APIContext, CONTEXTS):
+            url = context.server.rstrip("/") + url_path
             try:
                 async with asyncio.timeout(self._timeout):
-                    return await request(client)
-            except ApiException as error:
-                if error.status != 401 or retried or not self._relogin:
-                    raise error_of(error) from error
+                    response = await context.session.request(
+                        method, url, params=params, data=data, headers=headers
+                    )
+                    return await read_json(response)
+            except Unauthorized as refused:
+                if retried or not self._relogin:
+                    raise
                 retried = True
-                log.warning("the API server refused the credentials (401): logging in again")
+                log.warning(RELOGIN)
                 try:
-                    await self._vault.invalidate(key, info, exc=error)
+                    await self._vault.invalidate(key, info, exc=refused)
                 except kopf.LoginError as failed:
-                    raise error_of(error) from failed
+                    raise refused from failed
         raise Unauthorized(401, "Unauthorized", "no credentials")  # the vault ran dry
-
-    async def json(self, request: Callable[[ApiClient], Awaitable[Any]]) -> JsonObject:
-        """`call` for a request made with `_preload_content=False`: its JSON body."""
-
-        async def read(client: ApiClient) -> JsonObject:
-            return await read_json(await request(client))
-
-        return await self.call(read)
 
     async def watch(
         self,
-        request: Callable[[ApiClient], Callable[..., Awaitable[Any]]],
+        url_path: str,
         *,
         resource_version: str | None,
         timeout_seconds: int,
-        **params: Any,
+        **params: str,
     ) -> AsyncIterator[JsonObject]:
-        """The events (`{"type", "object"}`, dicts) of a watch made with the LIST call
-        `request(client)` returns, on the current credentials, until the API server ends the
-        stream after `timeout_seconds`. Not bounded by the API's timeout (a watch is long),
-        but dropped when nothing arrives for longer than the server's own timeout. A 410
-        Gone (the resourceVersion expired, answered at once or as an ERROR event) raises
-        `KubeError` with status 410; a 401 makes Kopf log in again, as for `call`, and the
-        watch is opened once more.
+        """The events (`{"type", "object"}`, dicts) of a watch of the collection at
+        `url_path`, on the current credentials, until the API server ends the stream after
+        `timeout_seconds`. Not bounded by the API's timeout (a watch is long), but dropped
+        when nothing arrives for longer than the server's own timeout. A 410 Gone (the
+        resourceVersion expired, answered at once or as an ERROR event) raises `KubeError`
+        with status 410; a 401 makes Kopf log in again, as for `call`, and the watch is
+        opened once more.
 
-        The stream is read here, not by the library's `Watch`: that one sends `watch=True`,
-        which the API server takes but kmock's emulator does not (it wants "true"). Each
-        watch has a client of its own, closed with it: Kopf closes the shared clients when
-        it logs in again, and a stream read from a closed client's connection would hang
-        rather than fail; a watch on credentials since replaced runs to its timeout."""
+        Each watch has a session of its own, closed with it: a re-login closes the shared
+        sessions, and a watch on credentials since replaced runs on to its timeout rather
+        than end early (the informer would resume it at once either way)."""
         retried = False
         quiet = aiohttp.ClientTimeout(sock_connect=30, sock_read=timeout_seconds + 30)
+        query = {
+            **params,
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        if resource_version is not None:
+            query["resourceVersion"] = resource_version
         async for key, info in self._vault:
-            client = api_client(info, user_agent=self._user_agent)
+            context = APIContext(info)
             try:
-                response = await request(client)(
-                    watch="true",
-                    allow_watch_bookmarks="true",
-                    resource_version=resource_version,
-                    timeout_seconds=timeout_seconds,
-                    _preload_content=False,
-                    _request_timeout=quiet,
-                    **params,
+                response = await context.session.get(
+                    context.server.rstrip("/") + url_path,
+                    params=query,
+                    headers=self._headers(None),
+                    timeout=quiet,
                 )
-            except BaseException:
-                await client.close()
-                raise
-            try:
-                if response.status == 401 and not retried and self._relogin:
-                    retried = True
-                    log.warning("the API server refused the credentials (401): logging in again")
-                    refused = ApiException(status=401, reason=response.reason)
-                    try:
-                        await self._vault.invalidate(key, info, exc=refused)
-                    except kopf.LoginError as failed:
-                        raise error_of(refused) from failed
-                    continue
-                if not 200 <= response.status <= 299:
-                    await read_json(response)  # raises the typed error
-                async for line in response.content:
-                    if not line.strip():
+                try:
+                    if response.status == 401 and not retried and self._relogin:
+                        retried = True
+                        log.warning(RELOGIN)
+                        refused = error_of(401, str(response.reason or ""))
+                        try:
+                            await self._vault.invalidate(key, info, exc=refused)
+                        except kopf.LoginError as failed:
+                            raise refused from failed
                         continue
-                    event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise _KINDS.get(int(status.get("code") or 0), KubeError)(
-                            int(status.get("code") or 0),
-                            str(status.get("reason") or ""),
-                            str(status.get("message") or ""),
-                        )
-                    yield event
-                return
-            except ApiException as error:
-                raise error_of(error) from error
+                    if not 200 <= response.status <= 299:
+                        await read_json(response)  # raises the typed error
+                    async for line in response.content:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        if event.get("type") == "ERROR":
+                            raise _status_error(event.get("object") or {})
+                        yield event
+                    return
+                finally:
+                    response.release()
             finally:
-                response.release()
-                await client.close()
+                await context.close()
         raise Unauthorized(401, "Unauthorized", "no credentials")  # the vault ran dry
 
-    async def list_objects(
-        self, request: Callable[[ApiClient], Callable[..., Awaitable[Any]]], **params: Any
+    async def list_objects(self, url_path: str, **params: str) -> JsonObject:
+        """The answer (items and the list's resourceVersion) of a LIST of the collection at
+        `url_path`, with the query `params`."""
+        return await self.call("GET", url_path, params=params)
+
+    async def _get_or_none(self, url_path: str) -> JsonObject | None:
+        try:
+            return await self.call("GET", url_path)
+        except NotFound:
+            return None
+
+    async def _write(
+        self, method: str, url_path: str, body: Mapping[str, Any], content_type: str = JSON
     ) -> JsonObject:
-        """The answer (items and the list's resourceVersion) of the LIST call
-        `request(client)` returns, made with `params`."""
-        return await self.json(lambda c: request(c)(**params, _preload_content=False))
+        self.writes += 1
+        return await self.call(method, url_path, body=body, content_type=content_type)
 
     # --- pods ---------------------------------------------------------------------------------
 
     async def list_pods(self, namespace: str, labels: Labels) -> list[JsonObject]:
-        body = await self.json(
-            lambda c: CoreV1Api(c).list_namespaced_pod(
-                namespace, label_selector=label_selector(labels), _preload_content=False
-            )
+        body = await self.list_objects(
+            path(CORE, "pods", namespace), labelSelector=label_selector(labels)
         )
         items: list[JsonObject] = body.get("items") or []
         return [
@@ -334,123 +345,73 @@ class KubeApi:
         ]
 
     async def create_pod(self, namespace: str, pod: Mapping[str, Any]) -> JsonObject:
-        self.writes += 1
-        return await self.json(
-            lambda c: CoreV1Api(c).create_namespaced_pod(
-                namespace, dict(pod), _preload_content=False
-            )
-        )
+        return await self._write("POST", path(CORE, "pods", namespace), pod)
 
     async def delete_pod(self, namespace: str, name: str, uid: str | None = None) -> bool:
         """Delete a pod; False when it was already gone. With `uid`, only that incarnation."""
-        self.writes += 1
         options: JsonObject = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if uid:
             options["preconditions"] = {"uid": uid}
         try:
-            await self.json(
-                lambda c: CoreV1Api(c).delete_namespaced_pod(
-                    name, namespace, body=options, _preload_content=False
-                )
-            )
+            await self._write("DELETE", path(CORE, "pods", namespace, name), options)
         except NotFound:
             return False
         return True
 
     async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JsonObject:
         """A JSON merge patch of a pod (its labels and annotations: a promoted standby)."""
-        self.writes += 1
-        return await self.json(
-            lambda c: CoreV1Api(c).patch_namespaced_pod(
-                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
-            )
-        )
+        return await self._write("PATCH", path(CORE, "pods", namespace, name), patch, MERGE_PATCH)
 
     async def patch_pod_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> JsonObject:
-        return await self.json(
-            lambda c: CoreV1Api(c).patch_namespaced_pod_status(
-                name,
-                namespace,
-                {"status": dict(status)},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-            )
+        return await self.call(
+            "PATCH",
+            path(CORE, "pods", namespace, name, "status"),
+            body={"status": dict(status)},
+            content_type=MERGE_PATCH,
         )
 
     # --- secrets (member tokens) --------------------------------------------------------------
 
     async def get_secret(self, namespace: str, name: str) -> JsonObject | None:
-        try:
-            return await self.json(
-                lambda c: CoreV1Api(c).read_namespaced_secret(
-                    name, namespace, _preload_content=False
-                )
-            )
-        except NotFound:
-            return None
+        return await self._get_or_none(path(CORE, "secrets", namespace, name))
 
     async def list_opaque_secrets(self, namespace: str) -> list[JsonObject]:
         """The namespace's Opaque Secrets (the kind that holds member tokens)."""
-        body = await self.json(
-            lambda c: CoreV1Api(c).list_namespaced_secret(
-                namespace, field_selector="type=Opaque", _preload_content=False
-            )
+        body = await self.list_objects(
+            path(CORE, "secrets", namespace), fieldSelector="type=Opaque"
         )
         items: list[JsonObject] = body.get("items") or []
         return [secret for secret in items if secret.get("type", "Opaque") == "Opaque"]
 
     async def create_secret(self, namespace: str, secret: Mapping[str, Any]) -> JsonObject:
         """Create a Secret; raises `Conflict` when it exists."""
-        self.writes += 1
-        return await self.json(
-            lambda c: CoreV1Api(c).create_namespaced_secret(
-                namespace, dict(secret), _preload_content=False
-            )
-        )
+        return await self._write("POST", path(CORE, "secrets", namespace), secret)
 
     async def patch_secret(self, namespace: str, name: str, patch: Mapping[str, Any]) -> JsonObject:
         """Merge-patch a Secret the operator made (a group's Kafka client configuration)."""
-        self.writes += 1
-        return await self.json(
-            lambda c: CoreV1Api(c).patch_namespaced_secret(
-                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
-            )
+        return await self._write(
+            "PATCH", path(CORE, "secrets", namespace, name), patch, MERGE_PATCH
         )
 
     # --- pod disruption budgets (a managed group's members) ------------------------------------
 
     async def get_pod_disruption_budget(self, namespace: str, name: str) -> JsonObject | None:
-        try:
-            return await self.json(
-                lambda c: PolicyV1Api(c).read_namespaced_pod_disruption_budget(
-                    name, namespace, _preload_content=False
-                )
-            )
-        except NotFound:
-            return None
+        return await self._get_or_none(path(POLICY, "poddisruptionbudgets", namespace, name))
 
     async def create_pod_disruption_budget(
         self, namespace: str, budget: Mapping[str, Any]
     ) -> JsonObject:
         """Create a PodDisruptionBudget; raises `Conflict` when it exists."""
-        self.writes += 1
-        return await self.json(
-            lambda c: PolicyV1Api(c).create_namespaced_pod_disruption_budget(
-                namespace, dict(budget), _preload_content=False
-            )
-        )
+        return await self._write("POST", path(POLICY, "poddisruptionbudgets", namespace), budget)
 
     async def patch_pod_disruption_budget(
         self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> JsonObject:
         """Merge-patch a PodDisruptionBudget the operator made."""
-        self.writes += 1
-        return await self.json(
-            lambda c: PolicyV1Api(c).patch_namespaced_pod_disruption_budget(
-                name, namespace, dict(patch), _content_type=MERGE_PATCH, _preload_content=False
-            )
+        return await self._write(
+            "PATCH", path(POLICY, "poddisruptionbudgets", namespace, name), patch, MERGE_PATCH
         )
 
     # --- custom objects -----------------------------------------------------------------------
@@ -459,20 +420,7 @@ class KubeApi:
         self, group: str, version: str, plural: str, name: str, namespace: str | None = None
     ) -> JsonObject | None:
         """A custom object (a ConsumerGroup, Kopf's peering object); None when absent."""
-        try:
-            if namespace is None:
-                return await self.json(
-                    lambda c: CustomObjectsApi(c).get_cluster_custom_object(
-                        group, version, plural, name, _preload_content=False
-                    )
-                )
-            return await self.json(
-                lambda c: CustomObjectsApi(c).get_namespaced_custom_object(
-                    group, version, namespace, plural, name, _preload_content=False
-                )
-            )
-        except NotFound:
-            return None
+        return await self._get_or_none(path(f"apis/{group}/{version}", plural, namespace, name))
 
     async def patch_custom_object(
         self,
@@ -485,29 +433,11 @@ class KubeApi:
     ) -> JsonObject | None:
         """A merge patch of a custom object (Kopf's peering object); None when absent."""
         try:
-            if namespace is None:
-                return await self.json(
-                    lambda c: CustomObjectsApi(c).patch_cluster_custom_object(
-                        group,
-                        version,
-                        plural,
-                        name,
-                        dict(patch),
-                        _content_type=MERGE_PATCH,
-                        _preload_content=False,
-                    )
-                )
-            return await self.json(
-                lambda c: CustomObjectsApi(c).patch_namespaced_custom_object(
-                    group,
-                    version,
-                    namespace,
-                    plural,
-                    name,
-                    dict(patch),
-                    _content_type=MERGE_PATCH,
-                    _preload_content=False,
-                )
+            return await self.call(
+                "PATCH",
+                path(f"apis/{group}/{version}", plural, namespace, name),
+                body=patch,
+                content_type=MERGE_PATCH,
             )
         except NotFound:
             return None
@@ -516,22 +446,8 @@ class KubeApi:
 
     async def list_groups(self, namespaces: Sequence[str]) -> list[JsonObject]:
         """Every ConsumerGroup in `namespaces` (none: all of them)."""
-
-        def listing(namespace: str | None) -> Callable[[ApiClient], Awaitable[Any]]:
-            def request(client: ApiClient) -> Any:
-                api = CustomObjectsApi(client)
-                if namespace is None:
-                    return api.list_cluster_custom_object(
-                        GROUP, VERSION, PLURAL, _preload_content=False
-                    )
-                return api.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, _preload_content=False
-                )
-
-            return request
-
         scopes: list[str | None] = [*namespaces] or [None]
-        listings = [await self.json(listing(scope)) for scope in scopes]
+        listings = [await self.list_objects(path(GROUPS, PLURAL, scope)) for scope in scopes]
         return [item for listed in listings for item in listed.get("items") or []]
 
     async def get_group(self, namespace: str, name: str) -> JsonObject | None:
@@ -540,17 +456,11 @@ class KubeApi:
     async def patch_group_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> JsonObject:
-        return await self.json(
-            lambda c: CustomObjectsApi(c).patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                {"status": dict(status)},
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-            )
+        return await self.call(
+            "PATCH",
+            path(GROUPS, PLURAL, namespace, name, "status"),
+            body={"status": dict(status)},
+            content_type=MERGE_PATCH,
         )
 
     # --- events -------------------------------------------------------------------------------
@@ -585,29 +495,10 @@ class KubeApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        self.writes += 1
         try:
-            await self.json(
-                lambda c: CoreV1Api(c).create_namespaced_event(
-                    namespace, event, _preload_content=False
-                )
-            )
+            await self._write("POST", path(CORE, "events", namespace), event)
         except (KubeError, aiohttp.ClientError) as error:
             log.warning("could not post event %s: %s", reason, error)
-
-
-async def read_json(response: Any) -> JsonObject:
-    """The JSON body of an answer to a `_preload_content=False` call. The library checks
-    the status only of answers it reads itself: a refusal raises its `ApiException` here."""
-    try:
-        if not 200 <= response.status <= 299:
-            refused = ApiException(status=response.status, reason=response.reason)
-            refused.body = (await response.read()).decode(errors="replace")
-            raise refused
-        body = await response.json(content_type=None)
-    finally:
-        response.release()
-    return body if isinstance(body, dict) else {}
 
 
 # A label wanted with this value: the object has the label, whatever its value.
@@ -628,6 +519,10 @@ def _labels_match(have: Mapping[str, str], want: Labels) -> bool:
 
 
 __all__ = [
+    "AUTHENTICATION",
+    "CORE",
+    "GROUPS",
+    "POLICY",
     "Conflict",
     "Forbidden",
     "Invalid",
@@ -635,7 +530,7 @@ __all__ = [
     "KubeError",
     "NotFound",
     "Unauthorized",
-    "api_client",
     "error_of",
+    "path",
     "read_json",
 ]

@@ -8,10 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes_asyncio.client import AuthenticationV1Api
-
 from coordinator.server.pod_identity import Reviewer
-from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.kube import AUTHENTICATION, KubeApi, path
 
 
 def token_reviewer(kube: KubeApi) -> Reviewer:
@@ -23,9 +21,7 @@ def token_reviewer(kube: KubeApi) -> Reviewer:
             "kind": "TokenReview",
             "spec": {"token": token, "audiences": list(audiences)},
         }
-        result = await kube.json(
-            lambda c: AuthenticationV1Api(c).create_token_review(body, _preload_content=False)
-        )
+        result = await kube.call("POST", path(AUTHENTICATION, "tokenreviews"), body=body)
         status: Mapping[str, Any] = result.get("status") or {}
         return status
 

@@ -308,7 +308,21 @@ def options_from_args(args: argparse.Namespace) -> Any:
     )
 
 
+def hide_kubernetes_asyncio() -> None:
+    """Make kubernetes_asyncio unimportable in this process, unless it is imported already.
+
+    Kopf imports every API and model class of kubernetes_asyncio when that package is
+    importable (kopf/_cogs/helpers/thirdparty.py: to recognise its model objects), tens of
+    MiB of the operator's memory and a part of every start; the operator hands Kopf only
+    dicts and calls the API over Kopf's own session (kube.py). The image does not install
+    it; where it is installed beside the operator (the project's e2e tools use it), an entry
+    of None in `sys.modules` makes the import fail as if it were absent."""
+    if "kubernetes_asyncio" not in sys.modules:
+        sys.modules["kubernetes_asyncio"] = None  # type: ignore[assignment]
+
+
 def run_command(args: argparse.Namespace) -> int:
+    hide_kubernetes_asyncio()
     from kopf._core.actions.loggers import ObjectJsonFormatter
 
     from coordinator.server import AuthConfig, AuthConfigError

@@ -61,6 +61,21 @@ def test_a_member_on_kafka_imports_the_kafka_protocol_when_it_opens_the_transpor
     assert "coordinator.client.kafka_transport" in loaded and "kafka.protocol" in loaded
 
 
+def test_the_operator_runs_without_kubernetes_asyncio() -> None:
+    """Every operator module imports with kubernetes_asyncio hidden, as `operator run` hides
+    it (Kopf would import its every model class); one of ours importing it would fail."""
+    loaded = modules_after(
+        "import pkgutil, importlib\n"
+        "from staticfleet.commands.operator_cmd import hide_kubernetes_asyncio\n"
+        "hide_kubernetes_asyncio()\n"
+        "import staticfleet_operator\n"
+        "for m in pkgutil.iter_modules(staticfleet_operator.__path__):\n"
+        "    importlib.import_module('staticfleet_operator.' + m.name)"
+    )
+    assert {"kopf", "staticfleet_operator.app", "staticfleet_operator.kube"} <= loaded
+    assert sorted(m for m in loaded if m.startswith("kubernetes_asyncio.")) == []
+
+
 def test_the_parser_without_a_command_still_lists_every_command() -> None:
     from staticfleet.cli import SUBCOMMAND_MODULES, build_parser
 

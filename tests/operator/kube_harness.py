@@ -39,7 +39,6 @@ import jsonpatch
 import kmock
 import kopf
 from kopf._cogs.structs.credentials import Vault
-from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 
 from coordinator import CoordinatorConfig, GroupCoordinator, JournalEvent, MemoryStore, SystemClock
 from coordinator.client import (
@@ -74,7 +73,7 @@ from staticfleet.kafka.java_peer import JavaPeer
 from staticfleet_operator import handlers
 from staticfleet_operator.crd import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from staticfleet_operator.kafka_journal import RebalanceJournal
-from staticfleet_operator.kube import USER_AGENT, KubeApi
+from staticfleet_operator.kube import CORE, GROUPS, MERGE_PATCH, USER_AGENT, KubeApi, path
 from staticfleet_operator.members import POD_KEY_ANNOTATION
 from staticfleet_operator.owned import GROUP_LABEL
 from staticfleet_operator.reconcile import Operator
@@ -678,15 +677,11 @@ class Cluster:
         return [action for action in found if action is not None]
 
     async def events(self) -> list[dict[str, Any]]:
-        body = await self.kube.json(
-            lambda c: CoreV1Api(c).list_namespaced_event(NAMESPACE, _preload_content=False)
-        )
+        body = await self.kube.list_objects(path(CORE, "events", NAMESPACE))
         return list(body.get("items") or [])
 
     async def secrets(self) -> list[dict[str, Any]]:
-        body = await self.kube.json(
-            lambda c: CoreV1Api(c).list_namespaced_secret(NAMESPACE, _preload_content=False)
-        )
+        body = await self.kube.list_objects(path(CORE, "secrets", NAMESPACE))
         return list(body.get("items") or [])
 
     def forget_operator_memory(self) -> Operator:
@@ -725,11 +720,7 @@ class Cluster:
 
     async def create_group(self, name: str, spec: Mapping[str, Any]) -> None:
         body = consumer_group(name, spec)
-        await self.kube.json(
-            lambda c: CustomObjectsApi(c).create_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, PLURAL, body, _preload_content=False
-            )
-        )
+        await self.kube.call("POST", path(GROUPS, PLURAL, NAMESPACE), body=body)
 
     async def get_group(self, name: str) -> dict[str, Any]:
         body = await self.kube.get_group(NAMESPACE, name)
@@ -740,25 +731,12 @@ class Cluster:
         body = await self.get_group(name)
         generation = int(body["metadata"].get("generation", 1)) + 1
         patch = {"metadata": {"generation": generation}, "spec": dict(changes)}
-        await self.kube.json(
-            lambda c: CustomObjectsApi(c).patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                NAMESPACE,
-                PLURAL,
-                name,
-                patch,
-                _content_type="application/merge-patch+json",
-                _preload_content=False,
-            )
+        await self.kube.call(
+            "PATCH", path(GROUPS, PLURAL, NAMESPACE, name), body=patch, content_type=MERGE_PATCH
         )
 
     async def delete_group(self, name: str) -> None:
-        await self.kube.json(
-            lambda c: CustomObjectsApi(c).delete_namespaced_custom_object(
-                GROUP, VERSION, NAMESPACE, PLURAL, name, _preload_content=False
-            )
-        )
+        await self.kube.call("DELETE", path(GROUPS, PLURAL, NAMESPACE, name))
 
     async def admit_and_create(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Play the API server's admission chain: send the pod to the operator's mutating

@@ -1,9 +1,9 @@
-"""The operator's Kubernetes client (kube.py): kubernetes_asyncio over Kopf's credentials.
+"""The operator's Kubernetes client (kube.py): JSON over Kopf's own session and credentials.
 
 A 401 makes Kopf log in again (the real Kopf, its login handlers run by its authenticator)
 and the call is retried once with the new credentials, by the same `KubeApi` object; the
-client of the refused credentials is closed. API errors are typed. Certificate data given
-inline never stays on disk.
+session of the refused credentials is closed. API errors are typed. A hung request times
+out. TLS with certificate data given inline works, and the data never stays on disk.
 """
 
 from __future__ import annotations
@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import os
+import ipaddress
+import json
+import ssl
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,21 +22,24 @@ from typing import Any
 import kmock
 import kopf
 import pytest
+from aiohttp import web
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from kopf._cogs.clients.auth import APIContext
 from kopf._cogs.structs.credentials import Vault
-from kubernetes_asyncio.client import CoreV1Api
 
 from staticfleet_operator.kube import (
+    CONTEXTS,
+    CORE,
     USER_AGENT,
     Conflict,
     KubeApi,
     KubeError,
     NotFound,
     Unauthorized,
-    api_client,
+    path,
 )
 from tests.operator.kube_harness import (
     GONE,
@@ -106,19 +112,27 @@ def _ours(emulator: kmock.KubernetesEmulator) -> list[str]:
     ]
 
 
+async def _context(vault: Vault) -> APIContext:
+    """The session the vault holds for its current credentials (Kopf's, and the client's)."""
+    async for _, _, context in vault.extended(APIContext, CONTEXTS):
+        return context
+    raise AssertionError("no credentials")
+
+
 async def test_a_401_makes_kopf_log_in_again_and_the_call_is_retried_once() -> None:
     async with kopf_logged_in() as (emulator, login, vault):
         kube = KubeApi(vault)  # held across the re-login, as the handlers hold op.kube
         pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
         await kube.create_pod(NAMESPACE, pod)
-        [old] = list(kube._clients)
+        old = await _context(vault)
         login.refused.add("token-1")  # the token expires (rotated on disk, say)
         listed = await kube.list_pods(NAMESPACE, {})
         assert [p["metadata"]["name"] for p in listed] == ["p"]
         assert login.tokens == ["token-1", "token-2"]
         assert _ours(emulator) == ["Bearer token-1"] * 2 + ["Bearer token-2"]
-        # The refused credentials' client was closed with them; later calls use the new.
-        assert old.rest_client.pool_manager.closed
+        # The refused credentials' session was closed with them; later calls use the new.
+        assert old.session.closed
+        assert not (await _context(vault)).session.closed
         assert await kube.get_secret(NAMESPACE, "absent") is None
         assert _ours(emulator)[3:] == ["Bearer token-2"]
         assert login.tokens == ["token-1", "token-2"]
@@ -190,11 +204,7 @@ async def test_api_errors_are_typed() -> None:
                 await kube.create_secret(NAMESPACE, secret)
             assert exists.value.status == 409
             with pytest.raises(NotFound):
-                await kube.json(
-                    lambda c: CoreV1Api(c).read_namespaced_pod(
-                        "absent", NAMESPACE, _preload_content=False
-                    )
-                )
+                await kube.call("GET", path(CORE, "pods", NAMESPACE, "absent"))
             # The helpers turn "absent" into None / False where that is an answer.
             assert await kube.get_secret(NAMESPACE, "absent") is None
             assert await kube.get_group(NAMESPACE, "absent") is None
@@ -204,20 +214,53 @@ async def test_api_errors_are_typed() -> None:
             await kube.close()
 
 
+@contextlib.asynccontextmanager
+async def serving(
+    handler: Any, context: ssl.SSLContext | None = None
+) -> AsyncIterator[tuple[str, list[web.Request]]]:
+    """An HTTP(S) server on loopback answering every path with `handler`, and the requests
+    it received."""
+    seen: list[web.Request] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        seen.append(request)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"{'https' if context else 'http'}://127.0.0.1:{port}", seen
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_hung_request_times_out() -> None:
-    async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
-        declare_resources(emulator)
-        info = kopf.ConnectionInfo(server=str(server.url).rstrip("/"))
-        kube = KubeApi(Vault({"fixed": info}), relogin=False, timeout=0.2)
+    async def hangs_on_slow(request: web.Request) -> web.Response:
+        if request.path.endswith("/slow"):
+            await asyncio.sleep(30)
+        status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "absent"}
+        return web.json_response(status, status=404)
+
+    async with serving(hangs_on_slow) as (url, _):
+        kube = KubeApi(
+            Vault({"fixed": kopf.ConnectionInfo(server=url)}), relogin=False, timeout=0.2
+        )
         try:
             with pytest.raises(TimeoutError):
-                await kube.call(lambda client: asyncio.sleep(30))
+                await kube.get_group(NAMESPACE, "slow")
             assert await kube.get_group(NAMESPACE, "absent") is None  # the next one works
         finally:
             await kube.close()
 
 
 def _certificate() -> tuple[bytes, bytes]:
+    """A self-signed certificate for 127.0.0.1 (the server's, the CA, the client's)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test")])
     now = datetime.datetime.now(datetime.UTC)
@@ -227,9 +270,13 @@ def _certificate() -> tuple[bytes, bytes]:
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(1)
-        .not_valid_before(now)
+        .not_valid_before(now - datetime.timedelta(minutes=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .sign(key, hashes.SHA256())
     )
     pem_key = key.private_bytes(
@@ -240,26 +287,78 @@ def _certificate() -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), pem_key
 
 
-def _on_disk(paths: list[str | None]) -> list[str]:
-    return [path for path in paths if path and os.path.exists(path)]
-
-
-async def test_inline_certificates_are_not_left_on_disk() -> None:
+async def test_mutual_tls_from_inline_certificates_leaves_nothing_on_disk(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cert, key = _certificate()
-    info = kopf.ConnectionInfo(
-        server="https://127.0.0.1:6443",
-        ca_data=cert.decode(),
-        certificate_data=cert,
-        private_key_data=key,
-        token="t",
-    )
-    client = api_client(info)
-    try:
-        config = client.configuration
-        written = [config.ssl_ca_cert, config.cert_file, config.key_file]
-        assert all(written)  # the SSL context was built from them
-        assert _on_disk(written) == []
-        assert client.default_headers["Authorization"] == "Bearer t"
-        assert client.default_headers["User-Agent"] == USER_AGENT
-    finally:
-        await client.close()
+    (tmp_path / "server.pem").write_bytes(cert)
+    (tmp_path / "server.key").write_bytes(key)
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp_path / "server.pem", tmp_path / "server.key")
+    server.load_verify_locations(cadata=cert.decode())
+    server.verify_mode = ssl.CERT_REQUIRED  # the client's certificate is required
+
+    async def secret(request: web.Request) -> web.Response:
+        return web.json_response({"kind": "Secret", "metadata": {"name": "s"}})
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    async with serving(secret, server) as (url, seen):
+        info = kopf.ConnectionInfo(
+            server=url,
+            ca_data=cert.decode(),
+            certificate_data=cert,
+            private_key_data=key,
+            token="t",
+        )
+        kube = KubeApi.connect(info)
+        try:
+            answer = await kube.get_secret(NAMESPACE, "s")
+        finally:
+            await kube.close()
+    assert answer == {"kind": "Secret", "metadata": {"name": "s"}}
+    [request] = seen
+    assert request.path == f"/api/v1/namespaces/{NAMESPACE}/secrets/s"
+    assert request.headers["Authorization"] == "Bearer t"
+    assert request.headers["User-Agent"] == USER_AGENT
+    assert list(scratch.iterdir()) == []  # the key was on disk only while the context was made
+
+
+async def test_a_watch_reads_events_and_a_status_error_is_typed() -> None:
+    lines = [
+        {"type": "ADDED", "object": {"metadata": {"name": "p", "resourceVersion": "5"}}},
+        {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}},
+        {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}},
+    ]
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        for line in lines:
+            await response.write(json.dumps(line).encode() + b"\n\n")
+        return response
+
+    async with serving(stream) as (url, seen):
+        kube = KubeApi.connect(kopf.ConnectionInfo(server=url))
+        events: list[dict[str, Any]] = []
+        try:
+            with pytest.raises(KubeError) as gone:
+                async for event in kube.watch(
+                    path(CORE, "pods", NAMESPACE),
+                    resource_version="4",
+                    timeout_seconds=7,
+                    labelSelector="a",
+                ):
+                    events.append(event)
+        finally:
+            await kube.close()
+    assert gone.value.status == 410
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    assert dict(seen[0].query) == {
+        "labelSelector": "a",
+        "watch": "true",
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": "7",
+        "resourceVersion": "4",
+    }

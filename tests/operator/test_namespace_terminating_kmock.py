@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import kmock
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from staticfleet_operator.kube import Forbidden, NamespaceTerminating, error_of
 from tests.operator.kube_harness import NAMESPACE, managed_spec, running_cluster
@@ -40,11 +39,9 @@ TERMINATING = {
 
 
 def test_the_cause_makes_its_own_error_and_a_plain_403_stays_forbidden() -> None:
-    plain = error_of(ApiException(status=403, reason="Forbidden"))
+    plain = error_of(403, "Forbidden")
     assert type(plain) is Forbidden
-    error = ApiException(status=403, reason="Forbidden")
-    error.body = json.dumps(TERMINATING).encode()
-    found = error_of(error)
+    found = error_of(403, "Forbidden", json.dumps(TERMINATING).encode())
     assert isinstance(found, NamespaceTerminating) and isinstance(found, Forbidden)
     assert "being terminated" in found.message
 

@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 import kopf
 import pytest
-from kubernetes_asyncio.client import CoreV1Api
 
 from coordinator import GroupCoordinator, SqliteStore
 from coordinator.client.config import RebalanceProtocolSetting
@@ -25,7 +24,7 @@ from coordinator.server import AuthConfig, create_app, start_server
 from coordinator.server.pod_identity import PodAuth, PodIdentity, Refused, ReviewCache
 from e2e.controlplane import DEFAULT_BIN_DIR, ControlPlane, running_control_plane
 from staticfleet_operator.crd import parse_spec
-from staticfleet_operator.kube import KubeApi
+from staticfleet_operator.kube import CORE, KubeApi, path
 from staticfleet_operator.members import MemberSettings, managed_pod
 from staticfleet_operator.pod_bindings import pod_binding
 from staticfleet_operator.token_review import token_reviewer
@@ -69,16 +68,10 @@ async def kube(control_plane: ControlPlane) -> AsyncIterator[KubeApi]:
 
 
 async def create(kube: KubeApi, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    def request(client: Any) -> Any:
-        core = CoreV1Api(client)
-        if kind == "namespace":
-            return core.create_namespace(body, _preload_content=False)
-        if kind == "serviceaccount":
-            return core.create_namespaced_service_account(NAMESPACE, body, _preload_content=False)
-        return core.create_namespaced_pod(NAMESPACE, body, _preload_content=False)
-
-    result: dict[str, Any] = await kube.json(request)
-    return result
+    if kind == "namespace":
+        return await kube.call("POST", path(CORE, "namespaces"), body=body)
+    plural = "serviceaccounts" if kind == "serviceaccount" else "pods"
+    return await kube.call("POST", path(CORE, plural, NAMESPACE), body=body)
 
 
 async def pod_token(kube: KubeApi, pod: dict[str, Any], audience: str = AUDIENCE) -> str:
@@ -97,10 +90,8 @@ async def pod_token(kube: KubeApi, pod: dict[str, Any], audience: str = AUDIENCE
             },
         },
     }
-    result = await kube.json(
-        lambda c: CoreV1Api(c).create_namespaced_service_account_token(
-            ACCOUNT, NAMESPACE, body, _preload_content=False
-        )
+    result = await kube.call(
+        "POST", path(CORE, "serviceaccounts", NAMESPACE, ACCOUNT, "token"), body=body
     )
     token: str = result["status"]["token"]
     return token

@@ -15,10 +15,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, cast
 
 import kmock
-from kubernetes_asyncio.client import CoreV1Api
 
 from staticfleet_operator.informer import MEMBER_PODS, OPAQUE_SECRETS, Informer
-from staticfleet_operator.kube import USER_AGENT, KubeApi, KubeError
+from staticfleet_operator.kube import CORE, USER_AGENT, KubeApi, KubeError, path
 from staticfleet_operator.owned import GROUP_LABEL
 from tests.operator.kube_harness import (
     GONE,
@@ -240,9 +239,7 @@ async def test_a_token_secret_deleted_while_the_watch_was_down_is_created_again(
         before = await cluster.kube.get_secret(NAMESPACE, secret)
         assert before is not None
         async with watches_down(cluster):
-            await cluster.kube.call(
-                lambda c: CoreV1Api(c).delete_namespaced_secret(secret, NAMESPACE)
-            )
+            await cluster.kube.call("DELETE", path(CORE, "secrets", NAMESPACE, secret))
 
         async def created_again() -> bool:
             now = await cluster.kube.get_secret(NAMESPACE, secret)
