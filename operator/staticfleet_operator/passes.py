@@ -11,12 +11,19 @@ waits out its grace period — asks for another after `requeue_seconds` (the onl
 settled fleet never sees). A pass may also ask for one at a known moment (the deadline of
 a scale-up's expected members) through `request(..., delay=...)`. A pod or Secret deleted
 while a watch was down is one more event: the informer tells it when it lists again (informer.py).
+
+Passes and their timers run in an empty context of their own, not in the requester's: a
+request made from a Kopf handler would otherwise keep that handler's context (Kopf's cause
+in its context variables, with the whole object as the event brought it, managedFields
+included) for as long as the timer or task lives, one per group (docs/performance.md,
+"Kopf's handler context").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -67,14 +74,18 @@ class Passes:
                 if armed.when() <= loop.time() + delay:
                     return
                 armed.cancel()
-            self._timers[key] = loop.call_later(delay, self._due, key)
+            self._timers[key] = loop.call_later(
+                delay, self._due, key, context=contextvars.Context()
+            )
             return
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
         self._dirty.add(key)
         if key not in self._tasks:
-            self._tasks[key] = asyncio.create_task(self._passes(key), name=f"pass {key}")
+            self._tasks[key] = asyncio.create_task(
+                self._passes(key), name=f"pass {key}", context=contextvars.Context()
+            )
 
     def resync(self, groups: Callable[[], Iterable[GroupRef]], period_s: float) -> None:
         """Start the safety net: each of `groups()` gets a pass once per `period_s`, one
@@ -84,7 +95,9 @@ class Passes:
         if period_s <= 0:
             raise ValueError("period_s must be positive")
         if self._resync is None and not self.stopped:
-            self._resync = asyncio.create_task(self._sweep(groups, period_s), name="resync")
+            self._resync = asyncio.create_task(
+                self._sweep(groups, period_s), name="resync", context=contextvars.Context()
+            )
 
     async def _sweep(self, groups: Callable[[], Iterable[GroupRef]], period_s: float) -> None:
         while True:

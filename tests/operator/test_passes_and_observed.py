@@ -4,7 +4,10 @@ writes on the watched stores (read your writes)."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import gc
 import itertools
+import weakref
 from typing import Any
 
 import kopf
@@ -100,6 +103,48 @@ async def test_of_two_delayed_requests_the_sooner_wins() -> None:
     await asyncio.sleep(0.3)
     assert len(calls) == 2
     await runner.close()
+
+
+class _Cause:
+    """Stands for what Kopf keeps in its handler's context: the cause, with the object."""
+
+
+_CAUSE: contextvars.ContextVar[_Cause] = contextvars.ContextVar("cause")
+
+
+async def test_passes_and_their_timers_do_not_keep_the_requesters_context() -> None:
+    """A request from a handler (here: a context holding a cause, as Kopf's handlers run in)
+    leaves nothing of that context in the pass or in a timer armed for an hour."""
+    seen: list[_Cause | None] = []
+
+    async def run(namespace: str, name: str) -> bool:
+        seen.append(_CAUSE.get(None))
+        return False
+
+    runner = Passes(run, requeue_seconds=60)
+
+    def handler() -> weakref.ref[_Cause]:
+        cause = _Cause()
+        _CAUSE.set(cause)
+        runner.request(NS, "now")
+        runner.request(NS, "later", delay=3600)
+        return weakref.ref(cause)
+
+    held = contextvars.copy_context().run(handler)
+    await _settle_running(runner)
+    gc.collect()
+    assert seen == [None]  # the pass did not run in the handler's context
+    assert runner.due == 1  # the hour's timer is armed ...
+    assert held() is None  # ... and holds nothing of the handler's
+    await runner.close()
+
+
+async def _settle_running(runner: Passes) -> None:
+    for _ in range(200):
+        if runner.running == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("passes did not finish")
 
 
 async def test_the_resync_spreads_every_group_over_its_period() -> None:
