@@ -341,9 +341,7 @@ class Informer:
                 log.warning("%s in %s: watch interrupted: %r", self.kind.plural, where, error)
             await asyncio.sleep(min(BACKOFF_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS))
 
-    async def _list(
-        self, scope: str | None, collection: str
-    ) -> str | None:
+    async def _list(self, scope: str | None, collection: str) -> str | None:
         listing = await self.kube().list_objects(collection, **self.kind.selector)
         first = scope not in self._listed
         dropped = self.replace(scope, listing.get("items") or [])
