@@ -23,10 +23,12 @@ import logging
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
+
+import msgspec
 
 from coordinator.client import env
-from staticfleet_operator.kube import CORE, KubeApi, KubeError, path
+from staticfleet_operator.kube import CORE, KubeApi, KubeError, Shape, path
 from staticfleet_operator.owned import GROUP_LABEL
 
 log = logging.getLogger("staticfleet.operator.informer")
@@ -73,6 +75,9 @@ class Kind:
     wanted: Callable[[Mapping[str, Any]], bool]
     kept: Callable[[Mapping[str, Any]], Body] = trimmed
     grouped: Callable[[Mapping[str, Any]], Name | None] | None = None
+    # What is decoded of a watch event and of a listing (None: all of it).
+    event_shape: Shape | None = None
+    listing_shape: Shape | None = None
 
     def collection(self, namespace: str | None) -> str:
         """The collection's path in `namespace` (None: in every namespace)."""
@@ -101,18 +106,67 @@ def _secret_kept(secret: Mapping[str, Any]) -> Body:
 # spec's volumes and most of its env, container statuses) is most of its size, and the
 # store holds every member pod of every group (docs/performance.md, "One operator, many
 # groups").
-_POD_METADATA = frozenset(
-    {
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "labels",
-        "annotations",
-        "creationTimestamp",
-        "deletionTimestamp",
-    }
-)
+# Decoded straight into these shapes, a watch event or a listing of pods builds only what is
+# kept: the rest of each pod (most of its bytes) is skipped, never made into objects that
+# die at once among the kept ones (docs/performance.md, "Pods decoded as kept").
+class _PodMetadata(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    labels: Any
+    annotations: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+
+
+class _Condition(TypedDict, total=False):
+    type: Any
+    status: Any
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: Any
+    reason: Any
+    conditions: list[_Condition] | None
+
+
+class _EnvVar(TypedDict, total=False):
+    name: Any
+    value: Any
+    valueFrom: Any
+
+
+class _Container(TypedDict, total=False):
+    name: Any
+    env: list[_EnvVar] | None
+
+
+class _PodSpec(TypedDict, total=False):
+    containers: list[_Container] | None
+
+
+class _Pod(TypedDict, total=False):
+    metadata: _PodMetadata
+    spec: _PodSpec
+    status: _PodStatus
+
+
+class _PodEvent(TypedDict, total=False):
+    type: Any
+    object: _Pod
+
+
+class _ListMetadata(TypedDict, total=False):
+    resourceVersion: Any
+
+
+class _PodList(TypedDict, total=False):
+    metadata: _ListMetadata
+    items: list[_Pod] | None
+
+
+_POD_METADATA = frozenset(_PodMetadata.__annotations__)
 _POD_STATUS = frozenset({"phase", "reason"})
 _POD_ENV = frozenset({env.GROUP_ID})
 
@@ -165,6 +219,8 @@ MEMBER_PODS = Kind(
     wanted=lambda pod: _group_of(pod) is not None,
     kept=pod_kept,
     grouped=_group_of,
+    event_shape=msgspec.json.Decoder(_PodEvent),
+    listing_shape=msgspec.json.Decoder(_PodList),
 )
 # Opaque Secrets (the API server's default type) hold member tokens; service account
 # tokens, TLS pairs and registry credentials are never kept. The API server accepts `type`
@@ -310,6 +366,7 @@ class Informer:
                     collection,
                     resource_version=self._versions[scope],
                     timeout_seconds=WATCH_SECONDS,
+                    shape=self.kind.event_shape,
                     **self.kind.selector,
                 ):
                     seen, failures = True, 0
@@ -342,7 +399,9 @@ class Informer:
             await asyncio.sleep(min(BACKOFF_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS))
 
     async def _list(self, scope: str | None, collection: str) -> str | None:
-        listing = await self.kube().list_objects(collection, **self.kind.selector)
+        listing = await self.kube().list_objects(
+            collection, shape=self.kind.listing_shape, **self.kind.selector
+        )
         first = scope not in self._listed
         dropped = self.replace(scope, listing.get("items") or [])
         if first:

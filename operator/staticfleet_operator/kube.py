@@ -35,6 +35,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+import msgspec
 from kopf._cogs.clients.auth import APIContext
 from kopf._cogs.structs.credentials import Vault
 
@@ -61,6 +62,16 @@ AUTHENTICATION = "apis/authentication.k8s.io/v1"
 GROUPS = f"apis/{GROUP}/{VERSION}"
 
 JsonObject = dict[str, Any]
+# What a caller keeps of an answer or a watch event, decoded straight from its bytes: the
+# members of a TypedDict shape and nothing else (msgspec skips the rest without building it).
+Shape = msgspec.json.Decoder[Any]
+
+
+class _EventType(msgspec.Struct):
+    type: str | None = None
+
+
+_EVENT_TYPE = msgspec.json.Decoder(_EventType)
 
 
 def path(
@@ -161,16 +172,28 @@ def _status_error(status: Mapping[str, Any]) -> KubeError:
     )
 
 
-async def read_json(response: aiohttp.ClientResponse) -> JsonObject:
-    """An answer's JSON object; a refusal raises its typed error."""
+async def read_json(response: aiohttp.ClientResponse, shape: Shape | None = None) -> JsonObject:
+    """An answer's JSON object (only `shape`'s members, if given); a refusal raises its typed
+    error."""
     try:
         raw = await response.read()
     finally:
         response.release()
     if not 200 <= response.status <= 299:
         raise error_of(response.status, str(response.reason or ""), raw)
-    body = json.loads(raw) if raw else {}
+    body = decoded(raw, shape) if raw else {}
     return body if isinstance(body, dict) else {}
+
+
+def decoded(raw: bytes, shape: Shape | None) -> Any:
+    """`raw` decoded whole, or as `shape` (whole where the shape does not fit: it only ever
+    saves memory, never refuses an answer)."""
+    if shape is not None:
+        try:
+            return shape.decode(raw)
+        except msgspec.ValidationError:
+            pass
+    return json.loads(raw)
 
 
 # --- calls over Kopf's credentials -----------------------------------------------------------
@@ -223,8 +246,10 @@ class KubeApi:
         params: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
         content_type: str = JSON,
+        shape: Shape | None = None,
     ) -> JsonObject:
-        """One request on the current credentials, its answer's JSON object. A 401 makes
+        """One request on the current credentials, its answer's JSON object (only `shape`'s
+        members, if given). A 401 makes
         Kopf log in again (the vault is shared with Kopf's watches) and the request is tried
         once more. Raises `TimeoutError` when it takes longer than the API's timeout."""
         data = None if body is None else json.dumps(body).encode()
@@ -237,7 +262,7 @@ class KubeApi:
                     response = await context.session.request(
                         method, url, params=params, data=data, headers=headers
                     )
-                    return await read_json(response)
+                    return await read_json(response, shape)
             except Unauthorized as refused:
                 if retried or not self._relogin:
                     raise
@@ -255,10 +280,12 @@ class KubeApi:
         *,
         resource_version: str | None,
         timeout_seconds: int,
+        shape: Shape | None = None,
         **params: str,
     ) -> AsyncIterator[JsonObject]:
-        """The events (`{"type", "object"}`, dicts) of a watch of the collection at
-        `url_path`, on the current credentials, until the API server ends the stream after
+        """The events (`{"type", "object"}`, dicts, only `shape`'s members if given) of a
+        watch of the collection at `url_path`, on the current credentials, until the API
+        server ends the stream after
         `timeout_seconds`. Not bounded by the API's timeout (a watch is long), but dropped
         when nothing arrives for longer than the server's own timeout. A 410 Gone (the
         resourceVersion expired, answered at once or as an ERROR event) raises `KubeError`
@@ -302,10 +329,9 @@ class KubeApi:
                     async for line in response.content:
                         if not line.strip():
                             continue
-                        event = json.loads(line)
-                        if event.get("type") == "ERROR":
-                            raise _status_error(event.get("object") or {})
-                        yield event
+                        if _EVENT_TYPE.decode(line).type == "ERROR":
+                            raise _status_error(json.loads(line).get("object") or {})
+                        yield decoded(line, shape)
                     return
                 finally:
                     response.release()
@@ -313,10 +339,12 @@ class KubeApi:
                 await context.close()
         raise Unauthorized(401, "Unauthorized", "no credentials")  # the vault ran dry
 
-    async def list_objects(self, url_path: str, **params: str) -> JsonObject:
-        """The answer (items and the list's resourceVersion) of a LIST of the collection at
-        `url_path`, with the query `params`."""
-        return await self.call("GET", url_path, params=params)
+    async def list_objects(
+        self, url_path: str, shape: Shape | None = None, **params: str
+    ) -> JsonObject:
+        """The answer (items and the list's resourceVersion; only `shape`'s members, if
+        given) of a LIST of the collection at `url_path`, with the query `params`."""
+        return await self.call("GET", url_path, params=params, shape=shape)
 
     async def _get_or_none(self, url_path: str) -> JsonObject | None:
         try:
@@ -529,7 +557,9 @@ __all__ = [
     "KubeApi",
     "KubeError",
     "NotFound",
+    "Shape",
     "Unauthorized",
+    "decoded",
     "error_of",
     "path",
     "read_json",

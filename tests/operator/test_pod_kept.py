@@ -15,6 +15,7 @@ from staticfleet_operator.crd import parse_spec
 from staticfleet_operator.handlers import indexed
 from staticfleet_operator.hot_standby import pod_health
 from staticfleet_operator.informer import MEMBER_PODS, Informer, pod_kept
+from staticfleet_operator.kube import decoded
 from staticfleet_operator.members import MemberSettings, managed_pod, member_pod
 from staticfleet_operator.observed import pod_identity
 from staticfleet_operator.owned import GROUP_LABEL
@@ -96,6 +97,40 @@ def test_the_informer_stores_the_kept_pod() -> None:
     informer.apply("ADDED", live_pod(1, RUNNING))
     [stored] = informer.objects.values()
     assert stored == pod_kept(live_pod(1, RUNNING))
+
+
+@pytest.mark.parametrize(
+    ("status", "metadata"),
+    [
+        (RUNNING, {}),
+        ({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}, {}),
+        ({"phase": "Unknown", "reason": "NodeLost"}, {}),
+        (RUNNING, {"deletionTimestamp": "2026-11-28T05:01:00Z"}),
+    ],
+)
+def test_a_pod_decoded_as_its_shape_keeps_what_the_whole_pod_gives(
+    status: dict[str, Any], metadata: dict[str, Any]
+) -> None:
+    """The informer decodes watch events and listings straight into the kept fields' shape:
+    the kept pod is the same as from the whole pod, and the rest is never built."""
+    whole = live_pod(2, status, **metadata)
+    event = json.dumps({"type": "MODIFIED", "object": whole}).encode()
+    shaped = decoded(event, MEMBER_PODS.event_shape)
+    assert shaped["type"] == "MODIFIED"
+    assert pod_kept(shaped["object"]) == pod_kept(whole)
+    assert "managedFields" not in shaped["object"]["metadata"]
+    assert "volumes" not in shaped["object"]["spec"]
+    listing = {"kind": "PodList", "metadata": {"resourceVersion": "9"}, "items": [whole, whole]}
+    shaped_list = decoded(json.dumps(listing).encode(), MEMBER_PODS.listing_shape)
+    assert shaped_list["metadata"] == {"resourceVersion": "9"}
+    assert [pod_kept(p) for p in shaped_list["items"]] == [pod_kept(whole)] * 2
+
+
+def test_an_answer_the_shape_does_not_fit_is_decoded_whole() -> None:
+    """A shape only saves memory: an object it does not fit (a list where it expects an
+    object, as an odd server might send) is decoded whole, not refused."""
+    odd = {"type": "ADDED", "object": {"metadata": {"name": "p"}, "spec": {"containers": 7}}}
+    assert decoded(json.dumps(odd).encode(), MEMBER_PODS.event_shape) == odd
 
 
 def test_pods_decoded_apart_share_their_strings() -> None:
