@@ -57,6 +57,7 @@ import aiohttp
 from kubernetes_asyncio.client import AdmissionregistrationV1Api
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.child import process_cpu_seconds
 from coordinator.server.gc_policy import freeze_periodically
 from e2e.certs import serving_cert
 from e2e.controlplane import ControlPlane, free_ports, running_control_plane
@@ -98,6 +99,9 @@ class Sizes:
     settle_seconds: float
     restart_wait_seconds: float = 900.0
     direct_admissions: int = 500
+    # The operator's PYTHONMALLOC, as the chart's `pythonMalloc` sets it ("" leaves Python's
+    # default, pymalloc): only the operator's process, not this harness's.
+    python_malloc: str = "malloc"
 
 
 FULL = Sizes(groups=1000, idle_seconds=60, deletions=50, admissions=50, settle_seconds=20)
@@ -292,6 +296,7 @@ class OperatorProcess:
     coordinator_port: int
     webhook_port: int
     log: Path
+    python_malloc: str = "malloc"
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
 
@@ -319,6 +324,9 @@ class OperatorProcess:
             str(self.key),
         ]
         env = {**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)}
+        env.pop("PYTHONMALLOC", None)
+        if self.python_malloc:
+            env["PYTHONMALLOC"] = self.python_malloc
         self.started = time.monotonic()
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, env=env, stdout=out, stderr=out)
@@ -509,6 +517,7 @@ async def _measure(cp: ControlPlane, sizes: Sizes) -> dict[str, Any]:
         coordinator_port,
         webhook_port,
         WORKDIR / "logs" / "operator.log",
+        sizes.python_malloc,
     )
     async with await Kube.connect(cp.kubeconfig) as kube:
         await create_namespace(kube, NAMESPACE)
@@ -666,6 +675,8 @@ async def _scenario(
     # Restart: from the new process's start until /readyz (every group's token registered).
     rss = operator.rss_mib()
     peak = operator.rss_mib("VmHWM")
+    assert operator.process is not None
+    cpu_s = process_cpu_seconds(operator.process.pid)
     print(
         json.dumps({"before_restart": {"idle_per_minute": by_key, "rss_mib": rss}}),
         file=sys.stderr,
@@ -703,6 +714,10 @@ async def _scenario(
         "operator_rss_mib_idle": rss_before_idle,
         "operator_rss_mib": rss,
         "operator_peak_rss_mib": peak,
+        # From its start to the restart: the fleet's coming up, the idle window, the
+        # deletions and admissions (what the allocator's choice costs in CPU).
+        "operator_cpu_seconds": round(cpu_s, 1),
+        "operator_python_malloc": sizes.python_malloc or "pymalloc",
         "restarted_operator_peak_rss_mib_at_ready": restart_peak,
         "restart_to_ready_seconds": (
             round(restart_ready_s, 1) if restart_ready_s is not None else None
@@ -720,6 +735,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-seconds", type=float, default=FULL.settle_seconds)
     parser.add_argument("--restart-wait-seconds", type=float, default=FULL.restart_wait_seconds)
     parser.add_argument(
+        "--python-malloc",
+        choices=["malloc", "pymalloc"],
+        default="malloc",
+        help="the operator's PYTHONMALLOC (the chart's pythonMalloc, malloc by default)",
+    )
+    parser.add_argument(
         "--label", required=True, help="the run's name in the results file (e.g. baseline-main)"
     )
     args = parser.parse_args(argv)
@@ -730,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         args.admissions,
         args.settle_seconds,
         args.restart_wait_seconds,
+        python_malloc="" if args.python_malloc == "pymalloc" else args.python_malloc,
     )
     result = asyncio.run(measure(sizes))
     result["commit"] = subprocess.run(

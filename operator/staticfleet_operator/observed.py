@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from staticfleet_operator.group_ref import GroupRef
-from staticfleet_operator.informer import Informer, trimmed
+from staticfleet_operator.informer import Informer, pod_kept, trimmed
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 
@@ -189,15 +189,16 @@ class Observed:
             self._written_groups[key] = (trimmed(body), now)
 
     def pod_created(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
+        # Kept as the informer keeps pods: the create's answer is the whole pod.
         if self.pods is not None:
             pods = self._created_pods.setdefault(GroupRef(namespace, group), {})
-            pods[pod_identity(body)] = (dict(body), self.clock())
+            pods[pod_identity(body)] = (pod_kept(body), self.clock())
 
     def pod_patched(self, namespace: str, group: str, body: Mapping[str, Any]) -> None:
         """A pod of ours patched (a standby relabelled into a slot): read as patched."""
         if self.pods is not None:
             pods = self._patched_pods.setdefault(GroupRef(namespace, group), {})
-            pods[pod_identity(body)] = (dict(body), self.clock())
+            pods[pod_identity(body)] = (pod_kept(body), self.clock())
 
     def pod_deleted(self, namespace: str, group: str, uids: Iterable[str]) -> None:
         if self.pods is not None:
