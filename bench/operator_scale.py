@@ -99,9 +99,9 @@ class Sizes:
     settle_seconds: float
     restart_wait_seconds: float = 900.0
     direct_admissions: int = 500
-    # The operator's PYTHONMALLOC, as the chart's `pythonMalloc` sets it ("" leaves Python's
-    # default, pymalloc): only the operator's process, not this harness's.
-    python_malloc: str = "malloc"
+    # The operator's PYTHONMALLOC ("": Python's default, pymalloc, as the chart runs it):
+    # only the operator's process, not this harness's (docs/performance.md, "The allocator").
+    python_malloc: str = ""
 
 
 FULL = Sizes(groups=1000, idle_seconds=60, deletions=50, admissions=50, settle_seconds=20)
@@ -296,7 +296,7 @@ class OperatorProcess:
     coordinator_port: int
     webhook_port: int
     log: Path
-    python_malloc: str = "malloc"
+    python_malloc: str = ""
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
 
@@ -737,8 +737,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--python-malloc",
         choices=["malloc", "pymalloc"],
-        default="malloc",
-        help="the operator's PYTHONMALLOC (the chart's pythonMalloc, malloc by default)",
+        default="pymalloc",
+        help="the operator's PYTHONMALLOC (default: Python's own, pymalloc, as the chart runs it)",
     )
     parser.add_argument(
         "--label", required=True, help="the run's name in the results file (e.g. baseline-main)"

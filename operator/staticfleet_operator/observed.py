@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from staticfleet_operator.group_ref import GroupRef
-from staticfleet_operator.informer import Informer, pod_kept, trimmed
+from staticfleet_operator.informer import OPAQUE_SECRETS, Informer, pod_kept, trimmed
 from staticfleet_operator.kube import KubeApi
 from staticfleet_operator.owned import GROUP_LABEL
 
@@ -210,7 +210,8 @@ class Observed:
         metadata = _metadata(body)
         if self.secrets is not None and metadata.get("name"):
             key = (str(metadata.get("namespace")), str(metadata["name"]))
-            self._created_secrets[key] = (dict(body), self.clock())
+            # Kept as the informer keeps Secrets: the create's answer has managedFields.
+            self._created_secrets[key] = (OPAQUE_SECRETS.kept(body), self.clock())
 
 
 def _newer_or_same(indexed: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
