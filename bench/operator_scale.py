@@ -100,7 +100,8 @@ class Sizes:
     restart_wait_seconds: float = 900.0
     direct_admissions: int = 500
     # The operator's PYTHONMALLOC ("": Python's default, pymalloc, as the chart runs it):
-    # only the operator's process, not this harness's (docs/performance.md, "The allocator").
+    # only the operator's process, not this harness's (docs/performance.md, "What the
+    # operator's memory held").
     python_malloc: str = ""
 
 

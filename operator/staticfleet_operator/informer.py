@@ -108,7 +108,7 @@ def _secret_kept(secret: Mapping[str, Any]) -> Body:
 # groups").
 # Decoded straight into these shapes, a watch event or a listing of pods builds only what is
 # kept: the rest of each pod (most of its bytes) is skipped, never made into objects that
-# die at once among the kept ones (docs/performance.md, "Pods decoded as kept").
+# die at once among the kept ones (docs/performance.md, "What the operator's memory held").
 class _PodMetadata(TypedDict, total=False):
     name: Any
     namespace: Any

@@ -16,7 +16,7 @@ Passes and their timers run in an empty context of their own, not in the request
 request made from a Kopf handler would otherwise keep that handler's context (Kopf's cause
 in its context variables, with the whole object as the event brought it, managedFields
 included) for as long as the timer or task lives, one per group (docs/performance.md,
-"Kopf's handler context").
+"What the operator's memory held").
 """
 
 from __future__ import annotations
