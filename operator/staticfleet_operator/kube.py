@@ -8,9 +8,9 @@ written to a temporary file only while the SSL context is built). What this modu
 
 - Paths and query parameters of the few endpoints the operator calls (`path`). A generated
   client (kubernetes_asyncio) did this before; importing it loads every API and model class
-  of Kubernetes, 63 MiB of the operator's resident memory for some twenty calls whose bodies
-  the operator sends and reads as plain JSON anyway (docs/performance.md, "Where the
-  operator's memory and restart go").
+  of Kubernetes, 35 MiB of the operator's resident memory (with compiled bytecode) for some
+  twenty calls whose bodies the operator sends and reads as plain JSON anyway
+  (docs/performance.md, "What the operator's memory held").
 - Re-login on a 401: the credentials are invalidated in the vault, which makes Kopf run the
   login handlers again, and the call is retried once with the new ones. Nothing holds a
   session across a re-login: `KubeApi` asks the vault on every call.
@@ -249,9 +249,9 @@ class KubeApi:
         shape: Shape | None = None,
     ) -> JsonObject:
         """One request on the current credentials, its answer's JSON object (only `shape`'s
-        members, if given). A 401 makes
-        Kopf log in again (the vault is shared with Kopf's watches) and the request is tried
-        once more. Raises `TimeoutError` when it takes longer than the API's timeout."""
+        members, if given). A 401 makes Kopf log in again (the vault is shared with Kopf's
+        watches) and the request is tried once more. Raises `TimeoutError` when it takes
+        longer than the API's timeout."""
         data = None if body is None else json.dumps(body).encode()
         headers = self._headers(None if body is None else content_type)
         retried = False
@@ -285,12 +285,11 @@ class KubeApi:
     ) -> AsyncIterator[JsonObject]:
         """The events (`{"type", "object"}`, dicts, only `shape`'s members if given) of a
         watch of the collection at `url_path`, on the current credentials, until the API
-        server ends the stream after
-        `timeout_seconds`. Not bounded by the API's timeout (a watch is long), but dropped
-        when nothing arrives for longer than the server's own timeout. A 410 Gone (the
-        resourceVersion expired, answered at once or as an ERROR event) raises `KubeError`
-        with status 410; a 401 makes Kopf log in again, as for `call`, and the watch is
-        opened once more.
+        server ends the stream after `timeout_seconds`. Not bounded by the API's timeout (a
+        watch is long), but dropped when nothing arrives for longer than the server's own
+        timeout. A 410 Gone (the resourceVersion expired, answered at once or as an ERROR
+        event) raises `KubeError` with status 410; a 401 makes Kopf log in again, as for
+        `call`, and the watch is opened once more.
 
         Each watch has a session of its own, closed with it: a re-login closes the shared
         sessions, and a watch on credentials since replaced runs on to its timeout rather
