@@ -67,13 +67,6 @@ JsonObject = dict[str, Any]
 Shape = msgspec.json.Decoder[Any]
 
 
-class _EventType(msgspec.Struct):
-    type: str | None = None
-
-
-_EVENT_TYPE = msgspec.json.Decoder(_EventType)
-
-
 def path(
     api: str,
     plural: str,
@@ -149,27 +142,30 @@ _KINDS: dict[int, type[KubeError]] = {
 def error_of(status: int, reason: str = "", body: bytes | str = b"") -> KubeError:
     """The typed error for a refused request (the message from the API's Status body)."""
     text = body.decode(errors="replace") if isinstance(body, bytes) else body
-    message = text[:500]
-    causes: list[str] = []
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
+    status_body: Any = None
+    with contextlib.suppress(ValueError):
         status_body = json.loads(text)
-        message = str(status_body.get("message") or message)
+    if not isinstance(status_body, Mapping):
+        status_body = {}
+    return _status_error(status, reason, status_body, text[:500])
+
+
+def _status_error(
+    code: int, reason: str, status_body: Mapping[str, Any], fallback: str = ""
+) -> KubeError:
+    """The typed error for a Status object (a refusal's body, a watch's ERROR event): its
+    message, and a kind from the code and the causes."""
+    message = str(status_body.get("message") or fallback)
+    causes: list[str] = []
+    with contextlib.suppress(TypeError, AttributeError):
         # A StatusCause's type is serialized as `reason`.
         causes = [
             str(c.get("reason")) for c in (status_body.get("details") or {}).get("causes") or ()
         ]
-    kind = _KINDS.get(status, KubeError)
-    if status == 403 and "NamespaceTerminating" in causes:
+    kind = _KINDS.get(code, KubeError)
+    if code == 403 and "NamespaceTerminating" in causes:
         kind = NamespaceTerminating
-    return kind(status, reason, message)
-
-
-def _status_error(status: Mapping[str, Any]) -> KubeError:
-    """The typed error for a Status object (a watch's ERROR event)."""
-    code = int(status.get("code") or 0)
-    return _KINDS.get(code, KubeError)(
-        code, str(status.get("reason") or ""), str(status.get("message") or "")
-    )
+    return kind(code, reason, message)
 
 
 async def read_json(response: aiohttp.ClientResponse, shape: Shape | None = None) -> JsonObject:
@@ -328,9 +324,16 @@ class KubeApi:
                     async for line in response.content:
                         if not line.strip():
                             continue
-                        if _EVENT_TYPE.decode(line).type == "ERROR":
-                            raise _status_error(json.loads(line).get("object") or {})
-                        yield decoded(line, shape)
+                        event = decoded(line, shape)
+                        if event.get("type") == "ERROR":
+                            # The Status, whole: a shape keeps none of its fields.
+                            status = json.loads(line).get("object") or {}
+                            raise _status_error(
+                                int(status.get("code") or 0),
+                                str(status.get("reason") or ""),
+                                status,
+                            )
+                        yield event
                     return
                 finally:
                     response.release()
