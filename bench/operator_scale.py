@@ -103,6 +103,8 @@ class Sizes:
     # only the operator's process, not this harness's (docs/performance.md, "What the
     # operator's memory held").
     python_malloc: str = ""
+    # More `staticfleet operator run` arguments (e.g. its collector policy), as given.
+    operator_args: tuple[str, ...] = ()
 
 
 FULL = Sizes(groups=1000, idle_seconds=60, deletions=50, admissions=50, settle_seconds=20)
@@ -298,6 +300,7 @@ class OperatorProcess:
     webhook_port: int
     log: Path
     python_malloc: str = ""
+    extra_args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
 
@@ -323,6 +326,7 @@ class OperatorProcess:
             str(self.cert),
             "--webhook-key",
             str(self.key),
+            *self.extra_args,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)}
         env.pop("PYTHONMALLOC", None)
@@ -519,6 +523,7 @@ async def _measure(cp: ControlPlane, sizes: Sizes) -> dict[str, Any]:
         webhook_port,
         WORKDIR / "logs" / "operator.log",
         sizes.python_malloc,
+        sizes.operator_args,
     )
     async with await Kube.connect(cp.kubeconfig) as kube:
         await create_namespace(kube, NAMESPACE)
@@ -719,6 +724,7 @@ async def _scenario(
         # deletions and admissions (what the allocator's choice costs in CPU).
         "operator_cpu_seconds": round(cpu_s, 1),
         "operator_python_malloc": sizes.python_malloc or "pymalloc",
+        "operator_args": list(sizes.operator_args),
         "restarted_operator_peak_rss_mib_at_ready": restart_peak,
         "restart_to_ready_seconds": (
             round(restart_ready_s, 1) if restart_ready_s is not None else None
@@ -742,6 +748,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the operator's PYTHONMALLOC (default: Python's own, pymalloc, as the chart runs it)",
     )
     parser.add_argument(
+        "--operator-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for `staticfleet operator run` (repeat it; e.g. "
+        "--operator-arg=--gc-full-interval --operator-arg=60)",
+    )
+    parser.add_argument(
         "--label", required=True, help="the run's name in the results file (e.g. baseline-main)"
     )
     args = parser.parse_args(argv)
@@ -753,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
         args.settle_seconds,
         args.restart_wait_seconds,
         python_malloc="" if args.python_malloc == "pymalloc" else args.python_malloc,
+        operator_args=tuple(args.operator_arg),
     )
     result = asyncio.run(measure(sizes))
     result["commit"] = subprocess.run(

@@ -109,8 +109,9 @@ class OperatorOptions:
     # As for `coordinator serve` (gc_policy.py): the operator holds every watched pod, group
     # and Secret (Kopf's index, its informers), and a full collection over them paused its one
     # event loop — webhook, passes and the embedded coordinator's heartbeats — for 0.3-1 s at
-    # 1,000 groups. 0: never freeze. Kopf's per-object workers may die in reference cycles
-    # after being frozen: a full collection every `gc_full_interval` s reclaims them.
+    # 1,000 groups. 0: never freeze. What Kopf handles dies in reference cycles, often after
+    # being frozen: a full collection once the frozen objects grew by a quarter, at most every
+    # `gc_full_interval` s, reclaims it.
     gc_freeze_interval: float = DEFAULT_FREEZE_INTERVAL_S
     gc_full_interval: float = DEFAULT_FULL_INTERVAL_S
 
