@@ -97,6 +97,9 @@ HEAP = "-Xmx512m"
 FAST_TEST_SETTINGS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "group.min.session.timeout.ms": "1000",
+    # The consumer protocol's sessions keep Kafka's default (45 s); a group may set a shorter
+    # one of its own (`consumer.session.timeout.ms`), down to this.
+    "group.consumer.min.session.timeout.ms": "6000",
     "offsets.topic.replication.factor": "1",
     # One partition: the group coordinator is ready after one partition loads.
     "offsets.topic.num.partitions": "1",

@@ -13,6 +13,8 @@ from pathlib import Path
 from confluent_kafka import Consumer, ConsumerGroupState, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
 
 from staticfleet.demo.ownership import MemberLog, acknowledged_offsets, holdings
 from staticfleet.member.events import read_events
@@ -50,6 +52,20 @@ def group_assignor(bootstrap: str, group_id: str) -> tuple[str, str]:
     state = description.state
     name = state.name if isinstance(state, ConsumerGroupState) else str(state)
     return description.partition_assignor, name
+
+
+def set_group_session(bootstrap: str, group_id: str, session_ms: int) -> None:
+    """The consumer-protocol group's own session (`consumer.session.timeout.ms`, a group
+    config of KIP-848), set before its members join; at least the broker's
+    `group.consumer.min.session.timeout.ms`."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry(
+        "consumer.session.timeout.ms",
+        str(session_ms),
+        incremental_operation=AlterConfigOpType.SET,
+    )
+    resource = ConfigResource(ResourceType.GROUP, group_id, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "") -> None:

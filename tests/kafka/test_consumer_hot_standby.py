@@ -2,8 +2,9 @@
 
 Three of our members (`--group-protocol consumer`, static instance ids) share six partitions;
 one is killed (SIGKILL: no leave, its partitions stay assigned to it). Then either
-(a) nothing is done: the broker fences it when its session (45 s, the session broker keeps
-Kafka's default `group.consumer.session.timeout.ms`) ends and gives its partitions to the others;
+(a) nothing is done: the broker fences it when its session ends and gives its partitions to the
+others (the group's own session set to 15 s, `consumer.session.timeout.ms`, where Kafka's
+default is 45 s: the wait is the session either way);
 or (b) the operator's takeover: one LeaveGroup by its instance id (the Kafka backend's batch leave),
 then a standby process joins under that instance id at once. Each prints its figures;
 docs/kafka.md, "The consumer protocol", "Hot standby", quotes them.
@@ -23,12 +24,14 @@ from staticfleet.kafka.broker import KafkaBroker
 from staticfleet.member.events import read_events
 from staticfleet_operator.backends import KafkaBackend, leave_errors
 
-from .helpers import MemberProcess, member_command, member_logs, owned_now
+from .helpers import MemberProcess, member_command, member_logs, owned_now, set_group_session
 from .test_member_consumer_protocol import consumer_member, converged, logs_show
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(240)]
 
 PARTITIONS = 6
+# (a)'s group session: three of the broker's 5 s heartbeats, a third of Kafka's 45 s default.
+SESSION_A_MS = 15_000
 NAMES = ("a", "b", "c")
 Partition = tuple[str, int]
 
@@ -76,6 +79,7 @@ async def test_a_killed_member_s_partitions_wait_for_the_session_timeout(
     topic = kafka_topic(PARTITIONS)
     group_id = f"{topic}-group"
     transport = KafkaTransport(kafka_broker.bootstrap)
+    await asyncio.to_thread(set_group_session, kafka_broker.bootstrap, group_id, SESSION_A_MS)
     members, logs, held = await three_members(kafka_broker.bootstrap, topic, tmp_path, transport)
     try:
         killed_ms = int(time.time() * 1000)
@@ -88,8 +92,9 @@ async def test_a_killed_member_s_partitions_wait_for_the_session_timeout(
         await logs_show(lambda: owned_now(member_logs(alive)), now)
         back_ms = back_at_ms([logs["a"], logs["b"]], held["c"], killed_ms)
         print(f"(a) nothing done: c's partitions back {back_ms - killed_ms} ms after kill -9")
-        # The session is the wait: not before it (45 s, less a heartbeat of slack).
-        assert back_ms - killed_ms >= 40_000
+        # The session is the wait: not before it (less a heartbeat of slack), and the
+        # group's own, not the broker's default (45 s).
+        assert SESSION_A_MS - 5_000 <= back_ms - killed_ms < 40_000
     finally:
         for member in members.values():
             member.kill()
@@ -139,7 +144,7 @@ async def test_leave_by_instance_id_then_a_standby_under_it_takes_over(
             f"started; all converged and logged {settled_ms - killed_ms} ms after kill -9"
         )
         print(f"(b) before {held}; after {now}; other members' moves {moved}")
-        # The takeover ends well inside the session (45 s) that (a) waits out.
+        # The takeover ends well inside the default session (45 s) its group keeps.
         assert back_ms - killed_ms < 30_000
         assert now["c"] and set().union(*now.values()) == set().union(*held.values())
     finally:
@@ -237,7 +242,7 @@ async def test_a_waiting_standby_takes_over_within_a_retry_of_the_removal(
                 f"in place: {stayed}"
                 + ("" if stayed else f"; before {held}, after {now}, moves {moved}")
             )
-            # Far inside the session (45 s) that (a) waits out, and the standby holds
+            # Far inside the default session (45 s) its group keeps, and the standby holds
             # partitions; every partition owned once.
             assert back_ms - killed_ms < 30_000
             assert now["c"] and set().union(*now.values()) == set().union(*held.values())

@@ -241,9 +241,11 @@ async def serving(
 
 
 async def test_a_hung_request_times_out() -> None:
+    released = asyncio.Event()
+
     async def hangs_on_slow(request: web.Request) -> web.Response:
         if request.path.endswith("/slow"):
-            await asyncio.sleep(30)
+            await released.wait()
         status = {"kind": "Status", "code": 404, "reason": "NotFound", "message": "absent"}
         return web.json_response(status, status=404)
 
@@ -257,6 +259,8 @@ async def test_a_hung_request_times_out() -> None:
             assert await kube.get_group(NAMESPACE, "absent") is None  # the next one works
         finally:
             await kube.close()
+            # The server's cleanup waits for its handlers: the hung one ends here.
+            released.set()
 
 
 def _certificate() -> tuple[bytes, bytes]:
