@@ -169,8 +169,13 @@ def _shared_volume(cluster: NodeCluster, fleet_node: FleetNode) -> None:
 
 def _one_ready_of_two(cluster: NodeCluster, not_named: str = "") -> tuple[str, str] | None:
     """(the Ready pod, the running one that is not) once there are exactly two, both with
-    their container running, and only one Ready; the same answer twice in a row, a probe
-    period apart, so that a handover in flight is not taken for its end."""
+    their container running, only one Ready, and each one's own /readyz agreeing (200 from
+    the Ready one, 503 from the other); the same answer twice in a row, a probe period
+    apart, so that a handover in flight is not taken for its end. The pods' readiness lags
+    their /readyz by up to the probe's failure threshold: two replicas started together
+    (the chart's Deployment is Recreate) may both find themselves alone in the peering
+    object at first, and the outranked one then holds the store until its next poll (5 s),
+    Ready while it already answers 503."""
 
     def look() -> tuple[str, str] | None:
         pods = [p for p in cluster.operator_pods() if p["metadata"]["name"] != not_named]
@@ -184,15 +189,27 @@ def _one_ready_of_two(cluster: NodeCluster, not_named: str = "") -> tuple[str, s
         ]
         if len(running) != 2:
             return None
-        ready = [p["metadata"]["name"] for p in running if pod_ready(p)]
-        others = [p["metadata"]["name"] for p in running if not pod_ready(p)]
-        return (ready[0], others[0]) if len(ready) == 1 else None
+        ready = [p for p in running if pod_ready(p)]
+        others = [p for p in running if not pod_ready(p)]
+        if len(ready) != 1 or not _answers(ready[0], 200) or not _answers(others[0], 503):
+            return None
+        return ready[0]["metadata"]["name"], others[0]["metadata"]["name"]
 
     first = look()
     if first is None:
         return None
     time.sleep(6)  # the chart's readiness probe period is 5 s
     return first if look() == first else None
+
+
+def _answers(pod: dict[str, Any], status: int) -> bool:
+    """Whether the operator in `pod` answers `status` on its own /readyz (not yet
+    listening: no)."""
+    ip = pod["status"].get("podIP")
+    try:
+        return bool(ip) and _status(f"http://{ip}:{COORDINATOR_PORT}/readyz") == status
+    except OSError:
+        return False
 
 
 def _readiness_keeps_members_off(
