@@ -112,6 +112,19 @@ def handover_step(
     return None
 
 
+def next_poll_s(
+    holding: bool, active_since: datetime | None, now: datetime, interval: float
+) -> float:
+    """How long until this replica looks at the peering object again. Holding the store:
+    `interval`, but only once it has been active for two intervals; until then, and while
+    it does not hold the store, `STANDBY_INTERVAL_S` (or `interval`, if shorter). Replicas
+    started together (a Recreate rollout) may each find itself alone at its first look;
+    the outranked one took the store, and learns it is paused at its next look: within a
+    second, not a whole interval later."""
+    settled = active_since is not None and now - active_since >= timedelta(seconds=2 * interval)
+    return interval if holding and settled else min(interval, STANDBY_INTERVAL_S)
+
+
 class StoreHolder(Protocol):
     """What `watch_peering` hands the store to: the operator's `GroupCoordinator`."""
 
@@ -282,7 +295,8 @@ async def watch_peering(
                 "loads it once that one releases it, or in %s",
                 wait,
             )
-        # A replica that does not hold the store looks more often: the one that just
-        # started misses its own peering entry at its first look (Kopf writes it a moment
-        # later), and a restart's readiness waited a whole interval for the second.
-        await asyncio.sleep(interval if gate.active else min(interval, STANDBY_INTERVAL_S))
+        # A replica that does not hold the store, or has just taken it, looks more often:
+        # the one that just started misses its own peering entry at its first look (Kopf
+        # writes it a moment later), a restart's readiness waited a whole interval for the
+        # second, and a peer started at the same moment may outrank it (`next_poll_s`).
+        await asyncio.sleep(next_poll_s(gate.active, active_since, now, interval))

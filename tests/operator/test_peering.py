@@ -18,12 +18,14 @@ from coordinator.server import AuthConfig, add_readiness_gate, create_app
 from staticfleet_operator.app import default_priority
 from staticfleet_operator.kube import Forbidden, KubeApi
 from staticfleet_operator.peering import (
+    STANDBY_INTERVAL_S,
     HandoverStep,
     PeeringGate,
     PeeringObject,
     handover_step,
     is_active,
     marked_by_another,
+    next_poll_s,
     others_alive,
     peering_objects,
     peers_of,
@@ -140,8 +142,8 @@ def _watching(
     )
 
 
-async def _until(predicate: Any) -> None:
-    for _ in range(400):  # polls the poller's effect: 2 s at most
+async def _until(predicate: Any, limit_s: float = 2.0) -> None:
+    for _ in range(int(limit_s / 0.005)):  # polls the poller's effect
         if predicate():
             return
         await asyncio.sleep(0.005)
@@ -211,6 +213,32 @@ def test_the_store_is_taken_at_once_alone_and_after_the_wait_beside_another_peer
     assert handover_step(True, None, True, later, wait) is give_up
     assert handover_step(False, None, False, later, wait) is None
     assert handover_step(True, NOW, True, later, wait) is None
+
+
+def test_a_replica_that_just_took_the_store_looks_again_within_the_standby_interval() -> None:
+    second = timedelta(seconds=1)
+    assert next_poll_s(False, None, NOW, 5.0) == STANDBY_INTERVAL_S
+    assert next_poll_s(False, NOW, NOW, 5.0) == STANDBY_INTERVAL_S  # waiting to take it
+    assert next_poll_s(True, NOW, NOW + 9 * second, 5.0) == STANDBY_INTERVAL_S
+    assert next_poll_s(True, NOW, NOW + 10 * second, 5.0) == 5.0  # held two intervals
+    assert next_poll_s(True, NOW, NOW + 10 * second, 0.01) == 0.01  # never above `interval`
+
+
+async def test_of_two_replicas_started_together_the_outranked_gives_the_store_up_soon() -> None:
+    """Each found itself alone at its first look: the outranked one took the store, and
+    gives it up at its next look, a standby interval later, not a whole interval."""
+    path = "clusterkopfpeerings//p"
+    api = FakePeeringApi({path: {"status": {"me": entry(10)}}})
+    gate = PeeringGate()
+    holder = RecordingHolder(gate)
+    task = _watching(api, gate, holder, "me", 10, 30.0, lambda: NOW)
+    try:
+        await _until(lambda: gate.active)
+        api.objects[path] = {"status": {"me": entry(10), "other": entry(11)}}
+        await _until(lambda: not gate.active, limit_s=10 * STANDBY_INTERVAL_S)  # not 30 s
+        assert holder.calls == [("start", False), ("suspend", False)]
+    finally:
+        task.cancel()
 
 
 async def test_a_replica_waits_two_intervals_while_the_store_is_marked_held_by_a_peer() -> None:
