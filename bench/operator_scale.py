@@ -300,7 +300,7 @@ class OperatorProcess:
     webhook_port: int
     log: Path
     python_malloc: str = ""
-    extra_args: tuple[str, ...] = ()
+    operator_args: tuple[str, ...] = ()
     process: subprocess.Popen[bytes] | None = None
     started: float = 0.0
 
@@ -326,7 +326,7 @@ class OperatorProcess:
             str(self.cert),
             "--webhook-key",
             str(self.key),
-            *self.extra_args,
+            *self.operator_args,
         ]
         env = {**os.environ, "KUBECONFIG": str(self.cp.kubeconfig)}
         env.pop("PYTHONMALLOC", None)

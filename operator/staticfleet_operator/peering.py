@@ -113,15 +113,15 @@ def handover_step(
 
 
 def next_poll_s(
-    holding: bool, active_since: datetime | None, now: datetime, interval: float
+    holding: bool, active_since: datetime | None, now: datetime, interval: float, wait: timedelta
 ) -> float:
     """How long until this replica looks at the peering object again. Holding the store:
-    `interval`, but only once it has been active for two intervals; until then, and while
-    it does not hold the store, `STANDBY_INTERVAL_S` (or `interval`, if shorter). Replicas
-    started together (a Recreate rollout) may each find itself alone at its first look;
-    the outranked one took the store, and learns it is paused at its next look: within a
-    second, not a whole interval later."""
-    settled = active_since is not None and now - active_since >= timedelta(seconds=2 * interval)
+    `interval`, but only once it has been active for `wait` (`handover_step`'s, two
+    intervals); until then, and while it does not hold the store, `STANDBY_INTERVAL_S` (or
+    `interval`, if shorter). Replicas started together (a Recreate rollout) may each find
+    itself alone at its first look; the outranked one took the store, and learns it is
+    paused at its next look: within a second, not a whole interval later."""
+    settled = active_since is not None and now - active_since >= wait
     return interval if holding and settled else min(interval, STANDBY_INTERVAL_S)
 
 
@@ -299,4 +299,4 @@ async def watch_peering(
         # the one that just started misses its own peering entry at its first look (Kopf
         # writes it a moment later), a restart's readiness waited a whole interval for the
         # second, and a peer started at the same moment may outrank it (`next_poll_s`).
-        await asyncio.sleep(next_poll_s(gate.active, active_since, now, interval))
+        await asyncio.sleep(next_poll_s(gate.active, active_since, now, interval, wait))

@@ -217,11 +217,12 @@ def test_the_store_is_taken_at_once_alone_and_after_the_wait_beside_another_peer
 
 def test_a_replica_that_just_took_the_store_looks_again_within_the_standby_interval() -> None:
     second = timedelta(seconds=1)
-    assert next_poll_s(False, None, NOW, 5.0) == STANDBY_INTERVAL_S
-    assert next_poll_s(False, NOW, NOW, 5.0) == STANDBY_INTERVAL_S  # waiting to take it
-    assert next_poll_s(True, NOW, NOW + 9 * second, 5.0) == STANDBY_INTERVAL_S
-    assert next_poll_s(True, NOW, NOW + 10 * second, 5.0) == 5.0  # held two intervals
-    assert next_poll_s(True, NOW, NOW + 10 * second, 0.01) == 0.01  # never above `interval`
+    wait = 10 * second  # two intervals of 5 s
+    assert next_poll_s(False, None, NOW, 5.0, wait) == STANDBY_INTERVAL_S
+    assert next_poll_s(False, NOW, NOW, 5.0, wait) == STANDBY_INTERVAL_S  # waiting to take it
+    assert next_poll_s(True, NOW, NOW + 9 * second, 5.0, wait) == STANDBY_INTERVAL_S
+    assert next_poll_s(True, NOW, NOW + wait, 5.0, wait) == 5.0  # held two intervals
+    assert next_poll_s(True, NOW, NOW + wait, 0.01, wait) == 0.01  # never above `interval`
 
 
 async def test_of_two_replicas_started_together_the_outranked_gives_the_store_up_soon() -> None:
